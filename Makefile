@@ -1,0 +1,31 @@
+# trainledger — set-up and checks. Works on a fresh machine with Python >= 3.11 and pip.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install lint bench clean
+
+$(BIN)/trainledger: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(BIN)/trainledger
+
+install: $(BIN)/trainledger
+
+## the main job on built-in defaults: plan the example job
+demo: install
+	$(BIN)/trainledger plan
+
+## the full test suite (what CI runs)
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+bench: install
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,85 @@
+"""`trainledger models`, `trainledger model show`, `trainledger gpus`, `trainledger networks`."""
+
+from __future__ import annotations
+
+import click
+
+from .. import catalog
+from ..hfconfig import load_model, preset_names
+from ..units import fmt_bytes, fmt_params
+from .output import echo_json, table
+
+
+def register(main: click.Group) -> None:
+    main.add_command(models_cmd)
+    main.add_command(model_group)
+    main.add_command(gpus_cmd)
+
+
+@click.command("models")
+@click.argument("filter", required=False)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def models_cmd(filter: str | None, as_json: bool) -> None:
+    """List bundled model presets (optionally those whose name contains FILTER)."""
+    rows = []
+    for name in preset_names():
+        if filter and filter.lower() not in name:
+            continue
+        spec = load_model(name)
+        p = spec.params
+        rows.append({"name": name, "model_type": spec.model_type, "source": spec.source,
+                     "params": p.total, "active_params": p.active, "layers": spec.num_layers,
+                     "hidden": spec.hidden_size})
+    if as_json:
+        echo_json({"models": rows})
+        return
+    click.echo(table([[r["name"], r["model_type"], fmt_params(r["params"]),
+                       fmt_params(r["active_params"]) if r["active_params"] != r["params"] else "",
+                       r["layers"], r["hidden"], r["source"] or ""] for r in rows],
+                     ["preset", "family", "params", "active", "layers", "hidden", "source"], "llrrrrl"))
+
+
+@click.group("model")
+def model_group() -> None:
+    """Inspect one model spec."""
+
+
+@model_group.command("show")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def model_show(ref: str, as_json: bool) -> None:
+    """Parameter breakdown of a preset, config.json path or cached Hub id."""
+    spec = load_model(ref)
+    p = spec.params
+    if as_json:
+        d = spec.model_dump(mode="json")
+        d["params"] = {"total": p.total, "breakdown": p.breakdown, "embedding": p.embedding}
+        if spec.is_moe:
+            d["params"]["active"] = p.active
+        echo_json(d)
+        return
+    click.echo(f"{spec.name}  ({spec.model_type}{', ' + spec.source if spec.source else ''})")
+    click.echo(f"  layers {spec.num_layers}, hidden {spec.hidden_size}, heads {spec.num_heads} "
+               f"(kv {spec.num_kv_heads}, head dim {spec.head_dim}), ffn {spec.intermediate_size}, "
+               f"vocab {spec.vocab_size}")
+    rows = [[k, f"{v:,}", fmt_params(v), f"{100 * v / p.total:.1f}%"] for k, v in p.breakdown.items()]
+    rows.append(["total", f"{p.total:,}", fmt_params(p.total), "100.0%"])
+    if spec.is_moe:
+        rows.append(["active per token", f"{p.active:,}", fmt_params(p.active), f"{100 * p.active / p.total:.1f}%"])
+    click.echo(table(rows, ["component", "parameters", "", "share"], "lrrr"))
+    click.echo(f"  bf16 weights: {fmt_bytes(2 * p.total)}")
+
+
+@click.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def gpus_cmd(as_json: bool) -> None:
+    """Show the GPU catalog (dense peak throughput, memory, links, power)."""
+    gpus = catalog.all_gpus()
+    if as_json:
+        echo_json({"gpus": [g.model_dump(mode="json") for g in gpus]})
+        return
+    rows = [[g.name, g.display_name, f"{g.memory_gb:g} GB", fmt_bytes(g.memory_bytes),
+             f"{g.hbm_tb_per_s:g}", f"{g.bf16_tflops or 0:g}", f"{g.fp8_tflops or 0:g}",
+             f"{g.link} {g.link_gb_per_s:g}", f"{g.tdp_w:g}"] for g in gpus]
+    click.echo(table(rows, ["name", "model", "memory", "usable", "HBM TB/s", "bf16 TF", "fp8 TF",
+                            "link GB/s/dir", "TDP W"], "lllrrrrlr"))

@@ -1,0 +1,89 @@
+"""The model/recipe/layout/cluster flags shared by estimate, plan, verify, report and export."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..layout import Offload
+from ..planfile import PlanInputs, build_plan, load_plan_file, parse_inputs
+from ..plan import Plan
+from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
+from ..units import parse_count
+
+_OFFLOADS = Offload.__args__  # type: ignore[attr-defined]
+
+
+def _count(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return float(parse_count(value))
+    except Exception as exc:  # noqa: BLE001 - shown as a usage error
+        raise click.BadParameter(str(exc)) from None
+
+
+PLAN_OPTIONS: list[Callable] = [
+    click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="plan file (YAML/TOML/JSON) with the same keys as these flags"),
+    click.option("--model", "-m", help="preset name, config.json path/folder, or cached Hub id [llama-3.1-8b]"),
+    click.option("--gpu", help="catalog GPU (see `trainledger gpus`) or a GPU spec file [h100-sxm]"),
+    click.option("--gpus", type=int, help="total number of GPUs [1]"),
+    click.option("--gpus-per-node", type=int, help="GPUs per node [min(gpus, 8)]"),
+    click.option("--network", help="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr]"),
+    click.option("--method", type=click.Choice(METHODS), help="training method [full]"),
+    click.option("--precision", type=click.Choice(PRECISIONS), help="precision policy [bf16-mixed]"),
+    click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="optimizer [adamw = torch foreach]"),
+    click.option("--seq-len", type=int, help="sequence length in tokens [4096]"),
+    click.option("--micro-batch", type=int, help="samples per GPU per forward pass [1]"),
+    click.option("--grad-accum", type=int, help="micro-batches per optimizer step [1]"),
+    click.option("--global-batch", type=int, help="samples per optimizer step over all replicas"),
+    click.option("--recompute", type=click.Choice(RECOMPUTES), help="activation recomputation [none]"),
+    click.option("--attention", type=click.Choice(ATTENTIONS), help="attention kernel [sdpa]"),
+    click.option("--lora-rank", type=int, help="LoRA rank [16]"),
+    click.option("--lora-targets", help="comma-separated module names LoRA wraps [all linear]"),
+    click.option("--tokens", callback=_count, help="token budget of the run, e.g. 2B"),
+    click.option("--dp", type=int, help="data-parallel degree [gpus / (tp·pp·cp)]"),
+    click.option("--tp", type=int, help="tensor-parallel degree [1]"),
+    click.option("--pp", type=int, help="pipeline-parallel degree [1]"),
+    click.option("--cp", type=int, help="context-parallel degree [1]"),
+    click.option("--ep", type=int, help="expert-parallel degree [1]"),
+    click.option("--vp", type=int, help="virtual pipeline stages per rank (interleaved 1F1B) [1]"),
+    click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage; 3 = FSDP full shard [0]"),
+    click.option("--offload", type=click.Choice(_OFFLOADS), help="CPU offload [none]"),
+    click.option("--headroom", type=float, help="memory kept free for the fit verdict [0.10]"),
+]
+
+_FLAG_KEYS = (
+    "model", "gpu", "gpus", "gpus_per_node", "network", "method", "precision", "optimizer", "seq_len",
+    "micro_batch", "grad_accum", "global_batch", "recompute", "attention", "lora_rank",
+    "lora_targets", "tokens", "dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "headroom",
+)
+
+
+def plan_options(func: Callable) -> Callable:
+    """Decorator adding every plan flag to a click command."""
+    for opt in reversed(PLAN_OPTIONS):
+        func = opt(func)
+    return func
+
+
+def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
+    """Merge a plan file (if any) with the flags given; pops the plan keys from kwargs."""
+    data: dict[str, Any] = {}
+    plan_file = kwargs.pop("plan_file", None)
+    if plan_file:
+        data.update(load_plan_file(plan_file))
+    for key in _FLAG_KEYS:
+        value = kwargs.pop(key, None)
+        if value is None:
+            continue
+        if key == "lora_targets":
+            value = tuple(t.strip() for t in str(value).split(",") if t.strip())
+        data[key] = value
+    return parse_inputs(data, "plan")
+
+
+def plan_from_options(kwargs: dict[str, Any]) -> Plan:
+    return build_plan(inputs_from_options(kwargs))

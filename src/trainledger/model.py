@@ -1,0 +1,224 @@
+"""ModelSpec: the architecture of a decoder-only LLM, and its exact parameter counts.
+
+Built from a Hugging Face ``config.json`` (a local file or folder, a bundled preset name, or a Hub
+id when the Hub is reachable or the file is cached). Remote code is never executed: ``auto_map``
+entries are ignored and only the ``model_type`` families below are understood.
+
+Glossary (symbols follow Narayanan et al. 2021 and Korthikanti et al. 2022):
+    h  hidden size            L  number of decoder layers     V  vocabulary size
+    a  attention heads        k  key/value heads (GQA)        d  head dimension
+    f  FFN (intermediate) size E  routed experts              K  experts per token (top-k)
+
+Parameter counts are exact: they equal ``sum(p.numel() for p in model.parameters())`` of the real
+transformers model built from the same config (tested on the meta device for every family).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field
+
+from ._spec import Spec
+
+
+class MoESpec(Spec):
+    """Mixture-of-experts feed-forward layers."""
+
+    num_experts: int = Field(gt=0, le=4096, description="routed experts E per MoE layer")
+    top_k: int = Field(gt=0, le=64, description="routed experts used per token K")
+    expert_intermediate_size: int = Field(gt=0, description="FFN width of one routed expert")
+    num_shared_experts: int = Field(0, ge=0, description="always-on shared experts")
+    shared_intermediate_size: int = Field(
+        0, ge=0, description="FFN width of the shared expert block (all shared experts together)"
+    )
+    shared_expert_gate: bool = Field(False, description="sigmoid gate on the shared expert (qwen2_moe)")
+    router_bias: bool = Field(False, description="router score-correction bias (deepseek_v3)")
+    first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN instead")
+    layer_freq: int = Field(1, ge=1, description="every layer_freq-th layer is MoE (others dense)")
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3)."""
+
+    q_lora_rank: int | None = Field(None, gt=0, description="query low-rank size; None = full q proj")
+    kv_lora_rank: int = Field(gt=0, description="compressed KV latent size (cached per token)")
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0, description="decoupled RoPE key dim (cached per token)")
+    v_head_dim: int = Field(gt=0)
+
+
+class ParamCounts(Spec):
+    """Parameter counts of a model, by component. All counts are exact integers."""
+
+    total: int
+    breakdown: dict[str, int]
+    active: int = Field(description="parameters used per token (== total unless MoE)")
+    embedding: int
+    per_layer: tuple[int, ...] = Field(description="parameters of each decoder layer")
+
+
+class ModelSpec(Spec):
+    """Dimensions of a decoder-only transformer, as read from its config."""
+
+    name: str = Field(description="preset name or path the spec came from")
+    model_type: str = Field(description="Hugging Face model_type, or 'generic'")
+    source: str | None = Field(None, description="Hub id or paper the config comes from")
+    hidden_size: int = Field(gt=0, le=1_000_000, description="h")
+    num_layers: int = Field(gt=0, le=10_000, description="L")
+    num_heads: int = Field(gt=0, le=10_000, description="a, query heads")
+    num_kv_heads: int = Field(gt=0, le=10_000, description="k, key/value heads (== a for MHA)")
+    head_dim: int = Field(gt=0, le=100_000, description="d, per-head dimension")
+    intermediate_size: int = Field(gt=0, description="f, dense FFN width")
+    vocab_size: int = Field(gt=0, le=100_000_000, description="V")
+    tie_word_embeddings: bool = False
+    mlp_type: Literal["gated", "plain"] = "gated"
+    activation: str = "silu"
+    norm_type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_bias: bool = Field(False, description="LayerNorm has a bias")
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    lm_head_bias: bool = False
+    qk_norm: Literal["none", "head", "full"] = Field(
+        "none", description="RMSNorm on q and k: per head (qwen3, gemma3) or full width (olmo2)"
+    )
+    norms_per_layer: int = Field(2, ge=0, le=8, description="norm modules per decoder layer")
+    final_norm: bool = True
+    post_norm_only: bool = Field(False, description="olmo2: norms after attention/MLP, not before")
+    position_embedding: Literal["rope", "learned", "alibi"] = "rope"
+    max_position_embeddings: int = Field(4096, gt=0)
+    sliding_window: int | None = Field(None, gt=0)
+    layer_types: tuple[Literal["full", "sliding"], ...] = Field(
+        (), description="attention type of each layer; empty = all full"
+    )
+    logit_softcap: float | None = None
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    tied_lm_head_note: str | None = None
+
+    # ---------------------------------------------------------------- derived structure
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer i (0-based) has a routed-expert FFN."""
+        m = self.moe
+        if m is None or i < m.first_dense_layers:
+            return False
+        return (i + 1) % m.layer_freq == 0
+
+    def is_sliding_layer(self, i: int) -> bool:
+        if self.sliding_window is None:
+            return False
+        if not self.layer_types:
+            return True
+        return self.layer_types[i] == "sliding"
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection output (a·d)."""
+        if self.mla is not None:
+            return self.num_heads * (self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim)
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (== value) projection output (k·d)."""
+        return self.num_kv_heads * self.head_dim
+
+    # ---------------------------------------------------------------- parameter counts
+    def _attention_params(self) -> dict[str, int]:
+        h = self.hidden_size
+        if self.mla is not None:
+            m = self.mla
+            a = self.num_heads
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank is None:
+                q = h * a * qk
+            else:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk  # a, norm, b
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # a + norm
+            kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)  # b
+            o = a * m.v_head_dim * h + (h if self.o_bias else 0)
+            return {"attention": q + kv + o}
+        q = h * self.q_dim + (self.q_dim if self.qkv_bias else 0)
+        kv = 2 * (h * self.kv_dim + (self.kv_dim if self.qkv_bias else 0))
+        o = self.q_dim * h + (h if self.o_bias else 0)
+        qkn = 0
+        if self.qk_norm == "head":
+            qkn = 2 * self.head_dim
+        elif self.qk_norm == "full":
+            qkn = self.q_dim + self.kv_dim
+        return {"attention": q + kv + o + qkn}
+
+    def _ffn_params(self, width: int) -> int:
+        h = self.hidden_size
+        n_in = 2 if self.mlp_type == "gated" else 1
+        w = (n_in + 1) * h * width
+        if self.mlp_bias:
+            w += n_in * width + h
+        return w
+
+    def _norm_params(self) -> int:
+        return self.hidden_size * (2 if self.norm_bias else 1)
+
+    def layer_params(self, i: int) -> dict[str, int]:
+        """Parameters of decoder layer i by component."""
+        out = dict(self._attention_params())
+        out["norms"] = self.norms_per_layer * self._norm_params()
+        if self.is_moe_layer(i):
+            m = self.moe
+            assert m is not None
+            out["experts"] = m.num_experts * self._ffn_params(m.expert_intermediate_size)
+            out["router"] = self.hidden_size * m.num_experts + (m.num_experts if m.router_bias else 0)
+            shared = 0
+            if m.num_shared_experts and m.shared_intermediate_size:
+                shared = self._ffn_params(m.shared_intermediate_size)
+                if m.shared_expert_gate:
+                    shared += self.hidden_size
+            out["shared_experts"] = shared
+        else:
+            out["mlp"] = self._ffn_params(self.intermediate_size)
+        return out
+
+    def layer_active_params(self, i: int) -> int:
+        """Parameters of layer i that one token uses (top-k of the routed experts)."""
+        p = self.layer_params(i)
+        if "experts" in p:
+            m = self.moe
+            assert m is not None
+            p = dict(p)
+            p["experts"] = m.top_k * self._ffn_params(m.expert_intermediate_size)
+        return sum(p.values())
+
+    @cached_property
+    def params(self) -> ParamCounts:
+        """Exact parameter counts by component (embedding, attention, mlp/experts/router, norms, lm_head)."""
+        h, V = self.hidden_size, self.vocab_size
+        bd: dict[str, int] = {"embedding": V * h}
+        if self.position_embedding == "learned":
+            bd["position_embedding"] = self.max_position_embeddings * h
+        per_layer = []
+        for i in range(self.num_layers):
+            lp = self.layer_params(i)
+            per_layer.append(sum(lp.values()))
+            for k, v in lp.items():
+                bd[k] = bd.get(k, 0) + v
+        if self.final_norm:
+            bd["norms"] = bd.get("norms", 0) + self._norm_params()
+        bd["lm_head"] = 0 if self.tie_word_embeddings else V * h + (V if self.lm_head_bias else 0)
+        bd = {k: v for k, v in bd.items() if v or k in ("embedding", "lm_head")}
+        total = sum(bd.values())
+        active = total
+        if self.moe is not None:
+            active = total - sum(per_layer) + sum(self.layer_active_params(i) for i in range(self.num_layers))
+        return ParamCounts(
+            total=total,
+            breakdown=bd,
+            active=active,
+            embedding=bd["embedding"] + bd.get("position_embedding", 0),
+            per_layer=tuple(per_layer),
+        )

@@ -1,0 +1,72 @@
+"""Plan = ModelSpec × Recipe × Layout × Cluster: the one argument every estimator takes."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from ._spec import Spec
+from .cluster import Cluster
+from .errors import LayoutError, PlanError
+from .layout import Layout
+from .model import ModelSpec
+from .recipe import Recipe
+
+
+class Plan(Spec):
+    """One concrete job on one concrete cluster. The layout is resolved (dp filled in)."""
+
+    model: ModelSpec
+    recipe: Recipe
+    layout: Layout
+    cluster: Cluster
+    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="memory kept free for the fit verdict")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "Plan":
+        lay = self.layout.resolve(self.cluster.world_size)
+        lay.validate_world(self.cluster.world_size)
+        if lay is not self.layout:
+            object.__setattr__(self, "layout", lay)
+        m, lay = self.model, self.layout
+        if m.num_heads % lay.tp:
+            raise LayoutError(
+                f"tp={lay.tp} must divide the {m.num_heads} attention heads of {m.name}"
+            )
+        if lay.pp > m.num_layers:
+            raise LayoutError(f"pp={lay.pp} exceeds the {m.num_layers} layers of {m.name}")
+        if lay.ep > 1 and (m.moe is None or m.moe.num_experts % lay.ep):
+            n = m.moe.num_experts if m.moe else 0
+            raise LayoutError(
+                f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
+            )
+        r = self.recipe
+        if r.global_batch is not None:
+            per_step = r.micro_batch * lay.dp_size
+            if r.global_batch % per_step:
+                raise PlanError(
+                    f"global batch {r.global_batch} is not a multiple of micro-batch × dp = "
+                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is"
+                )
+            ga = r.global_batch // per_step
+            if r.grad_accum not in (1, ga):
+                raise PlanError(
+                    f"global batch {r.global_batch} != micro-batch × grad-accum × dp = {r.micro_batch} × "
+                    f"{r.grad_accum} × {lay.dp_size} = {r.micro_batch * r.grad_accum * lay.dp_size}"
+                )
+            if ga != r.grad_accum:
+                object.__setattr__(self, "recipe", r.model_copy(update={"grad_accum": ga}))
+        if self.recipe.seq_len % lay.cp:
+            raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}")
+        return self
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all data-parallel replicas."""
+        r = self.recipe
+        if r.global_batch is not None:
+            return r.global_batch
+        return r.micro_batch * r.grad_accum * self.layout.dp_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.recipe.seq_len

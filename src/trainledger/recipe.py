@@ -1,0 +1,81 @@
+"""Recipe: how a job trains — method, precision policy, optimizer, batch and recomputation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ._spec import Spec
+
+Method = Literal["pretrain", "full", "lora", "qlora", "inference"]
+Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "bf16", "fp16"]
+Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["sdpa", "flash", "eager"]
+
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
+RECOMPUTES: tuple[str, ...] = Recompute.__args__  # type: ignore[attr-defined]
+ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+
+#: What each precision policy keeps in which dtype.
+#: ``bf16-mixed`` is ``Trainer(bf16=True)``: fp32 weights, grads and optimizer states, bf16 autocast.
+#: ``bf16`` is pure bf16: weights, gradients and optimizer states all bf16.
+#: ``fp8-mixed`` is Transformer-Engine style: fp8 matmuls, bf16 elsewhere, fp32 master + states.
+PRECISION_POLICY: dict[str, dict[str, str]] = {
+    "fp32": {"weights": "fp32", "compute": "fp32", "grads": "fp32", "master": "none", "states": "fp32"},
+    "bf16-mixed": {"weights": "fp32", "compute": "bf16", "grads": "fp32", "master": "none", "states": "fp32"},
+    "fp16-mixed": {"weights": "fp32", "compute": "fp16", "grads": "fp32", "master": "none", "states": "fp32"},
+    "fp8-mixed": {"weights": "bf16", "compute": "fp8", "grads": "bf16", "master": "fp32", "states": "fp32"},
+    "bf16": {"weights": "bf16", "compute": "bf16", "grads": "bf16", "master": "none", "states": "bf16"},
+    "fp16": {"weights": "fp16", "compute": "fp16", "grads": "fp16", "master": "none", "states": "fp16"},
+}
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class Recipe(Spec):
+    """How the job trains. Sizes are per GPU unless named global."""
+
+    method: Method = Field("full", description="pretrain | full fine-tune | lora | qlora | inference")
+    precision: Precision = Field("bf16-mixed", description="precision policy, see PRECISION_POLICY")
+    optimizer: Optimizer = Field("adamw", description="adamw = torch's default foreach AdamW")
+    seq_len: int = Field(4096, gt=0, le=10_000_000, description="tokens per sample s")
+    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward b")
+    grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
+    global_batch: int | None = Field(
+        None, gt=0, description="samples per optimizer step over all DP ranks (derived when None)"
+    )
+    recompute: Recompute = Field("none", description="activation recomputation (full = HF checkpointing)")
+    recompute_layers: int | None = Field(
+        None, ge=0, description="with recompute=full: only this many layers are checkpointed (None = all)"
+    )
+    attention: Attention = Field("sdpa", description="attention kernel: sdpa/flash keep no s×s scores")
+    lora_rank: int = Field(16, gt=0, le=65536)
+    lora_alpha: float = Field(32.0, gt=0)
+    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="module names LoRA wraps")
+    train_tokens: float | None = Field(None, gt=0, description="token budget of the whole run")
+    generate_len: int = Field(0, ge=0, description="inference: new tokens per sequence beyond seq_len")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
+    grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Recipe":
+        if self.method == "qlora" and self.precision in ("fp32",):
+            pass  # QLoRA with fp32 compute is legal (slow) — nothing to reject
+        return self
+
+    @property
+    def policy(self) -> dict[str, str]:
+        """Dtype of weights, compute, grads, master copy and optimizer states."""
+        return PRECISION_POLICY[self.precision]
+
+    @property
+    def is_training(self) -> bool:
+        return self.method != "inference"
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.seq_len * self.micro_batch
