@@ -68,6 +68,29 @@ def preset_names() -> list[str]:
     return list(_entries("models"))
 
 
+def load_hf_config(ref: str | Path) -> dict[str, Any]:
+    """The raw config.json mapping behind ``load_model(ref)`` (for building the real model).
+
+    Keys starting with '_' (our preset metadata such as ``_source``) are removed.
+    """
+    s = str(ref)
+    p = Path(s)
+    if p.is_dir():
+        p = p / "config.json"
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise SpecError(f"{p}: no such file")
+        data = read_data_file(p)
+    else:
+        presets = _entries("models")
+        if s.lower() not in presets:
+            raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, presets)}")
+        data = read_data_file(presets[s.lower()])
+    if not isinstance(data, dict):
+        raise SpecError(f"{s}: expected a JSON object")
+    return {k: v for k, v in data.items() if not str(k).startswith("_")}
+
+
 def load_model(ref: str | Path) -> ModelSpec:
     """A ModelSpec from a preset name, a config.json path (or its folder), or a cached Hub id."""
     s = str(ref)
