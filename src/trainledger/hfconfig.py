@@ -1,13 +1,18 @@
 """Read a Hugging Face ``config.json`` into a ModelSpec, and find configs by name.
 
 ``load_model(ref)`` accepts a bundled preset name, a local ``config.json`` (or a folder holding
-one), or a Hub id, which is resolved only from the local Hugging Face cache or — when reachable —
-the Hub. Remote code is never executed: ``auto_map`` is ignored and only known ``model_type``
-families are accepted.
+one), or a Hub id (``owner/name``). A Hub id is resolved, in order, from a bundled preset whose
+``_source`` is that id, from the local Hugging Face cache, and — only when ``HF_HUB_OFFLINE`` is
+unset and the Hub answers within a few seconds — from the Hub itself. Remote code is never
+executed: ``auto_map`` is ignored and only the ``model_type`` families in
+:data:`trainledger.families.FAMILIES` are accepted.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -16,48 +21,45 @@ from pydantic import ValidationError
 from ._spec import spec_error
 from .catalog import _entries, read_data_file
 from .errors import CatalogError, SpecError, did_you_mean
+from .families import FAMILIES, FAMILY_DEFAULTS, Cfg
 from .model import ModelSpec
 
-SUPPORTED_FAMILIES: tuple[str, ...] = ("llama", "mistral", "generic")
+SUPPORTED_FAMILIES: tuple[str, ...] = tuple(FAMILIES)
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+HUB_TIMEOUT_S = 5.0  # an unreachable Hub must not stall the CLI
 
 
-def _get(cfg: dict[str, Any], key: str, where: str, default: Any = ...) -> Any:
-    if key in cfg and cfg[key] is not None:
-        return cfg[key]
-    if default is ...:
-        raise SpecError(f"{where}: missing field {key!r}")
-    return default
+def _text_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """gemma3 (multimodal): the language model is ``text_config``; the vision tower is not counted."""
+    text = cfg.get("text_config")
+    if text is None:
+        text = {}
+    if not isinstance(text, dict):
+        raise SpecError(f"{name}: field 'text_config' must be a JSON object")
+    out = dict(text)
+    out["model_type"] = "gemma3_text"
+    if "tie_word_embeddings" not in out and "tie_word_embeddings" in cfg:
+        out["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    return out
 
 
-def from_hf_config(cfg: dict[str, Any], name: str = "config.json", source: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json mapping."""
+def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json mapping (see :mod:`trainledger.families`)."""
     if not isinstance(cfg, dict):
-        raise SpecError(f"{name}: expected a JSON object")
+        raise SpecError(f"{name}: expected a JSON object with a 'model_type' field")
     mt = cfg.get("model_type")
-    if mt not in SUPPORTED_FAMILIES:
-        raise SpecError(
-            f"{name}: model_type {mt!r} is not supported; supported: {', '.join(SUPPORTED_FAMILIES)}"
-        )
-    h = _get(cfg, "hidden_size", name)
-    a = _get(cfg, "num_attention_heads", name)
-    fields = dict(
-        name=name,
-        model_type=mt,
-        source=source,
-        hidden_size=h,
-        num_layers=_get(cfg, "num_hidden_layers", name),
-        num_heads=a,
-        num_kv_heads=_get(cfg, "num_key_value_heads", name, a),
-        head_dim=_get(cfg, "head_dim", name, h // a if isinstance(h, int) and isinstance(a, int) and a else 1),
-        intermediate_size=_get(cfg, "intermediate_size", name),
-        vocab_size=_get(cfg, "vocab_size", name),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=bool(cfg.get("attention_bias", False)),
-        o_bias=bool(cfg.get("attention_bias", False)),
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-        sliding_window=cfg.get("sliding_window"),
-    )
+    notes: tuple[str, ...] = ()
+    if mt == "gemma3":
+        cfg, mt = _text_config(cfg, name), "gemma3_text"
+        notes = ("text model only: the vision tower and projector of gemma3 are not counted",)
+    if mt not in FAMILIES:
+        hint = "" if isinstance(mt, str) and mt else " (the field is missing)"
+        raise SpecError(f"{name}: model_type {mt!r} is not supported{hint}; supported: "
+                        f"{', '.join(SUPPORTED_FAMILIES)}, gemma3. For another architecture write a "
+                        "config with \"model_type\": \"generic\" and its dimensions.")
+    fields = FAMILIES[mt](Cfg(cfg, name, FAMILY_DEFAULTS.get(mt)))
+    fields.update(name=name, model_type=mt, source=source)
+    fields["notes"] = tuple(fields.get("notes", ())) + notes
     try:
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
@@ -65,47 +67,85 @@ def from_hf_config(cfg: dict[str, Any], name: str = "config.json", source: str |
 
 
 def preset_names() -> list[str]:
+    """Names of the bundled model presets."""
     return list(_entries("models"))
 
 
-def load_hf_config(ref: str | Path) -> dict[str, Any]:
-    """The raw config.json mapping behind ``load_model(ref)`` (for building the real model).
+@lru_cache(maxsize=None)
+def preset_sources() -> dict[str, str]:
+    """Hub id (lower case) -> preset name, for presets whose ``_source`` is a Hub id."""
+    out: dict[str, str] = {}
+    for name, path in _entries("models").items():
+        data = read_data_file(path)
+        src = data.get("_source") if isinstance(data, dict) else None
+        if isinstance(src, str) and HUB_ID.match(src):
+            out[src.lower()] = name
+    return out
 
-    Keys starting with '_' (our preset metadata such as ``_source``) are removed.
-    """
-    s = str(ref)
-    p = Path(s)
-    if p.is_dir():
-        p = p / "config.json"
-    if p.suffix == ".json" or p.exists():
-        if not p.exists():
-            raise SpecError(f"{p}: no such file")
-        data = read_data_file(p)
-    else:
-        presets = _entries("models")
-        if s.lower() not in presets:
-            raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, presets)}")
-        data = read_data_file(presets[s.lower()])
-    if not isinstance(data, dict):
-        raise SpecError(f"{s}: expected a JSON object")
-    return {k: v for k, v in data.items() if not str(k).startswith("_")}
+
+def load_preset(name: str) -> ModelSpec:
+    """A bundled preset by exact (case-insensitive) name."""
+    presets = _entries("models")
+    key = name.lower()
+    if key not in presets:
+        raise CatalogError(f"unknown model {name!r}.{did_you_mean(name, presets)} "
+                           "(`trainledger models` lists the presets)")
+    data = read_data_file(presets[key])
+    src = data.pop("_source", None) if isinstance(data, dict) else None
+    return from_hf_config(data, name=key, source=src)
+
+
+def load_config_file(path: Path, source: str | None = None) -> ModelSpec:
+    """A ModelSpec from a config.json file (or a folder holding one)."""
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        raise SpecError(f"{path}: no such file")
+    data = read_data_file(path)
+    if isinstance(data, dict):
+        source = source or data.pop("_source", None)
+    return from_hf_config(data, name=str(path), source=source or str(path))
+
+
+def _hub_config_path(repo_id: str) -> Path | None:
+    """config.json of a Hub repo from the local HF cache, or (online only) downloaded; None if neither."""
+    try:
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    except ImportError:
+        return None
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None
+    try:
+        hit = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    except Exception:  # an invalid id or unreadable cache is a miss, not a crash
+        hit = None
+    if isinstance(hit, str):
+        return Path(hit)
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return None
+    try:
+        got = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=HUB_TIMEOUT_S)
+    except Exception:  # unreachable, gated, missing: report as unknown below
+        return None
+    return Path(got)
 
 
 def load_model(ref: str | Path) -> ModelSpec:
-    """A ModelSpec from a preset name, a config.json path (or its folder), or a cached Hub id."""
-    s = str(ref)
+    """A ModelSpec from a preset name, a config.json path (or its folder), or a Hub id."""
+    s = str(ref).strip()
     p = Path(s)
-    if p.is_dir():
-        p = p / "config.json"
     if p.suffix == ".json" or p.exists():
-        if not p.exists():
-            raise SpecError(f"{p}: no such file")
-        data = read_data_file(p)
-        return from_hf_config(data, name=str(p), source=str(p))
+        return load_config_file(p)
     presets = _entries("models")
     if s.lower() in presets:
-        data = read_data_file(presets[s.lower()])
-        src = data.pop("_source", None) if isinstance(data, dict) else None
-        return from_hf_config(data, name=s.lower(), source=src)
-    raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, presets)} "
-                       "Give a preset (`trainledger models`), a config.json path or a cached Hub id.")
+        return load_preset(s)
+    if HUB_ID.match(s):
+        by_source = preset_sources().get(s.lower())
+        if by_source:
+            return load_preset(by_source)
+        hub = _hub_config_path(s)
+        if hub is not None:
+            return load_config_file(hub, source=s)
+    choices = list(presets) + list(preset_sources())
+    raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, choices)} Give a preset "
+                       "(`trainledger models`), a config.json path, or a Hub id that is cached "
+                       "locally or reachable.")

@@ -18,29 +18,50 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ._spec import Spec
 
 
 class MoESpec(Spec):
-    """Mixture-of-experts feed-forward layers."""
+    """Mixture-of-experts feed-forward layers.
+
+    Which layers are MoE follows transformers: layer i is MoE when ``i >= first_dense_layers``,
+    ``(i + 1) % layer_freq == 0`` and ``i not in dense_layers`` (qwen2_moe/qwen3_moe
+    ``decoder_sparse_step`` and ``mlp_only_layers``; deepseek_v3 ``first_k_dense_replace``).
+    """
 
     num_experts: int = Field(gt=0, le=4096, description="routed experts E per MoE layer")
     top_k: int = Field(gt=0, le=64, description="routed experts used per token K")
-    expert_intermediate_size: int = Field(gt=0, description="FFN width of one routed expert")
-    num_shared_experts: int = Field(0, ge=0, description="always-on shared experts")
+    expert_intermediate_size: int = Field(gt=0, le=10_000_000, description="FFN width of one routed expert")
+    num_shared_experts: int = Field(0, ge=0, le=64, description="always-on shared experts")
     shared_intermediate_size: int = Field(
         0, ge=0, description="FFN width of the shared expert block (all shared experts together)"
     )
-    shared_expert_gate: bool = Field(False, description="sigmoid gate on the shared expert (qwen2_moe)")
-    router_bias: bool = Field(False, description="router score-correction bias (deepseek_v3)")
+    shared_expert_gate: bool = Field(False, description="sigmoid gate Linear(h, 1) on the shared expert (qwen2_moe)")
+    router_bias: bool = Field(
+        False,
+        description="router score-correction bias (deepseek_v3); a buffer in transformers, "
+        "so it is not counted as a parameter",
+    )
     first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN instead")
     layer_freq: int = Field(1, ge=1, description="every layer_freq-th layer is MoE (others dense)")
+    dense_layers: tuple[int, ...] = Field((), description="layer indices forced dense (mlp_only_layers)")
+    num_groups: int = Field(1, ge=1, description="expert groups for group-limited routing (n_group)")
+    topk_groups: int = Field(1, ge=1, description="groups a token may be routed to (topk_group)")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        if self.num_experts % self.num_groups or self.topk_groups > self.num_groups:
+            raise ValueError(f"{self.num_experts} experts cannot form {self.num_groups} routing groups "
+                             f"with {self.topk_groups} chosen per token")
+        return self
 
 
 class MLASpec(Spec):
-    """Multi-head latent attention (DeepSeek-V2/V3)."""
+    """Multi-head latent attention (DeepSeek-V2/V3; Liu et al. 2024, arXiv:2405.04434, §2.1)."""
 
     q_lora_rank: int | None = Field(None, gt=0, description="query low-rank size; None = full q proj")
     kv_lora_rank: int = Field(gt=0, description="compressed KV latent size (cached per token)")
@@ -60,7 +81,13 @@ class ParamCounts(Spec):
 
 
 class ModelSpec(Spec):
-    """Dimensions of a decoder-only transformer, as read from its config."""
+    """Dimensions of a decoder-only transformer, as read from its config.
+
+    Component names of :attr:`params` follow the transformers modules: ``attention`` is all of
+    ``self_attn`` (projections, their biases, q/k norms, MLA latent norms), ``mlp`` a dense FFN,
+    ``experts``/``router``/``shared_experts`` the parts of an MoE block, ``norms`` every other
+    norm (per layer and final), ``embedding``/``position_embedding``/``lm_head`` the rest.
+    """
 
     name: str = Field(description="preset name or path the spec came from")
     model_type: str = Field(description="Hugging Face model_type, or 'generic'")
@@ -68,9 +95,9 @@ class ModelSpec(Spec):
     hidden_size: int = Field(gt=0, le=1_000_000, description="h")
     num_layers: int = Field(gt=0, le=10_000, description="L")
     num_heads: int = Field(gt=0, le=10_000, description="a, query heads")
-    num_kv_heads: int = Field(gt=0, le=10_000, description="k, key/value heads (== a for MHA)")
-    head_dim: int = Field(gt=0, le=100_000, description="d, per-head dimension")
-    intermediate_size: int = Field(gt=0, description="f, dense FFN width")
+    num_kv_heads: int = Field(gt=0, le=10_000, description="k, key/value heads (== a for MHA and MLA)")
+    head_dim: int = Field(gt=0, le=100_000, description="d, per-head q/k dimension (MLA: nope + rope)")
+    intermediate_size: int = Field(gt=0, le=10_000_000, description="f, dense FFN width")
     vocab_size: int = Field(gt=0, le=100_000_000, description="V")
     tie_word_embeddings: bool = False
     mlp_type: Literal["gated", "plain"] = "gated"
@@ -81,22 +108,36 @@ class ModelSpec(Spec):
     o_bias: bool = False
     mlp_bias: bool = False
     lm_head_bias: bool = False
+    fused_qkv: bool = Field(False, description="one q|k|v projection module (phi3, gpt2, gpt_neox)")
+    fused_gate_up: bool = Field(False, description="one gate|up projection module (phi3)")
     qk_norm: Literal["none", "head", "full"] = Field(
         "none", description="RMSNorm on q and k: per head (qwen3, gemma3) or full width (olmo2)"
     )
     norms_per_layer: int = Field(2, ge=0, le=8, description="norm modules per decoder layer")
     final_norm: bool = True
     post_norm_only: bool = Field(False, description="olmo2: norms after attention/MLP, not before")
+    parallel_residual: bool = Field(False, description="gpt_neox: attention and MLP read the same input")
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
-    max_position_embeddings: int = Field(4096, gt=0)
+    rotary_fraction: float = Field(1.0, gt=0, le=1, description="share of head_dim that is rotated")
+    max_position_embeddings: int = Field(4096, gt=0, le=100_000_000)
     sliding_window: int | None = Field(None, gt=0)
     layer_types: tuple[Literal["full", "sliding"], ...] = Field(
-        (), description="attention type of each layer; empty = all full"
+        (), description="attention type of each layer; empty = all full (or all sliding if a window is set)"
     )
     logit_softcap: float | None = None
     moe: MoESpec | None = None
     mla: MLASpec | None = None
-    tied_lm_head_note: str | None = None
+    notes: tuple[str, ...] = Field((), description="what the counts include or leave out")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.mla is None and self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError(f"first_dense_layers {self.moe.first_dense_layers} exceeds {self.num_layers} layers")
+        return self
 
     # ---------------------------------------------------------------- derived structure
     @property
@@ -106,11 +147,12 @@ class ModelSpec(Spec):
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i (0-based) has a routed-expert FFN."""
         m = self.moe
-        if m is None or i < m.first_dense_layers:
+        if m is None or i < m.first_dense_layers or i in m.dense_layers:
             return False
         return (i + 1) % m.layer_freq == 0
 
     def is_sliding_layer(self, i: int) -> bool:
+        """Whether layer i attends within ``sliding_window`` only."""
         if self.sliding_window is None:
             return False
         if not self.layer_types:
@@ -126,33 +168,35 @@ class ModelSpec(Spec):
 
     @property
     def kv_dim(self) -> int:
-        """Width of the key (== value) projection output (k·d)."""
+        """Width of the key projection output (k·d); the value width too, except under MLA."""
         return self.num_kv_heads * self.head_dim
 
     # ---------------------------------------------------------------- parameter counts
-    def _attention_params(self) -> dict[str, int]:
-        h = self.hidden_size
+    def _mla_params(self) -> int:
+        """MLA projections: W^DQ, q norm, W^UQ|QR, W^DKV|KR, kv norm, W^UK|UV, W^O (arXiv:2405.04434 §2.1)."""
+        m, h, a = self.mla, self.hidden_size, self.num_heads
+        assert m is not None
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        b = self.qkv_bias
+        if m.q_lora_rank is None:
+            q = h * a * qk
+        else:
+            q = h * m.q_lora_rank + (m.q_lora_rank if b else 0) + m.q_lora_rank + m.q_lora_rank * a * qk
+        kv_a = m.kv_lora_rank + m.qk_rope_head_dim
+        kv = h * kv_a + (kv_a if b else 0) + m.kv_lora_rank
+        kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        o = a * m.v_head_dim * h + (h if self.o_bias else 0)
+        return q + kv + o
+
+    def _attention_params(self) -> int:
         if self.mla is not None:
-            m = self.mla
-            a = self.num_heads
-            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-            if m.q_lora_rank is None:
-                q = h * a * qk
-            else:
-                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk  # a, norm, b
-            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # a + norm
-            kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)  # b
-            o = a * m.v_head_dim * h + (h if self.o_bias else 0)
-            return {"attention": q + kv + o}
+            return self._mla_params()
+        h = self.hidden_size
         q = h * self.q_dim + (self.q_dim if self.qkv_bias else 0)
         kv = 2 * (h * self.kv_dim + (self.kv_dim if self.qkv_bias else 0))
         o = self.q_dim * h + (h if self.o_bias else 0)
-        qkn = 0
-        if self.qk_norm == "head":
-            qkn = 2 * self.head_dim
-        elif self.qk_norm == "full":
-            qkn = self.q_dim + self.kv_dim
-        return {"attention": q + kv + o + qkn}
+        qkn = {"none": 0, "head": 2 * self.head_dim, "full": self.q_dim + self.kv_dim}[self.qk_norm]
+        return q + kv + o + qkn
 
     def _ffn_params(self, width: int) -> int:
         h = self.hidden_size
@@ -166,14 +210,13 @@ class ModelSpec(Spec):
         return self.hidden_size * (2 if self.norm_bias else 1)
 
     def layer_params(self, i: int) -> dict[str, int]:
-        """Parameters of decoder layer i by component."""
-        out = dict(self._attention_params())
-        out["norms"] = self.norms_per_layer * self._norm_params()
+        """Parameters of decoder layer i by component (attention, norms, mlp | experts, router, shared_experts)."""
+        out = {"attention": self._attention_params(), "norms": self.norms_per_layer * self._norm_params()}
         if self.is_moe_layer(i):
             m = self.moe
             assert m is not None
             out["experts"] = m.num_experts * self._ffn_params(m.expert_intermediate_size)
-            out["router"] = self.hidden_size * m.num_experts + (m.num_experts if m.router_bias else 0)
+            out["router"] = self.hidden_size * m.num_experts
             shared = 0
             if m.num_shared_experts and m.shared_intermediate_size:
                 shared = self._ffn_params(m.shared_intermediate_size)
@@ -190,13 +233,12 @@ class ModelSpec(Spec):
         if "experts" in p:
             m = self.moe
             assert m is not None
-            p = dict(p)
             p["experts"] = m.top_k * self._ffn_params(m.expert_intermediate_size)
         return sum(p.values())
 
     @cached_property
     def params(self) -> ParamCounts:
-        """Exact parameter counts by component (embedding, attention, mlp/experts/router, norms, lm_head)."""
+        """Exact parameter counts by component; ``total == sum(breakdown) == non-layer + sum(per_layer)``."""
         h, V = self.hidden_size, self.vocab_size
         bd: dict[str, int] = {"embedding": V * h}
         if self.position_embedding == "learned":
