@@ -83,28 +83,12 @@ def preset_sources() -> dict[str, str]:
     return out
 
 
-def load_preset(name: str) -> ModelSpec:
-    """A bundled preset by exact (case-insensitive) name."""
-    presets = _entries("models")
-    key = name.lower()
-    if key not in presets:
-        raise CatalogError(f"unknown model {name!r}.{did_you_mean(name, presets)} "
-                           "(`trainledger models` lists the presets)")
-    data = read_data_file(presets[key])
-    src = data.pop("_source", None) if isinstance(data, dict) else None
-    return from_hf_config(data, name=key, source=src)
-
-
-def load_config_file(path: Path, source: str | None = None) -> ModelSpec:
-    """A ModelSpec from a config.json file (or a folder holding one)."""
+def _read_config(path: Path) -> Any:
     if path.is_dir():
         path = path / "config.json"
     if not path.exists():
         raise SpecError(f"{path}: no such file")
-    data = read_data_file(path)
-    if isinstance(data, dict):
-        source = source or data.pop("_source", None)
-    return from_hf_config(data, name=str(path), source=source or str(path))
+    return read_data_file(path), str(path)
 
 
 def _hub_config_path(repo_id: str) -> Path | None:
@@ -124,28 +108,54 @@ def _hub_config_path(repo_id: str) -> Path | None:
         return None
     try:
         got = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=HUB_TIMEOUT_S)
-    except Exception:  # unreachable, gated, missing: report as unknown below
+    except Exception:  # unreachable, gated, missing: reported as an unknown model by the caller
         return None
     return Path(got)
 
 
-def load_model(ref: str | Path) -> ModelSpec:
-    """A ModelSpec from a preset name, a config.json path (or its folder), or a Hub id."""
+def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
+    """(parsed config.json, display name, source) for a preset, a path, or a Hub id.
+
+    The preset metadata key ``_source`` is popped from the mapping.
+    """
     s = str(ref).strip()
     p = Path(s)
-    if p.suffix == ".json" or p.exists():
-        return load_config_file(p)
     presets = _entries("models")
-    if s.lower() in presets:
-        return load_preset(s)
-    if HUB_ID.match(s):
-        by_source = preset_sources().get(s.lower())
-        if by_source:
-            return load_preset(by_source)
-        hub = _hub_config_path(s)
-        if hub is not None:
-            return load_config_file(hub, source=s)
-    choices = list(presets) + list(preset_sources())
-    raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, choices)} Give a preset "
-                       "(`trainledger models`), a config.json path, or a Hub id that is cached "
-                       "locally or reachable.")
+    if p.suffix == ".json" or p.exists():
+        data, name = _read_config(p)
+        source = None
+    elif s.lower() in presets:
+        data, name, source = read_data_file(presets[s.lower()]), s.lower(), None
+    elif HUB_ID.match(s) and s.lower() in preset_sources():
+        name = preset_sources()[s.lower()]
+        data, source = read_data_file(presets[name]), None
+    else:
+        hub = _hub_config_path(s) if HUB_ID.match(s) else None
+        if hub is None:
+            choices = list(presets) + list(preset_sources())
+            raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, choices)} Give a preset "
+                               "(`trainledger models`), a config.json path, or a Hub id that is cached "
+                               "locally or reachable.")
+        data, name = _read_config(hub)
+        source = s
+    if isinstance(data, dict):
+        src = data.pop("_source", None)
+        source = source or (src if isinstance(src, str) else None)
+    return data, name, source or (name if p.suffix == ".json" or p.exists() else None)
+
+
+def load_hf_config(ref: str | Path) -> dict[str, Any]:
+    """The raw config.json mapping behind ``load_model(ref)`` (for building the real model).
+
+    Keys starting with '_' (our preset metadata such as ``_source``) are removed.
+    """
+    data, name, _ = resolve_config(ref)
+    if not isinstance(data, dict):
+        raise SpecError(f"{name}: expected a JSON object")
+    return {k: v for k, v in data.items() if not str(k).startswith("_")}
+
+
+def load_model(ref: str | Path) -> ModelSpec:
+    """A ModelSpec from a preset name, a config.json path (or its folder), or a Hub id."""
+    data, name, source = resolve_config(ref)
+    return from_hf_config(data, name=name, source=source)
