@@ -19,6 +19,9 @@ from ._spec import spec_error
 from .cluster import GpuSpec, NetworkSpec
 from .errors import CatalogError, SpecError, did_you_mean
 
+#: relative tolerance when a GPU's link_gb_per_s is compared with its link's catalog bandwidth
+LINK_BANDWIDTH_SLACK = 1.001
+
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a catalog or config file larger than this is not a config
 
 
@@ -58,53 +61,112 @@ def names(kind: str) -> list[str]:
     return list(_entries(kind))
 
 
+def suggest(name: str, choices: list[str], n: int = 4) -> str:
+    """' Did you mean: a, b?' — names that start with or contain ``name`` first, then close spellings."""
+    key = name.lower()
+    ranked = [c for c in choices if c.startswith(key)] + [c for c in choices if key in c and not c.startswith(key)]
+    if len(ranked) < n:
+        extra = did_you_mean(name, [c for c in choices if c not in ranked], n=n - len(ranked))
+        ranked += [c.strip() for c in extra.removeprefix(" Did you mean: ").rstrip("?").split(",") if c.strip()]
+    return " Did you mean: " + ", ".join(ranked[:n]) + "?" if ranked else ""
+
+
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
     s = str(name_or_path)
-    p = Path(s)
-    if p.suffix in (".yaml", ".yml", ".json") or p.exists():
-        if not p.exists():
-            raise CatalogError(f"{p}: no such file")
+    p = Path(s).expanduser()
+    if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
+        if not p.is_file():
+            raise CatalogError(f"{p}: no such file (a {kind.rstrip('s')} is a catalog name or a "
+                               f".yaml/.json file)")
         return p
     entries = _entries(kind)
     key = s.lower()
     if key in entries:
         return entries[key]
     singular = kind.rstrip("s")
-    raise CatalogError(f"unknown {singular} {s!r}.{did_you_mean(s, entries)} "
-                       f"(`trainledger {kind}` lists them)")
+    raise CatalogError(f"unknown {singular} {s!r}.{suggest(s, list(entries))} "
+                       f"(`trainledger {kind}` lists them; a .yaml file path works too)")
+
+
+def _invalid(exc: ValidationError, path: Path) -> SpecError:
+    """One line naming the file and the field; cross-field errors already start with the field."""
+    errors = exc.errors()
+    if errors and all(not e.get("loc") for e in errors):
+        msg = "; ".join(str(e.get("msg", "invalid")).removeprefix("Value error, ") for e in errors)
+        return SpecError(f"{path}: {msg}")
+    return spec_error(exc, str(path))
+
+
+def _read_mapping(path: Path, what: str) -> dict[str, Any]:
+    data = read_data_file(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of {what} fields (key: value lines), "
+                        f"got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise SpecError(f"{path}: field names must be text, got {bad[0]!r}")
+    data.setdefault("name", path.stem)
+    return data
+
+
+def _check_link(gpu: GpuSpec, path: Path) -> None:
+    """The GPU's intra-node link must exist in the network catalog (or as a file next to it)."""
+    link = gpu.link
+    local = path.parent / link
+    ref = str(local) if path.parent != _catalog_dir("gpus") and local.is_file() else link
+    try:
+        net = load_network(ref)
+    except CatalogError:
+        raise SpecError(f"{path}: link: unknown network {link!r}.{suggest(link, names('networks'))} "
+                        f"(`trainledger networks` lists them)") from None
+    if net.scope != "intra-node":
+        raise SpecError(f"{path}: link: {link!r} is an {net.scope} network; name the GPU-to-GPU "
+                        f"link inside a node (nvlink*, pcie*-x16, ...)")
+    if gpu.link_bytes_per_s > net.bytes_per_s * LINK_BANDWIDTH_SLACK:
+        raise SpecError(f"{path}: link_gb_per_s: {gpu.link_gb_per_s:g} GB/s exceeds {link!r} "
+                        f"({net.bytes_per_s / 1e9:g} GB/s per direction)")
 
 
 @lru_cache(maxsize=256)
 def load_gpu(name_or_path: str) -> GpuSpec:
-    """A GPU spec by catalog name (e.g. 'h100-sxm') or from a YAML/JSON file."""
+    """A GPU spec by catalog name (e.g. 'h100-sxm') or from a YAML/JSON file.
+
+    Validates each field, the cross-field rules of :func:`trainledger.cluster.gpu_problems`, and
+    that ``link`` names a known intra-node network whose bandwidth covers ``link_gb_per_s``.
+    """
     path = _resolve("gpus", name_or_path)
-    data = read_data_file(path)
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of GPU fields")
-    data.setdefault("name", path.stem)
+    data = _read_mapping(path, "GPU")
     try:
-        return GpuSpec.model_validate(data)
+        gpu = GpuSpec.model_validate(data)
     except ValidationError as exc:
-        raise spec_error(exc, str(path)) from None
+        raise _invalid(exc, path) from None
+    _check_link(gpu, path)
+    return gpu
 
 
 @lru_cache(maxsize=256)
 def load_network(name_or_path: str) -> NetworkSpec:
     """A link/network spec by catalog name (e.g. 'nvlink4', 'ib-ndr') or from a file."""
     path = _resolve("networks", name_or_path)
-    data = read_data_file(path)
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of network fields")
-    data.setdefault("name", path.stem)
+    data = _read_mapping(path, "network")
     try:
         return NetworkSpec.model_validate(data)
     except ValidationError as exc:
-        raise spec_error(exc, str(path)) from None
+        raise _invalid(exc, path) from None
 
 
-def all_gpus() -> list[GpuSpec]:
-    return [load_gpu(n) for n in names("gpus")]
+def all_gpus(vendor: str | None = None) -> list[GpuSpec]:
+    """Every bundled GPU (optionally of one vendor: nvidia, amd, intel)."""
+    gpus = [load_gpu(n) for n in names("gpus")]
+    if vendor is None:
+        return gpus
+    known = sorted({g.vendor for g in gpus})
+    if vendor.lower() not in known:
+        raise CatalogError(f"unknown vendor {vendor!r}: use one of {', '.join(known)}")
+    return [g for g in gpus if g.vendor == vendor.lower()]
 
 
-def all_networks() -> list[NetworkSpec]:
-    return [load_network(n) for n in names("networks")]
+def all_networks(scope: str | None = None) -> list[NetworkSpec]:
+    """Every bundled link/network (optionally 'intra-node' or 'inter-node' only)."""
+    nets = [load_network(n) for n in names("networks")]
+    return nets if scope is None else [n for n in nets if n.scope == scope]
