@@ -14,6 +14,7 @@ def register(main: click.Group) -> None:
     main.add_command(models_cmd)
     main.add_command(model_group)
     main.add_command(gpus_cmd)
+    main.add_command(networks_cmd)
 
 
 @click.command("models")
@@ -71,15 +72,39 @@ def model_show(ref: str, as_json: bool) -> None:
 
 
 @click.command("gpus")
+@click.option("--vendor", help="only this vendor: nvidia, amd or intel")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def gpus_cmd(as_json: bool) -> None:
-    """Show the GPU catalog (dense peak throughput, memory, links, power)."""
-    gpus = catalog.all_gpus()
+def gpus_cmd(vendor: str | None, as_json: bool) -> None:
+    """Show the GPU catalog: memory, bandwidth, dense (not sparse) peak throughput, link, power.
+
+    Throughputs are dense TFLOP/s; bf16/fp16 are the fp32-accumulate tensor rates. Link bandwidth is
+    per GPU, per direction. A GPU file path works wherever a name does (--gpu ./my-gpu.yaml).
+    """
+    gpus = catalog.all_gpus(vendor)
     if as_json:
-        echo_json({"gpus": [g.model_dump(mode="json") for g in gpus]})
+        echo_json({"gpus": [g.model_dump(mode="json") | {"usable_bytes": g.usable_bytes} for g in gpus]})
         return
-    rows = [[g.name, g.display_name, f"{g.memory_gb:g} GB", fmt_bytes(g.memory_bytes),
-             f"{g.hbm_tb_per_s:g}", f"{g.bf16_tflops or 0:g}", f"{g.fp8_tflops or 0:g}",
-             f"{g.link} {g.link_gb_per_s:g}", f"{g.tdp_w:g}"] for g in gpus]
-    click.echo(table(rows, ["name", "model", "memory", "usable", "HBM TB/s", "bf16 TF", "fp8 TF",
-                            "link GB/s/dir", "TDP W"], "lllrrrrlr"))
+
+    def rate(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    rows = [[g.name, g.display_name, f"{g.memory_gb:g} GB", fmt_bytes(g.usable_bytes),
+             f"{g.hbm_tb_per_s:g}", rate(g.fp32_tflops), rate(g.tf32_tflops), rate(g.bf16_tflops),
+             rate(g.fp8_tflops), rate(g.int8_tops), f"{g.link} {g.link_gb_per_s:g}", f"{g.tdp_w:g}"]
+            for g in gpus]
+    click.echo(table(rows, ["name", "model", "memory", "usable", "mem TB/s", "fp32", "tf32", "bf16",
+                            "fp8", "int8 TOPS", "link GB/s/dir", "TDP W"], "lllrrrrrrrlr"))
+    click.echo("dense TFLOP/s unless noted; '-' = not in the datasheet; sources: trainledger gpus --json")
+
+
+@click.command("networks")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def networks_cmd(as_json: bool) -> None:
+    """Show the link/network catalog: bandwidth per direction (bits vs bytes spelled out), latency."""
+    nets = catalog.all_networks()
+    if as_json:
+        echo_json({"networks": [n.model_dump(mode="json") | {"bytes_per_s": n.bytes_per_s} for n in nets]})
+        return
+    rows = [[n.name, n.display_name, n.scope, n.bandwidth_label, n.per, f"{n.latency_us:g}"] for n in nets]
+    click.echo(table(rows, ["name", "link", "scope", "bandwidth per direction", "per", "latency us"],
+                     "lllrlr"))
