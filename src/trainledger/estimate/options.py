@@ -6,6 +6,8 @@ the catalog (DESIGN.md §3.2), these are the user's overrides.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from .._spec import Spec
@@ -29,7 +31,43 @@ class TimeOptions(Spec):
 
 
 class CostOptions(Spec):
-    """Prices and facility inputs (issue 5)."""
+    """Prices, facility and data-pipeline inputs of the energy/cost/io/host/checkpoint sections.
+
+    ``None`` means: take the default from ``catalog/prices/facility.yaml`` (each default has its
+    source there) or from the price catalog. Units are in the field names.
+    """
+
+    provider: str = Field("aws", description="cloud provider in catalog/prices (aws, gcp, azure, lambda, coreweave)")
+    pricing: Literal["on-demand", "reserved", "spot"] = Field("on-demand", description="pricing tier")
+    price_per_gpu_hour: float | None = Field(None, gt=0, description="USD per GPU-hour; overrides the catalog")
+    prices_file: str | None = Field(None, description="YAML/JSON price file (same shape as catalog/prices/*.yaml)")
+    electricity_usd_per_kwh: float | None = Field(None, ge=0, description="electricity price, USD/kWh")
+    pue: float | None = Field(None, ge=1.0, le=5.0, description="power usage effectiveness of the facility")
+    carbon_kg_per_kwh: float | None = Field(None, ge=0, description="grid CO2 intensity, kg/kWh")
+    gpu_power_w: float | None = Field(None, gt=0, description="average power per GPU, W (overrides the model)")
+    node_overhead_w: float | None = Field(None, ge=0, description="non-GPU power per node (CPUs, NICs, fans), W")
+    server_price_usd: float | None = Field(None, gt=0, description="purchase price of one GPU server, USD")
+    gpus_per_server: int | None = Field(None, gt=0, le=1024, description="GPUs in the priced server")
+    lifetime_years: float | None = Field(None, gt=0, le=30, description="years the server is written off over")
+    maintenance_fraction: float | None = Field(
+        None, ge=0, le=2, description="yearly maintenance/support as a fraction of the purchase price"
+    )
+    utilization: float | None = Field(
+        None, gt=0, le=1, description="share of the owned hardware's hours spent on useful jobs"
+    )
+    storage_read_gb_per_s: float | None = Field(None, gt=0, description="override: storage read GB/s per node")
+    storage_write_gb_per_s: float | None = Field(None, gt=0, description="override: storage write GB/s per node")
+    storage_iops: float | None = Field(None, gt=0, description="override: 4 KiB random-read IOPS per node")
+    data_format: Literal["tokenized", "raw"] = Field(
+        "tokenized", description="tokenized: token ids on disk; raw: text tokenized on the fly"
+    )
+    bytes_per_token: float | None = Field(
+        None, gt=0, description="bytes on disk per token (tokenized: 2 or 4 per id; raw: ~4 of text)"
+    )
+    dataloader_workers: int | None = Field(None, ge=0, le=1024, description="DataLoader workers per GPU")
+    tokenizer_bytes_per_s_per_core: float | None = Field(None, gt=0, description="tokenizer speed, bytes/s/core")
+    checkpoint_interval_s: float | None = Field(None, gt=0, description="seconds of training between checkpoints")
+    checkpoints_kept: int | None = Field(None, gt=0, le=10_000, description="full checkpoints kept on storage")
 
 
 class EstimateOptions(Spec):

@@ -1,0 +1,158 @@
+"""Shared pieces of the energy, cost, io, host and checkpoint sections (issue 5).
+
+* :class:`Section` — the JSON shape of each section: headline values (canonical units), the
+  inputs they came from, the terms with their sources, and notes on what is not modeled.
+* :func:`run_figures` — the few figures these sections read from the time model (step time,
+  run length, GPU-hours), whatever object the time model returns.
+* :func:`state_bytes_per_param` and :func:`trainable_params` — bytes of training state per
+  parameter under the recipe's precision policy and optimizer, and the trainable parameter count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import Plan
+from ..units import DTYPE_BYTES, SECONDS_PER_HOUR
+from .terms import Term
+
+
+@dataclass
+class Section:
+    """One section of the ledger: ``values`` hold the headline figures (also top-level JSON keys)."""
+
+    values: dict[str, Any]
+    inputs: dict[str, Any] = field(default_factory=dict)
+    terms: list[Term] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.values)
+        d["inputs"] = dict(self.inputs)
+        d["terms"] = [t.to_dict() for t in self.terms]
+        if self.notes:
+            d["notes"] = list(self.notes)
+        return d
+
+
+def _num(obj: Any, *names: str) -> float | None:
+    """First finite number among ``obj.<name>`` (a Term's ``.value`` is unwrapped)."""
+    if obj is None:
+        return None
+    for n in names:
+        v = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+        if v is not None and hasattr(v, "value"):
+            v = v.value
+        if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+            return float(v)
+    return None
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What the time model says about the run, in canonical units (None: not known)."""
+
+    step_time_s: float | None
+    tokens_per_s: float | None  # whole cluster
+    run_s: float | None
+    gpu_hours: float | None
+    mfu: float | None
+    busy_fraction: float
+    busy_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures:
+    """Step time, cluster tokens/s, run seconds and GPU-hours from the time model's results.
+
+    Reads ``compute.step_time_s`` (or ``time.step_time_s``), ``compute.mfu`` and ``time.total_s``
+    / ``time.gpu_hours``. When the time model gives only a step time, the run length is
+    tokens / (tokens per step) × step time. The GPUs' busy fraction (time spent in kernels, used
+    for power) is ``compute.busy_fraction`` when the time model reports it, else 1.
+    """
+    step = _num(compute, "step_time_s") or _num(time, "step_time_s")
+    tokens_per_s = plan.tokens_per_step / step if step else None
+    run_s = _num(time, "total_s", "run_s", "wall_s")
+    tokens = plan.recipe.train_tokens
+    if run_s is None and step and tokens:
+        run_s = math.ceil(tokens / plan.tokens_per_step) * step
+    gpu_hours = _num(time, "gpu_hours")
+    if gpu_hours is None and run_s is not None:
+        gpu_hours = run_s * plan.cluster.world_size / SECONDS_PER_HOUR
+    busy = _num(compute, "busy_fraction", "gpu_busy_fraction")
+    src = "time model (compute.busy_fraction)" if busy else "assumed 1: GPUs busy for the whole step"
+    return RunFigures(step, tokens_per_s, run_s, gpu_hours, _num(compute, "mfu"),
+                      min(busy or 1.0, 1.0), src)
+
+
+#: Optimizer state tensors per trainable parameter, in units of the states dtype.
+#: AdamW: exp_avg + exp_avg_sq (Loshchilov & Hutter 2019, Algorithm 2); Lion: one momentum
+#: (Chen et al. 2023, arXiv:2302.06675, Alg. 1); SGD with momentum: one buffer; plain SGD: none;
+#: Adafactor: factored second moment, O(rows + cols) per matrix (Shazeer & Stern 2018,
+#: arXiv:1804.04235) — counted as 0 per parameter here.
+OPTIMIZER_STATES: dict[str, float] = {
+    "adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1,
+}
+
+#: bitsandbytes 8-bit Adam: 1 byte per state element plus one fp32 absmax per 2048-element block
+#: (Dettmers et al. 2022, arXiv:2110.02861, §2, block-wise quantization with B = 2048).
+ADAM8BIT_BYTES_PER_STATE = 1 + 4 / 2048
+
+
+def state_bytes_per_param(plan: Plan) -> dict[str, float]:
+    """Bytes per trainable parameter of weights, master copy and optimizer states.
+
+    Dtypes come from the recipe's precision policy (``recipe.PRECISION_POLICY``): e.g.
+    bf16-mixed keeps fp32 weights and fp32 AdamW states (4 + 8 = 12 bytes/param), fp8-mixed
+    keeps bf16 weights, an fp32 master copy and fp32 states (2 + 4 + 8 = 14 bytes/param).
+    """
+    pol = plan.recipe.policy
+    weights = DTYPE_BYTES[pol["weights"]]
+    master = 0.0 if pol["master"] == "none" else DTYPE_BYTES[pol["master"]]
+    n_states = OPTIMIZER_STATES[plan.recipe.optimizer]
+    per_state = ADAM8BIT_BYTES_PER_STATE if plan.recipe.optimizer == "adamw-8bit" else DTYPE_BYTES[pol["states"]]
+    return {"weights": float(weights), "master": float(master), "optimizer": float(n_states * per_state)}
+
+
+_LORA_SHAPES = {  # module name -> (in features, out features) in terms of the ModelSpec
+    "q_proj": lambda m: (m.hidden_size, m.q_dim),
+    "k_proj": lambda m: (m.hidden_size, m.kv_dim),
+    "v_proj": lambda m: (m.hidden_size, m.kv_dim),
+    "o_proj": lambda m: (m.q_dim, m.hidden_size),
+}
+
+
+def trainable_params(plan: Plan) -> int:
+    """Parameters the optimizer updates: all of them, or the LoRA adapters.
+
+    LoRA adds A (r × in) and B (out × r) per wrapped linear layer (Hu et al. 2021,
+    arXiv:2106.09685, §4.1): r·(in + out) parameters. MLP targets of MoE layers wrap every
+    routed expert. Inference trains nothing.
+    """
+    r, m = plan.recipe, plan.model
+    if r.method == "inference":
+        return 0
+    if r.method not in ("lora", "qlora"):
+        return m.params.total
+    total = 0
+    for i in range(m.num_layers):
+        moe = m.is_moe_layer(i)
+        width = m.moe.expert_intermediate_size if moe and m.moe else m.intermediate_size
+        copies = m.moe.num_experts if moe and m.moe else 1
+        for t in r.lora_targets:
+            if t in _LORA_SHAPES:
+                fin, fout = _LORA_SHAPES[t](m)
+                total += r.lora_rank * (fin + fout)
+            elif t in ("gate_proj", "up_proj", "down_proj"):
+                total += copies * r.lora_rank * (m.hidden_size + width)
+    return total
