@@ -27,6 +27,8 @@ def _count(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 PLAN_OPTIONS: list[Callable] = [
     click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="plan file (YAML/TOML/JSON) with the same keys as these flags"),
+    click.option("--from", "from_files", multiple=True, type=click.Path(dir_okay=False),
+                 help="read the plan from existing configs: DeepSpeed JSON, Accelerate YAML, TrainingArguments, peft (repeatable)"),
     click.option("--model", "-m", help="preset name, config.json path/folder, or cached Hub id [llama-3.1-8b]"),
     click.option("--gpu", help="catalog GPU (see `trainledger gpus`) or a GPU spec file [h100-sxm]"),
     click.option("--gpus", type=int, help="total number of GPUs [1]"),
@@ -75,6 +77,9 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
     plan_file = kwargs.pop("plan_file", None)
     if plan_file:
         data.update(load_plan_file(plan_file))
+    from_files = kwargs.pop("from_files", None)
+    if from_files:
+        data.update(_imported(from_files))
     for key in _FLAG_KEYS:
         value = kwargs.pop(key, None)
         if value is None:
@@ -83,6 +88,18 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
             value = tuple(t.strip() for t in str(value).split(",") if t.strip())
         data[key] = value
     return parse_inputs(data, "plan")
+
+
+def _imported(paths: tuple[str, ...]) -> dict[str, Any]:
+    """Plan inputs read from the user's configs; unknown keys and notes are reported on stderr."""
+    from ..runconfig import import_configs
+
+    res = import_configs(list(paths))
+    for key in res.unknown_keys:
+        click.echo(f"warning: unknown key {key} (not understood, not used for sizing)", err=True)
+    for note in res.notes:
+        click.echo(f"note: {note}", err=True)
+    return res.merged()
 
 
 def plan_from_options(kwargs: dict[str, Any]) -> Plan:

@@ -1,0 +1,63 @@
+"""`trainledger export`: write a plan as ready-to-launch configuration files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import SpecError
+from ..runconfig import EXPORT_FORMATS, export_plan
+from .options import inputs_from_options, plan_options
+from .output import echo_json
+
+
+def register(main: click.Group) -> None:
+    main.add_command(export_cmd)
+
+
+@click.command("export")
+@click.argument("plan_path", required=False, type=click.Path(dir_okay=False))
+@plan_options
+@click.option("--to", "formats", multiple=True, required=True,
+              type=click.Choice(EXPORT_FORMATS + ("all",)), help="output format (repeatable, or 'all')")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="directory to write the files into")
+@click.option("--force", is_flag=True, help="overwrite existing files")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, force: bool,
+               as_json: bool, **kwargs: Any) -> None:
+    """Export a plan (file PLAN_PATH and/or flags) as torchrun, accelerate, deepspeed, fsdp,
+    trainer-args or slurm configuration. Each file's header names the plan and its predictions."""
+    if plan_path and not kwargs.get("plan_file"):
+        kwargs["plan_file"] = plan_path
+    inputs = inputs_from_options(kwargs)
+    fmts = EXPORT_FORMATS if "all" in formats else formats
+    files = []
+    for fmt in fmts:
+        try:
+            files += export_plan(inputs, fmt)
+        except SpecError as exc:
+            if "all" in formats:
+                click.echo(f"skipped {fmt}: {exc}", err=True)
+                continue
+            raise
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in files:
+        target = out / f.name
+        if target.exists() and not force:
+            raise SpecError(f"{target} exists; pass --force to overwrite or choose another --out")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(f.text, encoding="utf-8")
+        if f.name.endswith((".sh", ".sbatch")):
+            tmp.chmod(0o755)
+        tmp.replace(target)
+        written.append({"format": f.fmt, "path": str(target)})
+    if as_json:
+        echo_json({"files": written})
+        return
+    for w in written:
+        click.echo(f"wrote {w['path']}  ({w['format']})")
