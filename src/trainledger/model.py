@@ -171,6 +171,10 @@ class ModelSpec(Spec):
         """Width of the key projection output (k·d); the value width too, except under MLA."""
         return self.num_kv_heads * self.head_dim
 
+    def weight_bytes(self, bytes_per_param: float) -> int:
+        """Bytes of all weights stored at ``bytes_per_param`` (2 for bf16)."""
+        return int(self.params.total * bytes_per_param)
+
     # ---------------------------------------------------------------- parameter counts
     def _mla_params(self) -> int:
         """MLA projections: W^DQ, q norm, W^UQ|QR, W^DKV|KR, kv norm, W^UK|UV, W^O (arXiv:2405.04434 §2.1)."""

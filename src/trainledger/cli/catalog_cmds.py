@@ -19,18 +19,25 @@ def register(main: click.Group) -> None:
 
 @click.command("models")
 @click.argument("filter", required=False)
+@click.option("--family", help="only this model_type (llama, qwen3_moe, deepseek_v3, generic, ...)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def models_cmd(filter: str | None, as_json: bool) -> None:
-    """List bundled model presets (optionally those whose name contains FILTER)."""
+def models_cmd(filter: str | None, family: str | None, as_json: bool) -> None:
+    """List bundled model presets (optionally those whose name or Hub id contains FILTER)."""
     rows = []
     for name in preset_names():
-        if filter and filter.lower() not in name:
-            continue
         spec = load_model(name)
+        if filter and filter.lower() not in name and filter.lower() not in (spec.source or "").lower():
+            continue
+        if family and family.lower() != spec.model_type:
+            continue
         p = spec.params
         rows.append({"name": name, "model_type": spec.model_type, "source": spec.source,
                      "params": p.total, "active_params": p.active, "layers": spec.num_layers,
                      "hidden": spec.hidden_size})
+    if not rows and not as_json:
+        click.echo(f"no preset matches {filter or ''!r}{' in family ' + family if family else ''}; "
+                   "`trainledger models` lists them all")
+        return
     if as_json:
         echo_json({"models": rows})
         return
@@ -54,9 +61,8 @@ def model_show(ref: str, as_json: bool) -> None:
     p = spec.params
     if as_json:
         d = spec.model_dump(mode="json")
-        d["params"] = {"total": p.total, "breakdown": p.breakdown, "embedding": p.embedding}
-        if spec.is_moe:
-            d["params"]["active"] = p.active
+        d["params"] = {"total": p.total, "breakdown": p.breakdown, "embedding": p.embedding,
+                       "active": p.active, "per_layer": list(p.per_layer)}
         echo_json(d)
         return
     click.echo(f"{spec.name}  ({spec.model_type}{', ' + spec.source if spec.source else ''})")
@@ -68,7 +74,9 @@ def model_show(ref: str, as_json: bool) -> None:
     if spec.is_moe:
         rows.append(["active per token", f"{p.active:,}", fmt_params(p.active), f"{100 * p.active / p.total:.1f}%"])
     click.echo(table(rows, ["component", "parameters", "", "share"], "lrrr"))
-    click.echo(f"  bf16 weights: {fmt_bytes(2 * p.total)}")
+    click.echo(f"  bf16 weights: {fmt_bytes(spec.weight_bytes(2))}")
+    for note in spec.notes:
+        click.echo(f"  note: {note}")
 
 
 @click.command("gpus")
