@@ -9,6 +9,9 @@ $(BIN)/trainledger: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# DeepSpeed only to validate exported configs with its own parser; no ops are built, and
+	# --no-build-isolation makes it build against the CPU torch already installed (never a CUDA one).
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation deepspeed==0.19.8
 	@touch $(BIN)/trainledger
 
 install: $(BIN)/trainledger
