@@ -1,0 +1,338 @@
+"""Stream the records of one work unit, whatever the file format.
+
+``iter_raw(unit, opts)`` yields ``(index, raw)`` pairs: ``index`` counts records inside the unit
+(a line number for line files, a row number for columnar files), ``raw`` is what the sampler may
+skip cheaply before ``decode`` turns it into a record (dict, str or list of messages) or a
+:class:`RecordError`. Memory stays bounded: line files are read line by line with a per-line cap,
+columnar files one record batch / row group at a time, compressed files through a decompression
+cap (zip-bomb guard).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorpusError, MissingDependency
+from .options import CorpusOptions
+from .sources import Source
+
+_READ_BUFFER = 1 << 20
+LINE_FORMATS = ("jsonl", "txt")
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """A record that could not be read; ``kind`` is one of the counted error kinds."""
+
+    kind: str  # malformed | encoding | binary | giant | missing_field | not_text | truncated | unreadable
+    message: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of work for one process.
+
+    ``range``: bytes [start, end) of an uncompressed line file (a line belongs to the unit holding
+    its first byte). ``stride``: records (or batches / row groups) i of the file with
+    ``i % stride == start``. ``files``: whole small files, one sample each (txt per file).
+    """
+
+    source: Source
+    source_index: int
+    kind: str
+    start: int = 0
+    end: int = 0
+    stride: int = 1
+    files: tuple[Source, ...] = ()
+
+    @property
+    def weight(self) -> int:
+        """Bytes this unit accounts for in the progress bar."""
+        if self.kind == "range":
+            return self.end - self.start
+        if self.kind == "files":
+            return sum(s.size for s in self.files)
+        return self.source.size // self.stride
+
+
+def pyarrow_modules():
+    """Import pyarrow lazily; a MissingDependency names the pip command."""
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc  # noqa: F401
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependency("reading Parquet/Arrow needs pyarrow: pip install 'trainledger[corpus]'") from None
+    return pa, pq
+
+
+# ---------------------------------------------------------------- opening with caps
+
+
+class _CappedStream(io.RawIOBase):
+    """A decompressed stream that raises CorpusError past ``limit`` bytes (zip-bomb guard)."""
+
+    def __init__(self, inner: Any, limit: int, where: str) -> None:
+        self.inner, self.limit, self.where, self.total = inner, limit, where, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        data = self.inner.read(len(buf))
+        n = len(data)
+        self.total += n
+        if self.total > self.limit:
+            raise CorpusError(
+                f"{self.where}: decompressed more than {self.limit:,} bytes (over the "
+                "--max-decompression-ratio); refusing a possible zip bomb — raise the ratio if the file is real")
+        buf[:n] = data
+        return n
+
+
+def open_binary(source: Source, opts: CorpusOptions) -> io.BufferedReader:
+    """The file's bytes, decompressed (and capped) when it is .gz or .zst."""
+    raw = open(source.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - closed by the caller
+    if source.compression is None:
+        return raw
+    limit = int(max(opts.max_decompression_ratio * source.size, 64 << 20))
+    if source.compression == "gzip":
+        inner: Any = gzip.GzipFile(fileobj=raw, mode="rb")
+    else:
+        try:
+            import zstandard
+        except ImportError:
+            raw.close()
+            raise MissingDependency(f"{source.path}: reading .zst needs zstandard: pip install zstandard") from None
+        inner = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return io.BufferedReader(_CappedStream(inner, limit, source.path), buffer_size=_READ_BUFFER)
+
+
+_TRUNCATION_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, OSError)
+
+
+def _truncation_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import zstandard
+    except ImportError:
+        return _TRUNCATION_ERRORS
+    return (*_TRUNCATION_ERRORS, zstandard.ZstdError)
+
+
+# ---------------------------------------------------------------- line files
+
+
+class Giant:
+    """Marker for a line longer than the cap; ``size`` bytes were skipped."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def _skip_rest(f: io.BufferedReader, first: bytes) -> int:
+    skipped = len(first)
+    while True:
+        more = f.readline(_READ_BUFFER)
+        skipped += len(more)
+        if not more or more.endswith(b"\n"):
+            return skipped
+
+
+def _read_lines(f: io.BufferedReader, cap: int, budget: int | None) -> Iterator[bytes | Giant]:
+    """Lines of ``f`` until ``budget`` bytes were passed (a line starting inside it is whole)."""
+    used = 0
+    while budget is None or used < budget:
+        line = f.readline(cap + 1)
+        if not line:
+            return
+        if len(line) > cap and not line.endswith(b"\n"):
+            size = _skip_rest(f, line)
+            used += size
+            yield Giant(size)
+            continue
+        used += len(line)
+        yield line
+
+
+def _iter_lines(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
+    with open_binary(unit.source, opts) as f:
+        budget = None
+        if unit.kind == "range":
+            budget = unit.end - unit.start
+            if unit.start > 0:
+                f.seek(unit.start - 1)
+                # the line holding byte start-1 belongs to the previous unit
+                budget -= _skip_rest(f, b"") - 1
+        index = 0
+        try:
+            for line in _read_lines(f, opts.max_line_bytes, budget):
+                if unit.kind == "stride" and index % unit.stride != unit.start:
+                    index += 1
+                    continue
+                yield index, line
+                index += 1
+        except _truncation_errors() as exc:
+            yield index, RecordError("truncated", f"file ends early or is corrupt ({exc}); "
+                                     "the records before this point are counted")
+
+
+def decode_line(raw: bytes, opts: CorpusOptions) -> tuple[str | None, RecordError | None, bool]:
+    """(text, error, replaced): UTF-8 text of a line without its line ending."""
+    if b"\x00" in raw:
+        return None, RecordError("binary", "binary data (NUL bytes), not text"), False
+    try:
+        return raw.decode("utf-8").rstrip("\r\n"), None, False
+    except UnicodeDecodeError as exc:
+        if opts.encoding_errors == "replace":
+            return raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, True
+        bad = raw[exc.start:exc.start + 1].hex()
+        return None, RecordError("encoding", f"not valid UTF-8 (byte 0x{bad} at column {exc.start + 1}); "
+                                 "fix the file or pass --encoding-errors replace"), False
+
+
+def parse_json_line(text: str) -> Any:
+    """A JSON record, or a RecordError for malformed JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        return RecordError("malformed", f"not valid JSON ({exc})")
+
+
+# ---------------------------------------------------------------- whole documents
+
+
+def _read_document(source: Source, opts: CorpusOptions) -> bytes:
+    with open_binary(source, opts) as f:
+        data = f.read(opts.max_document_bytes + 1)
+    if len(data) > opts.max_document_bytes:
+        raise CorpusError(f"{source.path}: one JSON document larger than {opts.max_document_bytes:,} bytes; "
+                          "convert it to JSON Lines (one record per line) to stream it")
+    return data
+
+
+def json_records(data: Any, where: str) -> list[Any]:
+    """Records of a JSON document: a list, {"<key>": [records]}, or a mapping of equal columns."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        lists = {k: v for k, v in data.items() if isinstance(v, list)}
+        if len(lists) == 1 and all(isinstance(r, dict) for r in next(iter(lists.values()))[:10]):
+            return next(iter(lists.values()))
+        if lists and len(lists) == len(data) and len({len(v) for v in lists.values()}) == 1:
+            keys = list(lists)
+            return [dict(zip(keys, row)) for row in zip(*lists.values())]
+    raise CorpusError(f"{where}: expected a JSON array of records, {{\"data\": [records]}} or a mapping of "
+                      "equal-length columns")
+
+
+def _iter_json(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
+    data = _read_document(unit.source, opts)
+    try:
+        doc = json.loads(data.decode("utf-8", errors="strict" if opts.encoding_errors == "strict" else "replace"))
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{unit.source.path}: not valid UTF-8 at byte {exc.start}; "
+                          "pass --encoding-errors replace") from None
+    except ValueError as exc:
+        raise CorpusError(f"{unit.source.path}: not valid JSON ({exc})") from None
+    for i, rec in enumerate(json_records(doc, unit.source.path)):
+        if i % unit.stride == unit.start:
+            yield i, rec
+
+
+def _iter_csv(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
+    csv.field_size_limit(opts.max_line_bytes)
+    delimiter = "\t" if unit.source.fmt == "tsv" else ","
+    errors = "strict" if opts.encoding_errors == "strict" else "replace"
+    with open_binary(unit.source, opts) as fb, io.TextIOWrapper(fb, encoding="utf-8", errors=errors, newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        i = 0
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                row = RecordError("malformed", f"bad CSV ({exc})")
+            except UnicodeDecodeError as exc:
+                yield i, RecordError("encoding", f"not valid UTF-8 ({exc.reason}); pass --encoding-errors replace")
+                return
+            if i % unit.stride == unit.start:
+                if isinstance(row, dict) and None in row:
+                    row = RecordError("malformed", f"{len(row[None]) + len(row) - 1} fields where the "
+                                      f"header has {len(row) - 1}")
+                yield i, row
+            i += 1
+
+
+def _iter_text_files(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
+    for i, src in enumerate(unit.files):
+        with open_binary(src, opts) as f:
+            data = f.read(opts.max_document_bytes + 1)
+        if len(data) > opts.max_document_bytes:
+            yield i, Giant(len(data))
+        else:
+            yield i, data
+
+
+# ---------------------------------------------------------------- columnar files
+
+
+def _batches(source: Source) -> Iterator[Any]:
+    pa, pq = pyarrow_modules()
+    fmt = source.fmt
+    try:
+        if fmt == "parquet":
+            pf = pq.ParquetFile(source.path)
+            for i in range(pf.metadata.num_row_groups):
+                yield pf.metadata.row_group(i).num_rows, (lambda i=i, pf=pf: pf.read_row_group(i))
+        elif fmt == "arrow-file":
+            reader = pa.ipc.open_file(pa.memory_map(source.path, "r"))
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                yield batch.num_rows, (lambda b=batch: b)
+        elif fmt == "feather-v1":
+            import pyarrow.feather as feather
+
+            table = feather.read_table(source.path)
+            yield table.num_rows, (lambda t=table: t)
+        else:
+            for batch in pa.ipc.open_stream(pa.memory_map(source.path, "r")):
+                yield batch.num_rows, (lambda b=batch: b)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise CorpusError(f"{source.path}: cannot read {fmt} ({exc})") from None
+
+
+def _iter_columnar(unit: Unit, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
+    row = 0
+    for k, (n_rows, load) in enumerate(_batches(unit.source)):
+        if k % unit.stride == unit.start:
+            table = load()
+            names = table.schema.names
+            wanted = columns(names) if columns else None
+            if wanted:
+                table = table.select([c for c in wanted if c in names])
+            for j, rec in enumerate(table.to_pylist()):
+                yield row + j, rec
+        row += n_rows
+
+
+def iter_raw(unit: Unit, opts: CorpusOptions, columns: Any = None) -> Iterator[tuple[int, Any]]:
+    """(index, raw) pairs of one unit; ``columns(names)`` picks the columns a columnar file needs."""
+    fmt = unit.source.fmt
+    if unit.kind == "files":
+        return _iter_text_files(unit, opts)
+    if fmt in LINE_FORMATS:
+        return _iter_lines(unit, opts)
+    if fmt == "json":
+        return _iter_json(unit, opts)
+    if fmt in ("csv", "tsv"):
+        return _iter_csv(unit, opts)
+    return _iter_columnar(unit, opts, columns)
