@@ -63,6 +63,8 @@ class PlanInputs(Spec):
     hybrid_shard: bool = False
     offload: Offload = "none"
     headroom: float = Field(0.10, ge=0.0, lt=0.9)
+    corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
+                               "and tokens (padding included) unless they are given")
 
 
 def load_plan_file(path: str | Path) -> dict[str, Any]:
@@ -86,7 +88,23 @@ def load_plan_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def apply_corpus(data: dict[str, Any]) -> dict[str, Any]:
+    """``corpus: stats.json`` fills seq_len and tokens (padded tokens per epoch) when not given."""
+    if not data.get("corpus"):
+        return data
+    from .corpus import plan_hints
+
+    hints = plan_hints(str(data["corpus"]))
+    out = dict(data)
+    if out.get("seq_len") is None:
+        out["seq_len"] = hints["seq_len"]
+    if out.get("tokens") is None:
+        out["tokens"] = float(hints["tokens"])
+    return out
+
+
 def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
+    data = apply_corpus(data)
     try:
         return PlanInputs.model_validate(data)
     except ValidationError as exc:

@@ -55,12 +55,15 @@ PLAN_OPTIONS: list[Callable] = [
     click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage; 3 = FSDP full shard [0]"),
     click.option("--offload", type=click.Choice(_OFFLOADS), help="CPU offload [none]"),
     click.option("--headroom", type=float, help="memory kept free for the fit verdict [0.10]"),
+    click.option("--corpus", type=click.Path(dir_okay=False),
+                 help="stats JSON of `trainledger corpus --json`: sets --seq-len and --tokens (padding included)"),
 ]
 
 _FLAG_KEYS = (
     "model", "gpu", "gpus", "gpus_per_node", "network", "method", "precision", "optimizer", "seq_len",
     "micro_batch", "grad_accum", "global_batch", "recompute", "attention", "lora_rank",
     "lora_targets", "tokens", "dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "headroom",
+    "corpus",
 )
 
 
