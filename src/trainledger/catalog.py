@@ -89,8 +89,11 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
 
 
 def _invalid(exc: ValidationError, path: Path) -> SpecError:
-    """One line naming the file and the field; cross-field errors already start with the field."""
+    """One line naming the file and each field; cross-field errors already start with the field."""
     errors = exc.errors()
+    if any(e.get("type") == "missing" for e in errors):
+        missing = [".".join(map(str, e["loc"])) for e in errors if e.get("type") == "missing"]
+        return SpecError(f"{path}: missing required field(s): {', '.join(missing)}")
     if errors and all(not e.get("loc") for e in errors):
         msg = "; ".join(str(e.get("msg", "invalid")).removeprefix("Value error, ") for e in errors)
         return SpecError(f"{path}: {msg}")
