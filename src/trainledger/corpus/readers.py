@@ -184,15 +184,16 @@ def _iter_lines(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
                                      "the records before this point are counted")
 
 
-def decode_line(raw: bytes, opts: CorpusOptions) -> tuple[str | None, RecordError | None, bool]:
-    """(text, error, replaced): UTF-8 text of a line without its line ending."""
+def decode_line(raw: bytes, opts: CorpusOptions, whole: bool = False) -> tuple[str | None, RecordError | None, bool]:
+    """(text, error, replaced): UTF-8 text of a line without its line ending (``whole``: kept as is)."""
     if b"\x00" in raw:
         return None, RecordError("binary", "binary data (NUL bytes), not text"), False
+    end = "" if whole else "\r\n"
     try:
-        return raw.decode("utf-8").rstrip("\r\n"), None, False
+        return raw.decode("utf-8").rstrip(end), None, False
     except UnicodeDecodeError as exc:
         if opts.encoding_errors == "replace":
-            return raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, True
+            return raw.decode("utf-8", errors="replace").rstrip(end), None, True
         bad = raw[exc.start:exc.start + 1].hex()
         return None, RecordError("encoding", f"not valid UTF-8 (byte 0x{bad} at column {exc.start + 1}); "
                                  "fix the file or pass --encoding-errors replace"), False

@@ -4,7 +4,7 @@ Accepted inputs (each PATH argument of ``trainledger corpus``):
 
 * a file: ``.jsonl``/``.ndjson``, ``.json`` (an array of records, ``{"data": [...]}``, a mapping of
   equal-length columns, or JSON Lines under a ``.json`` name), ``.parquet``, ``.arrow`` (Arrow IPC
-  file or stream), ``.feather``, ``.csv``, ``.tsv``, ``.txt``/``.text``/``.md`` (one sample per line,
+  file or stream), ``.feather``, ``.csv``, ``.tsv``, ``.txt``/``.text`` (one sample per line,
   or per file with ``text_mode="file"``); any of them compressed as ``.gz`` or ``.zst``;
 * a folder: every such file below it, sorted — or, when it holds ``state.json`` /
   ``dataset_dict.json``, a Hugging Face ``datasets`` dataset saved with ``save_to_disk``;
@@ -27,7 +27,7 @@ from ..errors import CorpusError
 SUFFIX_FORMATS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
     ".arrow": "arrow", ".feather": "feather", ".ipc": "arrow", ".csv": "csv", ".tsv": "tsv",
-    ".txt": "txt", ".text": "txt", ".md": "txt",
+    ".txt": "txt", ".text": "txt",
 }
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 ACCEPTED = ", ".join(sorted(SUFFIX_FORMATS)) + " (optionally .gz/.zst)"

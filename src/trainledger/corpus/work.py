@@ -107,11 +107,12 @@ class Worker:
             return RecordError("giant", f"{raw.size:,} bytes in one record, over --max-line-bytes "
                                f"{self.opts.max_line_bytes:,}; skipped")
         if isinstance(raw, bytes):
-            text, err, replaced = decode_line(raw, self.opts)
+            whole = unit.kind == "files"
+            text, err, replaced = decode_line(raw, self.opts, whole)
             if err:
                 return err
             res.replaced += replaced
-            raw = text if unit.source.fmt == "txt" else parse_json_line(text)
+            raw = text if whole or unit.source.fmt == "txt" else parse_json_line(text)
             if isinstance(raw, RecordError):
                 return raw
         value = self.extractor.extract(raw)
