@@ -112,11 +112,16 @@ def _read_mapping(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _check_link(gpu: GpuSpec, path: Path) -> None:
-    """The GPU's intra-node link must exist in the network catalog (or as a file next to it)."""
+def _check_link(gpu: GpuSpec, path: Path) -> GpuSpec:
+    """The GPU's intra-node link must exist in the network catalog (or as a file next to it).
+
+    A link file named relative to a user's GPU file is rewritten to its absolute path, so that
+    ``load_network(gpu.link)`` works from any working directory.
+    """
     link = gpu.link
     local = path.parent / link
-    ref = str(local) if path.parent != _catalog_dir("gpus") and local.is_file() else link
+    is_local = path.parent != _catalog_dir("gpus") and local.is_file()
+    ref = str(local.resolve()) if is_local else link
     try:
         net = load_network(ref)
     except CatalogError:
@@ -128,6 +133,7 @@ def _check_link(gpu: GpuSpec, path: Path) -> None:
     if gpu.link_bytes_per_s > net.bytes_per_s * LINK_BANDWIDTH_SLACK:
         raise SpecError(f"{path}: link_gb_per_s: {gpu.link_gb_per_s:g} GB/s exceeds {link!r} "
                         f"({net.bytes_per_s / 1e9:g} GB/s per direction)")
+    return gpu.model_copy(update={"link": ref}) if is_local else gpu
 
 
 @lru_cache(maxsize=256)
@@ -143,8 +149,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
         gpu = GpuSpec.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc, path) from None
-    _check_link(gpu, path)
-    return gpu
+    return _check_link(gpu, path)
 
 
 @lru_cache(maxsize=256)

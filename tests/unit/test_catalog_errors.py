@@ -70,6 +70,7 @@ def test_user_gpu_file_may_name_its_own_link_file(tmp_path):
     # nvlink_generation is not checked against a file name (only against nvlinkN catalog names)
     g = catalog.load_gpu(str(_write(tmp_path, fields, "a800.yaml")))
     assert g.link_bytes_per_s == 200e9
+    assert catalog.load_network(g.link).bytes_per_s == 200e9   # from any working directory
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
