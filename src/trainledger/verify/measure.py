@@ -1,0 +1,236 @@
+"""Measure the peak memory of a plan's training step — the ground truth of the memory model.
+
+Public API (stable; the estimator's accuracy tests code against it)::
+
+    from trainledger.verify.measure import measure_memory, measure_memory_from_config
+
+    m = measure_memory(plan, device="cpu" | "fake" | "cuda", steps=2, seed=0)
+    m.peak_allocated_bytes   # int: peak live tensor bytes of the steady-state (last) step, i.e.
+                             #      what torch.cuda.max_memory_allocated() reports for that step
+    m.peak_reserved_bytes    # int | None: torch.cuda.max_memory_reserved() (cuda only)
+    m.peak_phase             # "forward" | "backward" | "optimizer" | "zero_grad" ("decode" for inference)
+    m.phase_peaks            # {phase: peak bytes within that phase}
+    m.categories_at_peak     # {category: bytes live at the global peak}; keys = memtrace.CATEGORIES
+    m.phase_categories       # {phase: {category: bytes live at that phase's peak}}
+    m.start_bytes            # live bytes when the measured step began (weights, states, ...)
+    m.step_time_s, m.forward_time_s, m.backward_time_s, m.backward_forward_ratio  (cuda: timed;
+                             # cpu: wall time with the tracker on; fake: None)
+    m.oom, m.oom_phase, m.oom_message   # cuda: an out-of-memory is a result, not a crash
+    m.device, m.env, m.notes, m.to_dict()
+
+    m = measure_memory_from_config(hf_config_dict, recipe, device="cpu", steps=2, seed=0)
+
+``steps`` optimizer steps run (at least 2); the last one is measured, so optimizer states exist
+(the first step understates the peak). Every byte figure counts storages rounded to CUDA's
+512-byte blocks, on every device, so CPU/fake numbers are directly comparable with CUDA's.
+
+Devices:
+
+* ``cpu`` — real tensors, exact accounting by :class:`~trainledger.verify.memtrace.MemoryTracker`.
+* ``fake`` — FakeTensors on the CPU: full-size models (8B, 70B) in seconds, no memory used.
+  MoE models use transformers' default ``grouped_mm`` experts (shapes independent of routing).
+* ``cuda`` — torch.cuda's own counters (``reset_peak_memory_stats`` around each phase); the
+  category breakdown comes from one extra tracked step.
+
+Where CPU/fake runs differ from CUDA (each run lists the ones that apply in ``m.notes``):
+
+* autocast: CPU autocast's op lists differ from CUDA's. CUDA runs ``layer_norm``/``group_norm``,
+  ``softmax``/``log_softmax`` (without dtype), ``pow``, ``exp``, ``sum``, ``rsqrt`` … in fp32
+  (outputs fp32), CPU autocast leaves them in bf16 — models whose norms are plain LayerNorm
+  (gpt2) keep smaller activations on CPU. Llama-style RMSNorm upcasts explicitly, so it agrees.
+* SDPA kernel: CPU picks its flash kernel (any dtype); CUDA picks flash for fp16/bf16 and the
+  memory-efficient kernel for fp32, whose logsumexp is padded to a multiple of 32 queries.
+  With dropout > 0 the CPU falls back to the math kernel, which materializes b×a×s×s scores.
+* kernel-internal scratch (flash backward's fp32 dq accumulator, cuBLAS workspaces) is invisible
+  to a dispatch-level tracker; CUDA counts it while the kernel runs.
+* the caching allocator may book up to 1 MiB more for a fresh >= 10 MiB segment it does not split.
+* AdamW's step counters live on the host in a CUDA run (non-fused): they are dropped from the
+  count here. Fused AdamW keeps them on the device (counted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import VerifyError
+from ..recipe import Recipe
+from .build import build_model, fake_runtime, require
+
+DEVICES = ("cpu", "fake", "cuda")
+
+NOTE_AUTOCAST_CPU = ("CPU autocast keeps layer_norm/softmax/pow/sum outputs in bf16 where CUDA "
+                     "autocast runs them in fp32")
+NOTE_TRACKER_SCOPE = ("kernel-internal scratch buffers (e.g. flash-attention backward's fp32 dq "
+                      "accumulator, cuBLAS workspace) are not seen; CUDA counts them while the kernel runs")
+NOTE_SDPA_CPU = ("SDPA on CPU uses its flash kernel for every dtype; CUDA uses flash for bf16/fp16 "
+                 "and memory-efficient attention for fp32 (logsumexp padded to 32 queries)")
+NOTE_DROPOUT_CPU = "attention dropout > 0: CPU SDPA falls back to the math kernel (b×a×s×s scores)"
+NOTE_STEP_COUNTERS = "AdamW step counters are host tensors in a CUDA run: not counted"
+
+
+@dataclass
+class MemoryMeasurement:
+    """Measured memory of one steady-state step. Bytes are ints; times are seconds."""
+
+    peak_allocated_bytes: int
+    peak_phase: str | None
+    phase_peaks: dict[str, int]
+    categories_at_peak: dict[str, int]
+    phase_categories: dict[str, dict[str, int]]
+    device: str
+    start_bytes: int = 0
+    peak_reserved_bytes: int | None = None
+    phase_reserved: dict[str, int] = field(default_factory=dict)
+    step_time_s: float | None = None
+    forward_time_s: float | None = None
+    backward_time_s: float | None = None
+    oom: bool = False
+    oom_phase: str | None = None
+    oom_message: str | None = None
+    tracker_peak_bytes: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    recipe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def backward_forward_ratio(self) -> float | None:
+        if self.forward_time_s and self.backward_time_s is not None:
+            return self.backward_time_s / self.forward_time_s
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["backward_forward_ratio"] = self.backward_forward_ratio
+        return d
+
+
+def environment(device: str) -> dict[str, str]:
+    """Versions and device name, for the ledger's environment fingerprint."""
+    import platform
+
+    import torch
+    import transformers
+
+    env = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "python": platform.python_version(), "device": device}
+    try:
+        import peft
+
+        env["peft"] = peft.__version__
+    except ImportError:
+        pass
+    if device == "cuda" and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name()
+        env["cuda"] = str(torch.version.cuda)
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+    return env
+
+
+def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0) -> MemoryMeasurement:
+    """Measure the plan's per-GPU memory by running its model (see the module docstring)."""
+    from ..hfconfig import load_hf_config
+
+    lay = plan.layout
+    if max(lay.tp, lay.pp, lay.cp, lay.ep) > 1 or lay.zero or lay.offload != "none":
+        raise VerifyError("the memory measurement runs one unsharded replica; it cannot measure tp/pp/cp/ep > 1, "
+                          "ZeRO or offload yet — measure the plan with those set to 1/0/none")
+    hf_config = load_hf_config(plan.model.name)
+    m = measure_memory_from_config(hf_config, plan.recipe, device=device, steps=steps, seed=seed)
+    if lay.dp_size > 1:
+        m.notes.append("dp > 1: one replica measured without DDP gradient buckets")
+    return m
+
+
+def measure_memory_from_config(hf_config: dict[str, Any], recipe: Recipe, device: str = "cpu",
+                               steps: int = 2, seed: int = 0) -> MemoryMeasurement:
+    """Measure a model given as a raw config.json mapping, under ``recipe``."""
+    if device not in DEVICES:
+        raise VerifyError(f"device {device!r} is not one of {', '.join(DEVICES)}")
+    if steps < 1 or (recipe.is_training and steps < 2):
+        raise VerifyError("steps must be >= 2 for training (the last, steady-state step is measured)")
+    require("torch")
+    built = build_model(hf_config, recipe, device=device, seed=seed)
+    if device == "cuda":
+        from .cuda_run import run_cuda
+
+        m = run_cuda(built, recipe, steps, seed)
+    else:
+        m = _run_tracked(built, recipe, steps, seed)
+    m.env = environment(device)
+    m.recipe = recipe.model_dump(mode="json")
+    m.notes = built.notes + m.notes
+    return m
+
+
+def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int) -> MemoryMeasurement:
+    """CPU or fake: warm-up steps untracked, the last step under the MemoryTracker."""
+    import contextlib
+
+    from .memtrace import MemoryTracker
+    from .train_step import StepRunner
+
+    fake = fake_runtime(built.fake_mode) if built.device == "fake" else contextlib.nullcontext()
+    with fake:
+        runner = StepRunner(built, recipe, seed=seed)
+        for _ in range(steps - 1):
+            runner.step()
+        tracker = MemoryTracker(vocab_size=built.vocab_size)
+        register_state(tracker, runner)
+        tracker.reset_peaks()
+        runner.on_grads = lambda grads: tracker.label(grads, "gradients")
+        runner.on_states = lambda opt: tracker.label(_states(opt), "optimizer_states")
+        t0 = time.perf_counter()
+        with tracker:
+            runner.step(tracker.phase)
+        wall = time.perf_counter() - t0
+    rep = tracker.report()
+    notes = runner.notes + tracked_notes(built, recipe)
+    if rep.late_registered:
+        notes.append(f"{rep.late_registered} storages were first seen as op inputs (made outside the tracker)")
+    return MemoryMeasurement(
+        peak_allocated_bytes=rep.peak_bytes, peak_phase=rep.peak_phase, phase_peaks=rep.phase_peaks,
+        categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
+        device=built.device, start_bytes=rep.start_bytes,
+        step_time_s=None if built.device == "fake" else wall, notes=notes,
+        tracker_peak_bytes=rep.peak_bytes,
+    )
+
+
+def _states(opt: Any) -> list[Any]:
+    from .train_step import host_step_counters, optimizer_state_tensors
+
+    host = {id(t) for t in host_step_counters(opt)}
+    return [t for t in optimizer_state_tensors(opt) if id(t) not in host]
+
+
+def register_state(tracker: Any, runner: Any) -> None:
+    """Count what lives before the measured step: weights, buffers, grads, optimizer states."""
+    model = runner.model
+    params = list(model.parameters())
+    tracker.register(params, "weights")
+    tracker.register(model.buffers(), "other")
+    tracker.register([p.grad for p in params], "gradients")
+    if runner.optimizer is not None:
+        from .train_step import host_step_counters
+
+        tracker.register(_states(runner.optimizer), "optimizer_states")
+        counters = host_step_counters(runner.optimizer)
+        tracker.ignore(counters)
+
+
+def tracked_notes(built: Any, recipe: Recipe) -> list[str]:
+    """The CPU-vs-CUDA differences that apply to this run."""
+    notes = [NOTE_TRACKER_SCOPE]
+    if recipe.precision in ("bf16-mixed", "fp16-mixed"):
+        notes.append(NOTE_AUTOCAST_CPU)
+    if recipe.attention != "eager":
+        notes.append(NOTE_SDPA_CPU)
+        if recipe.dropout > 0:
+            notes.append(NOTE_DROPOUT_CPU)
+    if recipe.optimizer == "adamw":
+        notes.append(NOTE_STEP_COUNTERS)
+    return notes
