@@ -37,8 +37,8 @@ class NetworkSpec(Spec):
     gb_per_s: float | None = Field(None, gt=0, le=10_000, description="GB/s per direction (bytes, decimal)")
     gbit_per_s: float | None = Field(None, gt=0, le=80_000, description="Gbit/s per direction (bits)")
     latency_us: float = Field(gt=0, le=10_000, description="one-way small-message latency, microseconds")
-    source: str = Field(pattern=r"^https?://", description="URL of the datasheet or standard")
-    checked: _dt.date
+    source: str = Field(min_length=1, description="URL of the datasheet or standard")
+    checked: _dt.date | None = Field(None, description="date the numbers were checked against source")
     notes: str | None = None
 
     @model_validator(mode="after")
@@ -104,7 +104,8 @@ class GpuSpec(Spec):
     form_factor: str = Field(description="SXM, PCIe, OAM, NVL, superchip, ...")
     launch_year: int | None = Field(None, ge=2010, le=2035)
     memory_gb: float = Field(gt=0, le=4096, description="memory as the vendor states it (e.g. 80 for '80GB')")
-    memory_bytes: int = Field(gt=0, le=4096 * GIB, description="device memory as the runtime reports it (total)")
+    memory_bytes: int = Field(gt=0, le=4096 * GIB, description="device memory as the runtime reports it "
+                              "(total); default: memory_gb taken as GiB")
     memory_bytes_basis: Literal["reported", "stated"] = Field(
         "stated", description="reported: observed driver total (see memory_source); stated: memory_gb as GiB")
     memory_source: str | None = Field(None, description="where the reported total was observed (URL)")
@@ -124,16 +125,25 @@ class GpuSpec(Spec):
         None, gt=0, description="optional NVLink bridge between a pair of cards, per direction, GB/s")
     nvlink_domain_size: int | None = Field(None, ge=2, le=1024,
                                            description="GPUs in one NVLink domain (8 for HGX, 72 for NVL72)")
-    pcie_gen: int = Field(ge=1, le=7, description="host interface PCIe generation")
+    pcie_gen: int | None = Field(None, ge=1, le=7, description="host interface PCIe generation")
     pcie_lanes: int = Field(16, ge=1, le=32)
     max_gpus_per_node: int | None = Field(None, ge=1, le=1024)
     devices_per_package: int = Field(1, ge=1, le=8, description="runtime devices per sold module")
     tdp_w: float = Field(gt=0, le=5000, description="board power (TDP/TBP), watts")
     idle_w: float | None = Field(None, gt=0, description="idle power, watts (None: 20% of TDP)")
     sparsity_note: str | None = Field(None, description="how sparse datasheet figures were made dense")
-    source: str = Field(pattern=r"^https?://", description="datasheet URL")
-    checked: _dt.date
+    source: str = Field(min_length=1, description="datasheet URL (every bundled file has one)")
+    checked: _dt.date | None = Field(None, description="date the numbers were checked against source")
     notes: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_memory_bytes(cls, data: object) -> object:
+        if isinstance(data, dict) and "memory_bytes" not in data:
+            gb = data.get("memory_gb")
+            if isinstance(gb, (int, float)) and not isinstance(gb, bool) and 0 < gb <= 4096:
+                data = {**data, "memory_bytes": int(gb * GIB), "memory_bytes_basis": "stated"}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuSpec:
@@ -198,9 +208,9 @@ def _link_problems(g: GpuSpec) -> list[str]:
     m = _LINK_RE.match(g.link)
     if m is None:
         return []  # vendor fabrics (infinity-fabric-*, gaudi3-roce) carry no generation in the name
-    if m["nv"] is not None and g.nvlink_generation != int(m["nv"]):
+    if m["nv"] is not None and g.nvlink_generation not in (None, int(m["nv"])):
         return [f"nvlink_generation: {g.nvlink_generation} does not match link {g.link!r}"]
-    if m["pg"] is not None and (g.pcie_gen, g.pcie_lanes) != (int(m["pg"]), int(m["pl"])):
+    if m["pg"] is not None and g.pcie_gen is not None and (g.pcie_gen, g.pcie_lanes) != (int(m["pg"]), int(m["pl"])):
         return [f"pcie_gen: gen {g.pcie_gen} x{g.pcie_lanes} does not match link {g.link!r}"]
     return []
 
