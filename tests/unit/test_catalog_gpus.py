@@ -217,10 +217,11 @@ def test_memory_bandwidth_matches_bus_width_times_data_rate(name, bits, gbps):
 
 
 def test_runtime_reported_memory_totals():
-    # nvidia-smi totals: H100 80GB HBM3 81559 MiB (NVIDIA/nccl#1264), A100-SXM4-80GB 81920 MiB,
-    # H200 143771 MiB, B200 183359 MiB (NVIDIA/TensorRT-LLM#10278), L40S 46068 MiB (ECC on).
-    expected_mib = {"h100-sxm": 81559, "a100-sxm-80gb": 81920, "h200": 143771, "b200": 183359,
-                    "l40s": 46068}
+    # nvidia-smi totals (modal-labs/modal-client#2797): H100 81559 MiB, A100 80GB 81920 MiB,
+    # A100 40GB 40960 MiB, A10 23028 MiB, L40S 46068 MiB, L4 23034 MiB, T4 15360 MiB; H200 143771 MiB
+    # (issue 2 brief); B200 183359 MiB (NVIDIA/TensorRT-LLM#10278).
+    expected_mib = {"h100-sxm": 81559, "a100-sxm-80gb": 81920, "a100-sxm-40gb": 40960, "a10": 23028,
+                    "l40s": 46068, "l4": 23034, "t4": 15360, "h200": 143771, "b200": 183359}
     for name, mib in expected_mib.items():
         g = catalog.load_gpu(name)
         assert g.memory_bytes == mib * MIB, name
