@@ -92,10 +92,9 @@ class GpuSpec(Spec):
     """One accelerator model, from its datasheet. Throughputs are dense peak (no sparsity).
 
     ``memory_gb`` is the capacity as the vendor prints it ("80GB"); ``memory_bytes`` is the total
-    device memory the driver reports (``nvidia-smi`` "FB Memory Usage: Total", ``rocminfo`` global
-    pool size) when a published
-    observation exists (``memory_bytes_basis: reported``, URL in ``memory_source``), otherwise the
-    printed size taken as GiB (``memory_bytes_basis: stated``).
+    device memory the driver reports (``nvidia-smi`` "FB Memory Usage: Total"; ``rocminfo`` global
+    pool size) when a published observation exists (``memory_bytes_basis: reported``, URL in
+    ``memory_source``), otherwise the printed size taken as GiB (``memory_bytes_basis: stated``).
     """
 
     name: str = Field(description="catalog key, e.g. 'h100-sxm'")
