@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import CatalogError
 from ..plan import Plan
 from ._common import Section, run_figures
 from .energy import PowerModel, energy_kwh, energy_section, power_model
@@ -122,21 +123,43 @@ def _monthly(plan: Plan, pm: PowerModel, own: dict[str, Any]) -> dict[str, float
                              pm.idle_w + share, pm.pue, own["electricity_usd_per_kwh"])
 
 
+def _break_even(v: dict[str, Any], notes: list[str], own: dict[str, Any], month: dict[str, float],
+                n: int, usd_per_gpu_hour: float) -> None:
+    v["cloud_usd_per_month"] = HOURS_PER_MONTH * own["utilization"] * n * usd_per_gpu_hour
+    capex = own["capex_per_gpu_usd"] * n
+    v["break_even_month"] = break_even_month(capex, v["cloud_usd_per_month"], month["cash_opex_usd"])
+    v["break_even_trace"] = (f"capex ${capex:,.0f} / (cloud ${v['cloud_usd_per_month']:,.0f}/month − "
+                             f"opex ${month['cash_opex_usd']:,.0f}/month) at utilization {own['utilization']:.0%}")
+    if v["break_even_month"] is None:
+        notes.append("owning never breaks even: running costs exceed the cloud bill at this utilization")
+    elif v["break_even_month"] > 12 * own["lifetime_years"]:
+        notes.append("break-even comes after the hardware's lifetime")
+
+
 def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                  time: Any = None, prices: PriceCatalog | None = None) -> Section:
     """The ``cost`` section: cloud cost, owned cost of the run and per month, break-even month."""
     prices = prices or load_prices(options.prices_file)
     run = run_figures(plan, compute, time)
     pm = power_model(plan, options, run, prices)
-    quote = _cloud_quote(plan, options, prices)
+    terms: list[Term] = []
+    notes: list[str] = []
+    try:
+        quote: Quote | None = _cloud_quote(plan, options, prices)
+    except CatalogError as exc:
+        if options.provider.lower() not in prices.clouds:
+            raise
+        quote = None
+        notes.append(f"{exc}")
     n = plan.cluster.world_size
-    v: dict[str, Any] = {"cloud_usd": None, "owned_usd": None, "usd_per_gpu_hour": quote.usd_per_gpu_hour,
-                         "provider": quote.provider, "pricing": quote.tier, "cloud_usd_per_million_tokens": None,
+    v: dict[str, Any] = {"cloud_usd": None, "owned_usd": None,
+                         "usd_per_gpu_hour": quote.usd_per_gpu_hour if quote else None,
+                         "provider": options.provider, "pricing": options.pricing, "cloud_usd_per_million_tokens": None,
                          "owned_usd_per_month": None, "cloud_usd_per_month": None, "break_even_month": None}
-    inputs: dict[str, Any] = {"gpu_hours": run.gpu_hours, "gpus": n, "price": {**quote.detail, "source": quote.source}}
-    terms, notes = [], []
+    inputs: dict[str, Any] = {"gpu_hours": run.gpu_hours, "gpus": n,
+                              "price": {**quote.detail, "source": quote.source} if quote else None}
     own = _owned_inputs(plan, options, prices)
-    if run.gpu_hours:
+    if run.gpu_hours and quote is not None:
         v["cloud_usd"] = cloud_cost_usd(run.gpu_hours, quote.usd_per_gpu_hour)
         v["cloud_trace"] = f"{run.gpu_hours:,.1f} GPU-h × ${quote.usd_per_gpu_hour:,.4g}/GPU-h"
         terms.append(Term("cloud_usd", v["cloud_usd"], "usd", quote.source, "GPU-hours × price per GPU-hour"))
@@ -145,7 +168,7 @@ def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
         v["cloud_quotes"] = [{"provider": q.provider, "pricing": q.tier, "usd_per_gpu_hour": q.usd_per_gpu_hour,
                               "cloud_usd": cloud_cost_usd(run.gpu_hours, q.usd_per_gpu_hour)}
                              for q in prices.quotes_for(plan.cluster.gpu.name)]
-    else:
+    elif not run.gpu_hours:
         notes.append("no run length: give --tokens (and a time model) for the cost of the run")
     if own is None:
         notes.append(f"no server price for {plan.cluster.gpu.name}: give --server-price for the owned cost")
@@ -155,15 +178,8 @@ def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     month = _monthly(plan, pm, own)
     v["owned_usd_per_month"] = month["total_usd"]
     v["owned_month_breakdown"] = month
-    v["cloud_usd_per_month"] = HOURS_PER_MONTH * own["utilization"] * n * quote.usd_per_gpu_hour
-    capex = own["capex_per_gpu_usd"] * n
-    v["break_even_month"] = break_even_month(capex, v["cloud_usd_per_month"], month["cash_opex_usd"])
-    v["break_even_trace"] = (f"capex ${capex:,.0f} / (cloud ${v['cloud_usd_per_month']:,.0f}/month − "
-                             f"opex ${month['cash_opex_usd']:,.0f}/month) at utilization {own['utilization']:.0%}")
-    if v["break_even_month"] is None:
-        notes.append("owning never breaks even: running costs exceed the cloud bill at this utilization")
-    elif v["break_even_month"] > 12 * own["lifetime_years"]:
-        notes.append("break-even comes after the hardware's lifetime")
+    if quote is not None:
+        _break_even(v, notes, own, month, n, quote.usd_per_gpu_hour)
     if run.gpu_hours:
         kwh = energy_kwh(run.gpu_hours, pm.gpu_power_w, gpus_per_node=pm.gpus_per_node,
                          node_overhead_w=pm.node_overhead_w, pue=pm.pue)

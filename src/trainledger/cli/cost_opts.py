@@ -1,0 +1,109 @@
+"""Price, facility and data-pipeline flags (``--price-per-gpu-hour``, ``--pue`` ...) shared by
+``estimate`` and ``plan``, and the plain-text lines of the energy/cost/io/host/checkpoint sections.
+
+Thin: parse flags into :class:`~trainledger.estimate.options.CostOptions`, format figures the
+library computed. No arithmetic beyond unit display.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from .._spec import spec_error
+from ..estimate.options import CostOptions
+from ..units import fmt_bytes, fmt_rate, fmt_seconds
+
+COST_OPTIONS: list[Callable] = [
+    click.option("--provider", help="cloud provider in the price catalog: aws, gcp, azure, lambda, coreweave [aws]"),
+    click.option("--pricing", type=click.Choice(["on-demand", "reserved", "spot"]), help="pricing tier [on-demand]"),
+    click.option("--price-per-gpu-hour", type=float, help="USD per GPU-hour (overrides the catalog)"),
+    click.option("--prices", "prices_file", type=click.Path(dir_okay=False, exists=True),
+                 help="price file (YAML/JSON, same shape as catalog/prices/*.yaml)"),
+    click.option("--electricity-price", "electricity_usd_per_kwh", type=float, help="USD per kWh [0.0804, EIA 2023]"),
+    click.option("--pue", type=float, help="power usage effectiveness [1.58, Uptime 2023]"),
+    click.option("--carbon-kg-per-kwh", type=float, help="grid CO2 intensity, kg/kWh [0.3733, EPA eGRID2022]"),
+    click.option("--gpu-power-w", type=float, help="average power per GPU, W [idle..TDP by utilization]"),
+    click.option("--node-overhead-w", type=float, help="non-GPU power per node, W [server max - GPU TDP]"),
+    click.option("--server-price", "server_price_usd", type=float, help="purchase price of one GPU server, USD"),
+    click.option("--gpus-per-server", type=int, help="GPUs in the priced server [8]"),
+    click.option("--lifetime-years", type=float, help="years owned hardware is written off over [5]"),
+    click.option("--maintenance-fraction", type=float, help="yearly maintenance as a fraction of the price [0.20]"),
+    click.option("--utilization", type=float, help="share of owned hours doing useful work [0.80]"),
+    click.option("--storage-read-gb-per-s", type=float, help="storage read bandwidth per node, GB/s"),
+    click.option("--storage-write-gb-per-s", type=float, help="storage write bandwidth per node, GB/s"),
+    click.option("--storage-iops", type=float, help="4 KiB random-read IOPS per node"),
+    click.option("--data-format", type=click.Choice(["tokenized", "raw"]), help="data on disk [tokenized]"),
+    click.option("--bytes-per-token", type=float, help="bytes on disk per token [2 or 4 per id; raw ~4]"),
+    click.option("--dataloader-workers", type=int, help="DataLoader workers per GPU [4]"),
+    click.option("--tokenizer-bytes-per-s", "tokenizer_bytes_per_s_per_core", type=float,
+                 help="tokenizer throughput per CPU core, bytes/s [2.3e6]"),
+    click.option("--checkpoint-interval", "checkpoint_interval_s", type=float,
+                 help="seconds of training between full checkpoints [3600]"),
+    click.option("--checkpoints-kept", type=int, help="full checkpoints kept on storage [3]"),
+]
+
+_KEYS = ("provider", "pricing", "price_per_gpu_hour", "prices_file", "electricity_usd_per_kwh", "pue",
+         "carbon_kg_per_kwh", "gpu_power_w", "node_overhead_w", "server_price_usd", "gpus_per_server",
+         "lifetime_years", "maintenance_fraction", "utilization", "storage_read_gb_per_s",
+         "storage_write_gb_per_s", "storage_iops", "data_format", "bytes_per_token", "dataloader_workers",
+         "tokenizer_bytes_per_s_per_core", "checkpoint_interval_s", "checkpoints_kept")
+
+
+def cost_options(func: Callable) -> Callable:
+    """Decorator adding every price/facility/data flag to a click command."""
+    for opt in reversed(COST_OPTIONS):
+        func = opt(func)
+    return func
+
+
+def cost_options_from_kwargs(kwargs: dict[str, Any]) -> CostOptions:
+    """Pop the cost flags from a command's kwargs into a validated CostOptions."""
+    data = {k: kwargs.pop(k) for k in _KEYS if k in kwargs}
+    data = {k: v for k, v in data.items() if v is not None}
+    try:
+        return CostOptions.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc, "cost options") from None
+
+
+def _rate(bytes_per_s: float) -> str:
+    return fmt_rate(bytes_per_s) if bytes_per_s >= 1e6 else f"{bytes_per_s / 1e3:,.1f} kB/s"
+
+
+def _usd(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
+
+
+def ledger_lines(extra: dict[str, Any]) -> list[str]:
+    """Plain-text lines for the energy, cost, io, host and checkpoint sections (those present)."""
+    out: list[str] = []
+    e, c, io, h, ck = (extra.get(k) for k in ("energy", "cost", "io", "host", "checkpoint"))
+    if e is not None:
+        kwh = e.get("kwh")
+        out.append(f"energy      {'n/a' if kwh is None else f'{kwh:,.0f} kWh'} (facility {e.get('facility_power_kw'):,.1f} kW, "
+                   f"PUE {e.inputs.get('pue'):g}, {e.inputs.get('gpu_power_w'):,.0f} W/GPU"
+                   + (f", {e.get('co2_kg') / 1000:,.1f} t CO2)" if e.get("co2_kg") else ")"))
+    if c is not None:
+        out.append(f"cloud       {_usd(c.get('cloud_usd'))} = {c.get('cloud_trace', 'n/a')} "
+                   f"({c.get('provider')} {c.get('pricing')})")
+        if c.get("owned_usd_per_month") is not None:
+            be = c.get("break_even_month")
+            out.append(f"owned       {_usd(c.get('owned_usd'))} for the run, {_usd(c.get('owned_usd_per_month'))}/month; "
+                       f"break-even vs cloud: {'never' if be is None else f'{be:.1f} months'}")
+    if io is not None and io.get("read_bytes_per_s") is not None:
+        out.append(f"data        {_rate(io['read_bytes_per_s_per_node'])} and {io['iops_per_node']:,.0f} IOPS per node"
+                   f"{', STARVED: ' + '; '.join(io['reasons']) if io.get('starved') else ' (storage keeps up)'}")
+    if ck is not None:
+        out.append(f"checkpoint  {fmt_bytes(ck['full_bytes'])} full ({fmt_bytes(ck['shard_bytes'])} per shard), "
+                   f"export {fmt_bytes(ck['weights_export_bytes'])}, write {fmt_seconds(ck['write_s'])}, "
+                   f"{ck['time_share']:.1%} of time at one per {fmt_seconds(ck['interval_s'])}")
+    if h is not None:
+        out.append(f"host RAM    {fmt_bytes(h['ram_bytes'])} per node of {fmt_bytes(h['installed_ram_bytes'])}"
+                   f"{'' if h['ram_fits'] else ' (DOES NOT FIT)'}"
+                   + ("" if h.get("offload_bandwidth_bytes_per_s") is None else
+                      f"; offload needs {_rate(h['offload_bandwidth_bytes_per_s'])} host bandwidth"))
+    return out

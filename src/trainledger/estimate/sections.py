@@ -1,0 +1,32 @@
+"""The energy, cost, io, checkpoint and host sections of one plan, built together (issue 5).
+
+``estimate()`` adds them to ``Estimate.extra``; each reads the memory and time results it is
+given and states in its notes what it could not compute without them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plan import Plan
+from ._common import Section
+from .checkpoint import checkpoint_section
+from .cost import cost_section
+from .energy import energy_section
+from .host import host_section
+from .io import io_section
+from .options import CostOptions
+from .prices import load_prices
+
+SECTION_KEYS = ("energy", "cost", "io", "checkpoint", "host")
+
+
+def ledger_sections(plan: Plan, options: CostOptions | None = None, memory: Any = None,
+                    compute: Any = None, time: Any = None) -> dict[str, Section]:
+    """``{"energy": ..., "cost": ..., "io": ..., "checkpoint": ..., "host": ...}`` for ``plan``."""
+    options = options or CostOptions()
+    prices = load_prices(options.prices_file)
+    args = (plan, options, memory, compute, time, prices)
+    ck = checkpoint_section(*args)
+    return {"energy": energy_section(*args), "cost": cost_section(*args), "io": io_section(*args),
+            "checkpoint": ck, "host": host_section(*args, checkpoint=ck)}
