@@ -28,6 +28,13 @@ class TimeOptions(Spec):
     matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="achievable fraction of dense peak for matmuls"
     )
+    tp_comm_overlap: bool = Field(
+        False, description="runtime overlaps TP collectives with GEMMs (Megatron-Core --tp-comm-overlap)"
+    )
+    overlap_grad_reduce: bool = Field(
+        True, description="DP gradient reduction bucketed and overlapped with backward"
+    )
+    scaling: bool = Field(True, description="add predicted scaling efficiency over GPU counts")
 
 
 class CostOptions(Spec):

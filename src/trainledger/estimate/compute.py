@@ -1,0 +1,277 @@
+"""FLOPs of one training step, counted per architecture, forward and backward (issue 4).
+
+Counting convention: one multiply-add is 2 FLOPs; a matmul of an (M×K) by a (K×N) matrix is
+2·M·K·N FLOPs (Narayanan et al. 2021, arXiv:2104.04473, §5.1). The backward pass of a matmul is two
+matmuls of the same size (input gradient "dgrad" and weight gradient "wgrad"), so fwd + bwd = 3×fwd.
+A frozen weight (LoRA/QLoRA base model, frozen embeddings) needs no wgrad: fwd + bwd = 2×fwd.
+
+Two totals are kept apart (Korthikanti et al. 2022, arXiv:2205.05198, §6: MFU vs HFU):
+
+* **model FLOPs** — the work the method needs, without recomputation: what MFU divides by. The
+  quadratic attention term is counted over the full s×s score matrix, the convention of Megatron-LM
+  (Narayanan eq. 3), PaLM (Chowdhery et al. 2022, App. B) and MosaicML llm-foundry, so MFU figures
+  compare with theirs. ``model_flops_causal_per_step`` counts only the unmasked half.
+* **hardware FLOPs** — what the GPUs execute: model FLOPs + recomputed forward passes + the score
+  recomputation inside FlashAttention's backward (Dao 2023, arXiv:2307.08691, §3.1: the backward
+  pass runs 5 matmuls, not 4). Kernels that skip masked blocks (flash/sdpa) execute the causal
+  half; an eager kernel executes the whole s×s product and masks it afterwards.
+
+``six_nt_per_step`` = 6·N·T (Kaplan et al. 2020, arXiv:2001.08361, §2.1) with N the active
+non-embedding-free parameter count, shown beside the detailed count for comparison.
+
+Glossary: s sequence length, b micro-batch, h hidden, a heads, k KV heads, d head dim, f FFN width,
+V vocabulary, L layers, E routed experts, K experts per token, r LoRA rank, t/p/c tensor/pipeline/
+context parallel degrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..model import ModelSpec
+from ..plan import Plan
+
+#: LoRA target names -> which GEMM of a layer they wrap (Hugging Face module names).
+_LORA_GEMMS = {
+    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
+    "gate_proj": "gate", "up_proj": "up", "down_proj": "down",
+    "c_attn": "qkv", "c_proj": "o", "c_fc": "up", "query_key_value": "qkv", "dense": "o",
+    "fc1": "up", "fc2": "down", "w1": "gate", "w3": "up", "w2": "down",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One weight matmul of a layer, per token: (tokens·mult × k) @ (k × n).
+
+    ``split`` says how tensor parallelism divides it: 'col' splits n, 'row' splits k, 'none'
+    replicates it (router). ``experts`` > 0 marks a routed-expert GEMM: ``mult`` = top-k and the
+    tokens are spread over ``experts`` matrices.
+    """
+
+    name: str
+    k: int
+    n: int
+    split: str = "col"
+    mult: float = 1.0
+    experts: int = 0
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.mult * self.k * self.n
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKind:
+    """Decoder layers that share one structure (dense/MoE × full/sliding attention)."""
+
+    count: int
+    gemms: tuple[Gemm, ...]
+    heads: int
+    d_qk: int
+    d_v: int
+    window: int | None
+
+    def attn_keys(self, s: int, causal: bool) -> float:
+        """Average keys each query attends to: s (full), (s+1)/2 (causal), less with a window."""
+        w = self.window
+        if not causal:
+            return float(min(s, w) if w else s)
+        if w is None or w >= s:
+            return (s + 1) / 2.0
+        return (w * (w + 1) / 2.0 + (s - w) * w) / s
+
+    def attn_core_flops_per_token(self, s: int, causal: bool) -> float:
+        """QKᵀ and attention-weighted V: 2·a·(d_qk + d_v)·keys FLOPs per token, forward."""
+        return 2.0 * self.heads * (self.d_qk + self.d_v) * self.attn_keys(s, causal)
+
+    @property
+    def gemm_flops_per_token(self) -> float:
+        return sum(g.flops_per_token for g in self.gemms)
+
+
+def _attention_gemms(m: ModelSpec) -> tuple[Gemm, ...]:
+    h = m.hidden_size
+    if m.mla is not None:
+        x, a = m.mla, m.num_heads
+        qk = x.qk_nope_head_dim + x.qk_rope_head_dim
+        if x.q_lora_rank is None:
+            q: tuple[Gemm, ...] = (Gemm("q", h, a * qk),)
+        else:
+            q = (Gemm("q_a", h, x.q_lora_rank, "none"), Gemm("q_b", x.q_lora_rank, a * qk))
+        kv = (Gemm("kv_a", h, x.kv_lora_rank + x.qk_rope_head_dim, "none"),
+              Gemm("kv_b", x.kv_lora_rank, a * (x.qk_nope_head_dim + x.v_head_dim)))
+        return q + kv + (Gemm("o", a * x.v_head_dim, h, "row"),)
+    return (Gemm("q", h, m.q_dim), Gemm("k", h, m.kv_dim), Gemm("v", h, m.kv_dim),
+            Gemm("o", m.q_dim, h, "row"))
+
+
+def _ffn_gemms(m: ModelSpec, width: int, prefix: str = "", mult: float = 1.0,
+               experts: int = 0) -> tuple[Gemm, ...]:
+    h = m.hidden_size
+    up = (Gemm(prefix + "gate", h, width, "col", mult, experts),) if m.mlp_type == "gated" else ()
+    return up + (Gemm(prefix + "up", h, width, "col", mult, experts),
+                 Gemm(prefix + "down", width, h, "row", mult, experts))
+
+
+def _layer_gemms(m: ModelSpec, moe_layer: bool) -> tuple[Gemm, ...]:
+    g = _attention_gemms(m)
+    if not moe_layer:
+        return g + _ffn_gemms(m, m.intermediate_size)
+    e = m.moe
+    assert e is not None
+    g += (Gemm("router", m.hidden_size, e.num_experts, "none"),)
+    g += _ffn_gemms(m, e.expert_intermediate_size, "expert_", float(e.top_k), e.num_experts)
+    if e.num_shared_experts and e.shared_intermediate_size:
+        g += _ffn_gemms(m, e.shared_intermediate_size, "shared_")
+    return g
+
+
+@lru_cache(maxsize=512)
+def layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
+    """The model's decoder layers grouped by structure, with their per-token GEMMs."""
+    groups: dict[tuple[bool, bool], int] = {}
+    for i in range(m.num_layers):
+        key = (m.is_moe_layer(i), m.is_sliding_layer(i))
+        groups[key] = groups.get(key, 0) + 1
+    if m.mla is not None:
+        d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+    else:
+        d_qk = d_v = m.head_dim
+    return tuple(
+        LayerKind(count=n, gemms=_layer_gemms(m, moe), heads=m.num_heads, d_qk=d_qk, d_v=d_v,
+                  window=m.sliding_window if sliding else None)
+        for (moe, sliding), n in sorted(groups.items())
+    )
+
+
+def lm_head_gemm(m: ModelSpec) -> Gemm:
+    """The output projection h -> V (vocab-parallel under TP); computed even when tied."""
+    return Gemm("lm_head", m.hidden_size, m.vocab_size, "col")
+
+
+def lora_gemms(m: ModelSpec, kind: LayerKind, targets: tuple[str, ...], r: int) -> tuple[Gemm, ...]:
+    """LoRA adapters of one layer: for each wrapped GEMM (k×n), A (k×r) then B (r×n)."""
+    wanted = {_LORA_GEMMS.get(t, t) for t in targets}
+    out: list[Gemm] = []
+    for g in kind.gemms:
+        base = g.name.removeprefix("expert_").removeprefix("shared_")
+        if base in wanted or (base == "qkv" and wanted & {"q", "k", "v"}):
+            out.append(Gemm(f"lora_a_{g.name}", g.k, r, "none", g.mult, g.experts))
+            out.append(Gemm(f"lora_b_{g.name}", r, g.n, "none", g.mult, g.experts))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOPs of one optimizer step over all GPUs, by kind. All values in FLOP."""
+
+    model: float
+    model_causal: float
+    hardware: float
+    six_nt: float
+    breakdown: dict[str, float]
+
+    def to_dict(self) -> dict[str, float]:
+        return {"model_flops_per_step": self.model, "model_flops_causal_per_step": self.model_causal,
+                "hardware_flops_per_step": self.hardware, "six_nt_per_step": self.six_nt,
+                "flops_breakdown": dict(self.breakdown)}
+
+
+def uses_flash(attention: str) -> bool:
+    """sdpa on a GPU with 16-bit inputs dispatches to the flash kernel; eager materializes s×s."""
+    return attention in ("flash", "sdpa")
+
+
+def skips_masked_blocks(m: ModelSpec, attention: str) -> bool:
+    """Whether the attention kernel skips the masked upper triangle of the causal score matrix.
+
+    Flash kernels do — unless the model adds a positional bias tensor to the scores (ALiBi):
+    then transformers' sdpa path passes an explicit float mask (memory-efficient kernel, all blocks
+    computed) and Triton/xformers bias kernels compute every block as well.
+    """
+    return uses_flash(attention) and m.position_embedding != "alibi"
+
+
+def step_flops(plan: Plan) -> FlopCount:
+    """Model and hardware FLOPs of one optimizer step (all micro-batches, all GPUs)."""
+    m, r = plan.model, plan.recipe
+    s, tokens = r.seq_len, float(plan.tokens_per_step)
+    training = r.is_training
+    frozen = r.method in ("lora", "qlora")
+    flash = uses_flash(r.attention)
+    w_mult = 1.0 if not training else (2.0 if frozen else 3.0)  # fwd, dgrad, wgrad
+    layers_fwd = attn_full = attn_causal = adapters = 0.0
+    for kind in layer_kinds(m):
+        layers_fwd += kind.count * kind.gemm_flops_per_token
+        attn_full += kind.count * kind.attn_core_flops_per_token(s, causal=False)
+        attn_causal += kind.count * kind.attn_core_flops_per_token(s, causal=True)
+        if frozen:
+            adapters += kind.count * sum(g.flops_per_token for g in
+                                         lora_gemms(m, kind, r.lora_targets, r.lora_rank))
+    head = lm_head_gemm(m).flops_per_token
+    a_mult = 3.0 if training else 1.0
+    head_mult = (2.0 if frozen else 3.0) if training else 1.0
+    bd = {
+        "layers": layers_fwd * w_mult * tokens,
+        "attention_core": attn_full * a_mult * tokens,
+        "lm_head": head * head_mult * tokens,
+        "lora_adapters": adapters * (3.0 if training else 1.0) * tokens,
+    }
+    model = sum(bd.values())
+    model_causal = model - (attn_full - attn_causal) * a_mult * tokens
+    executed_attn = attn_causal if skips_masked_blocks(m, r.attention) else attn_full
+    hw = model - bd["attention_core"] + executed_attn * a_mult * tokens
+    if training and flash:
+        hw += 0.5 * executed_attn * tokens  # flash backward recomputes QKᵀ (Dao 2023, §3.1)
+    if training:
+        hw += recompute_flops_per_token(plan, executed_attn, layers_fwd, adapters) * tokens
+    n_active = m.params.active
+    return FlopCount(model=model, model_causal=model_causal, hardware=hw,
+                     six_nt=(6.0 if training else 2.0) * n_active * tokens,
+                     breakdown={k: v for k, v in bd.items() if v})
+
+
+def recompute_fraction(plan: Plan) -> float:
+    """Share of layers whose forward is recomputed under full recomputation."""
+    r = plan.recipe
+    if r.recompute != "full":
+        return 0.0
+    if r.recompute_layers is None:
+        return 1.0
+    return min(1.0, r.recompute_layers / plan.model.num_layers)
+
+
+def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: float,
+                              adapters: float) -> float:
+    """Extra forward FLOPs per token from activation recomputation (Korthikanti et al. 2022).
+
+    full: every checkpointed layer's forward runs again (lm_head is not recomputed, as in
+    Narayanan eq. 3). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
+    a flash kernel, which keeps no scores to begin with.
+    """
+    r = plan.recipe
+    if r.recompute == "full":
+        return recompute_fraction(plan) * (layers_fwd + attn_executed + adapters)
+    if r.recompute == "selective" and not uses_flash(r.attention):
+        return attn_executed
+    return 0.0
+
+
+def narayanan_flops_per_iteration(B: int, s: int, l: int, h: int, V: int,
+                                  recompute: bool = True) -> float:
+    """Narayanan et al. 2021 (arXiv:2104.04473) eq. 3: F = 96·B·s·l·h²·(1 + s/6h + V/16lh).
+
+    Without activation recomputation the leading constant is 72 and the vocabulary term V/12lh
+    (the lm_head is never recomputed). GPT with a 4h MLP, full attention, B samples per iteration.
+    """
+    if recompute:
+        return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def training_time_s(tokens: float, params: float, n_gpus: int, flop_per_s_per_gpu: float,
+                    recompute: bool = True) -> float:
+    """Narayanan et al. 2021 eq. 4: end-to-end time ≈ 8·T·P / (n·X) (6·T·P without recompute)."""
+    return (8.0 if recompute else 6.0) * tokens * params / (n_gpus * flop_per_s_per_gpu)

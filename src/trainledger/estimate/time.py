@@ -1,0 +1,345 @@
+"""Step time, throughput, MFU/HFU and time-to-train of a Plan: the cost model of issue 4.
+
+One optimizer step of a pipeline replica runs m = grad_accum micro-batches through p stages:
+
+    step = m · t_mb + bubble + DP sync (exposed) + optimizer + data/host overhead
+    t_mb = compute (GEMMs, attention, streaming kernels, kernel overhead; see ``work.py``)
+           + exposed TP, CP, EP, PP and FSDP communication of one micro-batch
+    bubble = (p-1)/v · t_mb   — 1F1B: bubble share (p-1)/(m+p-1) of the step (Narayanan et al.
+             2021, arXiv:2104.04473, §2.2.1); interleaved with v virtual stages: (p-1)/v (§2.2.2)
+
+What overlaps (and what does not):
+* DP gradient all-reduce / ZeRO-1 reduce-scatter: bucketed and overlapped with the backward pass of
+  the last micro-batch (PyTorch DDP, Li et al. 2020, arXiv:2006.15704; Megatron
+  --overlap-grad-reduce); the last bucket is always exposed.
+* FSDP / ZeRO-3 parameter all-gathers and gradient reduce-scatters: prefetched, overlapped with the
+  micro-batch's compute; only the excess and the first unit's gather are exposed (Zhao et al.
+  2023, arXiv:2304.11277, §3.3).
+* TP (and SP) collectives: on the critical path between GEMMs — exposed, unless the runtime
+  overlaps them (``TimeOptions.tp_comm_overlap``: Megatron-Core + Transformer Engine userbuffers).
+* CP ring exchanges: overlapped with the attention of the same layer (Liu et al. 2023, Ring
+  Attention, arXiv:2310.01889); the excess is exposed.
+* EP all-to-all (dispatch and combine): exposed. PP sends: exposed (small).
+* Optimizer step and the bubble: exposed by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import Plan
+from ..units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
+from .comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
+from .compute import FlopCount, step_flops
+from .efficiency import GpuEfficiency, LinkEfficiency, for_gpu, link_efficiency
+from .options import TimeOptions
+from .work import StageWork, stage_work
+
+#: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
+#: achieved by pinned-memory cudaMemcpy.
+HOST_PCIE_BYTES_PER_S = 25e9
+#: DeepSpeed CPU-Adam streams at about half the host memory bandwidth (Ren et al. 2021,
+#: ZeRO-Offload, arXiv:2101.06840, §5: 6x faster than PyTorch CPU Adam, memory-bound).
+CPU_ADAM_BW_FRACTION = 0.5
+#: Optimizer-state bytes per element (per state) and number of states.
+_OPT_STATES = {"adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1,
+               "adafactor": 0, "lion": 1}
+
+
+def matmul_dtype(plan: Plan) -> str:
+    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores."""
+    c = plan.recipe.policy["compute"]
+    if c == "fp8":
+        return "fp8" if plan.cluster.gpu.has_native("fp8") else "bf16"
+    return c
+
+
+def _peak16(plan: Plan) -> float:
+    c = plan.recipe.policy["compute"]
+    return plan.cluster.gpu.peak_flop_per_s("fp16" if c == "fp16" else ("fp32" if c == "fp32" else "bf16"))
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """FLOPs, step time and its breakdown, throughput, MFU and HFU of one plan."""
+
+    flops: FlopCount
+    step_time_s: float
+    tokens_per_step: int
+    gpus: int
+    peak_flop_per_s: float
+    matmul_dtype: str
+    family: str
+    breakdown: dict[str, float]
+    compute_parts: dict[str, float]
+    hidden_comm: dict[str, float]
+    bubble_fraction: float
+    notes: tuple[str, ...] = ()
+    peak16_flop_per_s: float = 0.0
+
+    @property
+    def model_flops_per_step(self) -> float:
+        return self.flops.model
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+    @property
+    def mfu(self) -> float:
+        return self.flops.model / (self.step_time_s * self.gpus * self.peak_flop_per_s)
+
+    @property
+    def hfu(self) -> float:
+        return self.flops.hardware / (self.step_time_s * self.gpus * self.peak_flop_per_s)
+
+    @property
+    def model_flop_per_s_per_gpu(self) -> float:
+        return self.flops.model / self.step_time_s / self.gpus
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return sum(v for k, v in self.breakdown.items() if k.startswith("comm_"))
+
+    @property
+    def exposed_comm_fraction(self) -> float:
+        return self.exposed_comm_s / self.step_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.flops.to_dict())
+        d.update(
+            step_time_s=self.step_time_s, tokens_per_step=self.tokens_per_step,
+            tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
+            mfu=self.mfu, hfu=self.hfu, model_tflop_per_s_per_gpu=self.model_flop_per_s_per_gpu / 1e12,
+            peak_flop_per_s=self.peak_flop_per_s, matmul_dtype=self.matmul_dtype,
+            efficiency_family=self.family, breakdown=dict(self.breakdown),
+            compute_parts=dict(self.compute_parts), hidden_comm=dict(self.hidden_comm),
+            exposed_comm_s=self.exposed_comm_s, exposed_comm_fraction=self.exposed_comm_fraction,
+            bubble_fraction=self.bubble_fraction, notes=list(self.notes),
+        )
+        if self.peak16_flop_per_s and self.peak16_flop_per_s != self.peak_flop_per_s:
+            d["mfu_vs_16bit_peak"] = self.flops.model / (
+                self.step_time_s * self.gpus * self.peak16_flop_per_s)
+        return d
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """Time to train a token budget: steps, wall-clock seconds, GPU-hours, scaling."""
+
+    tokens: float
+    steps: int
+    total_s: float
+    gpus: int
+    scaling: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def days(self) -> float:
+        return self.total_s / SECONDS_PER_DAY
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.total_s * self.gpus / SECONDS_PER_HOUR
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"tokens": self.tokens, "steps": self.steps, "total_s": self.total_s,
+                             "days": self.days, "gpu_hours": self.gpu_hours, "gpus": self.gpus}
+        if self.scaling:
+            d["scaling"] = self.scaling
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class _Comm:
+    tp: float = 0.0
+    cp: float = 0.0
+    ep: float = 0.0
+    pp: float = 0.0
+    fsdp: float = 0.0          # exposed per micro-batch
+    fsdp_hidden: float = 0.0   # hidden per micro-batch
+    tp_hidden: float = 0.0
+    cp_hidden: float = 0.0
+    offload: float = 0.0
+
+
+def _stage_params(plan: Plan) -> float:
+    """Parameters held by the busiest pipeline stage (before TP sharding)."""
+    m, pp = plan.model, plan.layout.pp
+    pc = m.params
+    per_layer = max(pc.per_layer) if pc.per_layer else 0
+    layers = math.ceil(m.num_layers / pp) * per_layer
+    edge = pc.breakdown.get("lm_head", 0) or pc.embedding
+    return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
+
+
+def _trainable_stage_params(plan: Plan) -> float:
+    r = plan.recipe
+    if r.method not in ("lora", "qlora"):
+        return _stage_params(plan)
+    from .compute import layer_kinds, lora_gemms
+
+    m = plan.model
+    n_adapter = sum(k.count * sum(g.k * g.n * (g.experts or 1)
+                                  for g in lora_gemms(m, k, r.lora_targets, r.lora_rank))
+                    for k in layer_kinds(m))
+    return n_adapter / plan.layout.pp
+
+
+def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
+                      links: LinkEfficiency) -> _Comm:
+    m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
+    training = r.is_training
+    act = 4.0 if r.policy["compute"] == "fp32" else 2.0
+    tokens = r.micro_batch * r.seq_len / lay.cp
+    A = tokens * m.hidden_size * act
+    layers = work.layers
+    from .compute import recompute_fraction
+
+    rc = recompute_fraction(plan) if training else 0.0
+    n_tp = layers * (2 + (2 if training else 0) + 2 * rc) + 2
+    t_tp = n_tp * all_reduce_s(topo.tp, A)
+    ov = links.tp_overlap_fraction if opts.tp_comm_overlap else 0.0
+    t_cp = 0.0
+    if lay.cp > 1:
+        kv = tokens * 2 * m.kv_dim / lay.tp * act
+        step = kv / topo.cp.beta + topo.cp.alpha
+        t_cp = layers * (lay.cp - 1) * step * ((1 + 2 + rc) if training else 1)
+    cp_exposed = max(0.0, t_cp - work.attention_s) if t_cp else 0.0
+    t_ep = 0.0
+    if m.moe is not None and lay.ep > 1:
+        moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
+        size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
+        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
+    t_pp = 0.0
+    if lay.pp > 1:
+        size = A / lay.tp if lay.sp else A
+        t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
+    fsdp = fsdp_hidden = 0.0
+    if lay.zero == 3 and topo.dp.n > 1 and training:
+        p = _stage_params(plan) / lay.tp
+        wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
+        gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
+        t = 2 * all_gather_s(topo.dp, p * wb) + all_gather_s(topo.dp, p * gb)
+        first = all_gather_s(topo.dp, p * wb / max(layers, 1))
+        fsdp = max(first, t - work.total_s)
+        fsdp_hidden = t - fsdp
+    off = 0.0
+    if lay.offload == "params":
+        off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
+    return _Comm(tp=t_tp * (1 - ov), cp=cp_exposed, ep=t_ep, pp=t_pp, fsdp=fsdp,
+                 fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
+                 offload=off)
+
+
+def _dp_sync(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
+             links: LinkEfficiency) -> tuple[float, float]:
+    """(exposed, hidden) seconds of the once-per-step DP sync (ZeRO 0/1/2).
+
+    ZeRO-0: all-reduce of the gradients, overlapped with the last micro-batch's backward.
+    ZeRO-1/2 (Megatron distributed optimizer, DeepSpeed): reduce-scatter of the gradients
+    (overlapped with the last backward; ZeRO-2 with every backward) and all-gather of the updated
+    16-bit parameters, overlapped with the next step's first forward (--overlap-param-gather).
+    """
+    r, lay = plan.recipe, plan.layout
+    if not r.is_training or topo.dp.n <= 1 or lay.zero == 3:
+        return 0.0, 0.0
+    p = _trainable_stage_params(plan) / lay.tp
+    g = p * DTYPE_BYTES[r.policy["grads"]]
+    bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
+    if lay.zero == 0:
+        parts = [(all_reduce_s(topo.dp, g), bwd, all_reduce_s(topo.dp, min(g, links.dp_bucket_bytes)))]
+    else:
+        rs = all_gather_s(topo.dp, g)
+        if lay.zero == 2:  # reduce-scatter after every micro-batch's backward
+            rs_exposed = max(0.0, rs - bwd) * (r.grad_accum - 1)
+            rs_win = bwd
+        else:
+            rs_exposed, rs_win = 0.0, bwd
+        ag = all_gather_s(topo.dp, p * 2.0)
+        bucket = all_gather_s(topo.dp, min(g, links.dp_bucket_bytes))
+        parts = [(rs, rs_win, bucket), (ag, fwd, 0.0), (rs_exposed, 0.0, 0.0)]
+    total = sum(t for t, _, _ in parts)
+    if not opts.overlap_grad_reduce:
+        return total, 0.0
+    exposed = sum(max(last, t - window) for t, window, last in parts)
+    return exposed, total - exposed
+
+
+def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology) -> float:
+    """Streaming time of the optimizer step over this GPU's shard of the trainable parameters."""
+    r, lay, cl = plan.recipe, plan.layout, plan.cluster
+    if not r.is_training:
+        return 0.0
+    p = _trainable_stage_params(plan) / lay.tp
+    if lay.zero >= 1:
+        p /= max(1, topo.dp.n)
+    pol = r.policy
+    sb = 1.0 if r.optimizer == "adamw-8bit" else DTYPE_BYTES[pol["states"]]
+    wb, gb = DTYPE_BYTES[pol["weights"]], DTYPE_BYTES[pol["grads"]]
+    mb = DTYPE_BYTES.get(pol["master"], 0.0) if pol["master"] != "none" else 0.0
+    per = 2 * _OPT_STATES.get(r.optimizer, 2) * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
+    if lay.offload in ("optimizer", "params"):
+        host_bw = cl.host_mem_bw_gb_per_s * 1e9 / cl.gpus_per_node * CPU_ADAM_BW_FRACTION
+        return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S
+    return p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
+
+
+def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEstimate:
+    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``."""
+    opts = opts or TimeOptions()
+    gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
+    eff = for_gpu(gpu)
+    if opts.matmul_efficiency is not None:
+        eff = eff.with_matmul(opts.matmul_efficiency)
+    links = link_efficiency()
+    dtype = matmul_dtype(plan)
+    peak_mm, peak16 = gpu.peak_flop_per_s(dtype), _peak16(plan)
+    work = stage_work(plan, eff, peak_mm, peak16, dtype)
+    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
+    c = _micro_batch_comm(plan, topo, work, opts, links)
+    t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload
+    m = r.grad_accum
+    bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
+    dp_exp, dp_hidden = _dp_sync(plan, topo, work, opts, links)
+    opt_s = _optimizer_s(plan, eff, topo)
+    bd = {
+        "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
+        "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
+        "bubble": bubble, "optimizer": opt_s, "data": links.step_overhead_s,
+    }
+    hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "dp": m * c.fsdp_hidden + dp_hidden}
+    bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
+    step = sum(bd.values())
+    flops = step_flops(plan)
+    notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml"]
+    if opts.mfu is not None:
+        forced = flops.model / (plan.cluster.world_size * peak_mm * opts.mfu)
+        bd = {k: v * forced / step for k, v in bd.items()}
+        notes.append(f"step time forced by --mfu {opts.mfu:g} (breakdown scaled proportionally)")
+        step = forced
+    parts = {"matmul": m * work.matmul_s, "attention": m * work.attention_s,
+             "elementwise": m * work.elementwise_s, "kernel_overhead": m * work.overhead_s}
+    return ComputeEstimate(
+        flops=flops, step_time_s=step, tokens_per_step=plan.tokens_per_step,
+        gpus=plan.cluster.world_size, peak_flop_per_s=peak_mm, matmul_dtype=dtype,
+        family=eff.family, breakdown={k: v for k, v in bd.items() if v or k == "compute"},
+        compute_parts=parts, hidden_comm={k: v for k, v in hidden.items() if v},
+        bubble_fraction=bubble / step if step else 0.0, notes=tuple(notes), peak16_flop_per_s=peak16,
+    )
+
+
+def estimate_time(plan: Plan, comp: ComputeEstimate,
+                  scaling: list[dict[str, float]] | None = None) -> TimeEstimate | None:
+    """Time to train the plan's token budget (None when the recipe has no ``train_tokens``)."""
+    tokens = plan.recipe.train_tokens
+    if not tokens:
+        return None
+    steps = math.ceil(tokens / comp.tokens_per_step)
+    return TimeEstimate(tokens=tokens, steps=steps, total_s=steps * comp.step_time_s,
+                        gpus=comp.gpus, scaling=scaling or [])

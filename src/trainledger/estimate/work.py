@@ -1,0 +1,168 @@
+"""Per-GPU work of one micro-batch on one pipeline stage: GEMMs, attention, streaming kernels.
+
+Everything here is the *compute* side of the step; communication and overlap are in
+:mod:`trainledger.estimate.time`. Times are seconds on one GPU for one micro-batch (b sequences of
+s tokens, split s/c by context parallelism) through the layers of the busiest pipeline stage.
+
+Streaming-kernel bytes per token per layer (16-bit activations, 2 bytes/element; counted from the
+kernels a Megatron-/HF-style layer launches, Korthikanti et al. 2022, arXiv:2205.05198, §4.1 lists
+the same tensors for memory):
+    forward : norms 4h each, 2 residual adds 6h each, activation 6f (gated) / 4f (plain),
+              RoPE 4(q+kv), dropout 5h per dropout when p > 0
+    backward: norms 6h each, residual grads 6h each, activation 10f / 6f, RoPE, dropout 3h each
+    eager attention: scale-mask-softmax 4 bytes per score fwd, 6 bwd (+5/+3 with dropout)
+    cross-entropy: 16 bytes per vocabulary entry per token (logits up-cast, softmax, grad)
+Hidden-sized tensors are sharded over TP only with sequence parallelism; FFN and attention tensors
+are always sharded over TP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..plan import Plan
+from ..units import DTYPE_BYTES
+from .compute import (Gemm, layer_kinds, lm_head_gemm, lora_gemms, recompute_fraction,
+                      skips_masked_blocks, uses_flash)
+from .efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
+
+#: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
+#: backward launches about twice as many. Fixed cost per kernel from the family file.
+KERNELS_PER_LAYER_FWD = 20
+XENT_BYTES_PER_VOCAB = 16.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """Seconds of one micro-batch's forward+backward on the busiest pipeline stage."""
+
+    matmul_s: float
+    attention_s: float
+    elementwise_s: float
+    overhead_s: float
+    layers: float  # decoder layers on the busiest stage (incl. recomputed share as a count)
+
+    @property
+    def total_s(self) -> float:
+        return self.matmul_s + self.attention_s + self.elementwise_s + self.overhead_s
+
+
+def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
+                hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
+    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP)."""
+    t = 0.0
+    for g in gemms:
+        k, n = g.k, g.n
+        if g.split == "col":
+            n = max(1, n // tp) if n >= tp else n / tp
+        elif g.split == "row":
+            k = max(1, k // tp) if k >= tp else k / tp
+        if g.experts:
+            local = max(1.0, g.experts / ep)
+            m = tokens * g.mult * ep / g.experts
+            t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
+        else:
+            t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
+    return t
+
+
+def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float) -> tuple[float, float]:
+    """Streaming bytes per token of one layer, forward and backward, on one GPU."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    tp = lay.tp
+    h_sh = m.hidden_size / tp if (lay.sp and tp > 1) else m.hidden_size
+    f = kind_ffn / tp
+    gated = m.mlp_type == "gated"
+    fwd = m.norms_per_layer * 4 * h_sh + 12 * h_sh + (6 if gated else 4) * f * moe_k
+    bwd = m.norms_per_layer * 6 * h_sh + 12 * h_sh + (10 if gated else 6) * f * moe_k
+    if m.position_embedding == "rope":
+        rope = 4 * (m.q_dim + m.kv_dim) / tp
+        fwd += rope
+        bwd += rope
+    if r.dropout > 0:
+        fwd += 2 * 5 * h_sh
+        bwd += 2 * 3 * h_sh
+    if moe_k > 1:  # token permutation and un-permutation around the experts
+        fwd += 8 * m.hidden_size * moe_k
+        bwd += 8 * m.hidden_size * moe_k
+    if r.precision == "fp8-mixed":  # quantize GEMM inputs: read 2 bytes, write 1
+        fwd += 3 * (3 * h_sh + 2 * f * moe_k)
+        bwd += 3 * (3 * h_sh + 2 * f * moe_k)
+    return fwd, bwd
+
+
+def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
+               matmul_dtype: str) -> StageWork:
+    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage."""
+    m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
+    s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
+    tokens = b * s / cp
+    hbm = gpu.hbm_bytes_per_s
+    bpe16 = 2.0
+    bpe_mm = DTYPE_BYTES.get(matmul_dtype, 2.0)
+    eta_mm = eff.matmul_max(matmul_dtype)
+    eta16 = eff.matmul_max("bf16")
+    training = r.is_training
+    frozen = r.method in ("lora", "qlora")
+    bwd_w = (1.0 if frozen else 2.0) if training else 0.0
+    rc = recompute_fraction(plan) if training else 0.0
+    flash = uses_flash(r.attention)
+    stage_layers = math.ceil(m.num_layers / pp)
+    share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
+    mm = att = ew = 0.0
+    for kind in layer_kinds(m):
+        nl = kind.count * share
+        base = [g for g in kind.gemms if g.name != "router"]
+        router = tuple(g for g in kind.gemms if g.name == "router")
+        t_main = _gemm_set_s(tuple(base), tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+        t_lora = 0.0
+        if frozen:
+            t_lora = _gemm_set_s(lora_gemms(m, kind, r.lora_targets, r.lora_rank), tokens, tp, ep,
+                                 peak16, hbm, eff, eta16, bpe16)
+        if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
+            nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
+            t_main += nparams * 2.5 / (hbm * eff.hbm)
+        mm += nl * (t_main * (1 + bwd_w + rc) + t_lora * ((3.0 + rc) if training else 1.0))
+        att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
+        moe_k = float(m.moe.top_k) if any(g.experts for g in kind.gemms) and m.moe else 1.0
+        ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
+        fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k)
+        ew += nl * tokens * (fwd_b * (1 + rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
+    # lm_head + loss on the last stage (the first holds only an embedding lookup)
+    head = lm_head_gemm(m)
+    head_w = (1.0 if frozen else 2.0) if training else 0.0
+    mm += _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) * (1 + head_w)
+    ew += tokens * XENT_BYTES_PER_VOCAB * m.vocab_size / tp / (hbm * eff.hbm)
+    kernels = stage_layers * KERNELS_PER_LAYER_FWD * (1 + (2 if training else 0) + rc)
+    return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
+
+
+def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff: GpuEfficiency,
+                 flash: bool, training: bool, rc: float) -> float:
+    """Seconds of the attention core (scores, softmax, ·V) of one layer, fwd + bwd + recompute."""
+    r, lay = plan.recipe, plan.layout
+    s = r.seq_len
+    heads = kind.heads / lay.tp
+    d = 0.5 * (kind.d_qk + kind.d_v)
+    if flash:
+        keys = kind.attn_keys(s, causal=skips_masked_blocks(plan.model, r.attention))
+        fwd = tokens * 2.0 * heads * (kind.d_qk + kind.d_v) * keys
+        eta = attention_efficiency(eff, min(s, kind.window or s), d)
+        mult = 1.0 + (2.5 if training else 0.0) + rc
+        return fwd * mult / (peak16 * eta)
+    keys = kind.attn_keys(s, causal=False)
+    b_seqs = tokens / s
+    per_head = 2 * gemm_time_s(s, d, keys, peak16, hbm, eff, eff.matmul_max("bf16"), 2.0)
+    t_mm = b_seqs * heads * per_head
+    p = r.dropout > 0
+    scores = tokens * heads * keys
+    fwd_b = scores * (4 + (5 if p else 0))
+    bwd_b = scores * (6 + (3 if p else 0))
+    t_sm_f = fwd_b / (hbm * eff.hbm)
+    t_sm_b = bwd_b / (hbm * eff.hbm)
+    sel = 1.0 if (r.recompute == "selective" and training) else rc
+    if not training:
+        return t_mm + t_sm_f
+    return t_mm * (3 + sel) + t_sm_f * (1 + sel) + t_sm_b
