@@ -26,6 +26,11 @@ class NetworkSpec(Spec):
     Bandwidth is per direction. NICs are sold in Gbit/s (``gbit_per_s``, bits); NVLink, PCIe and
     Infinity Fabric in GB/s (``gb_per_s``, decimal bytes). Exactly one of the two is given; the
     other unit is never inferred from a name (a 400 Gbit/s port moves 50e9 bytes/s, not 400e9).
+
+    ``latency_us`` is the per-hop latency of one ring step as NCCL's (RCCL's) own tuning model
+    states it for this class of link (``hwLat``, ring, Simple protocol): the alpha of an
+    alpha-beta collective model, to be multiplied by the number of steps. NCCL adds a fixed base
+    latency per collective on top (several us), which is not a property of the link.
     """
 
     name: str
@@ -36,7 +41,9 @@ class NetworkSpec(Spec):
     per: str = Field("per direction", description="what one unit of bandwidth is: per GPU, per port, ...")
     gb_per_s: float | None = Field(None, gt=0, le=10_000, description="GB/s per direction (bytes, decimal)")
     gbit_per_s: float | None = Field(None, gt=0, le=80_000, description="Gbit/s per direction (bits)")
-    latency_us: float = Field(gt=0, le=10_000, description="one-way small-message latency, microseconds")
+    latency_us: float = Field(gt=0, le=10_000, description=(
+        "latency of one step of a ring collective (one hop, small message, Simple protocol), us"))
+    latency_source: str | None = Field(None, description="where latency_us comes from (URL)")
     source: str = Field(min_length=1, description="URL of the datasheet or standard")
     checked: _dt.date | None = Field(None, description="date the numbers were checked against source")
     notes: str | None = None

@@ -84,3 +84,14 @@ def test_scopes_and_ordering_invariants():
     assert bw["pcie5-x16"] == pytest.approx(2 * bw["pcie4-x16"], rel=1e-4)
     assert bw["nvlink5"] == 2 * bw["nvlink4"]
     assert catalog.load_network("roce-400").latency_s < catalog.load_network("eth-400").latency_s
+
+
+def test_latencies_are_the_collective_libraries_own_per_step_figures():
+    # NCCL src/graph/tuning.cc hwLat (ring, Simple protocol, us per step): NVLink 3.4, PCI 5.7,
+    # NET 9.6; RCCL's tuning.cc gives 2.7 for xGMI links.
+    expected_us = {"nvlink4": 3.4, "nvlink5": 3.4, "pcie4-x16": 5.7, "ib-ndr": 9.6, "roce-400": 9.6,
+                   "infinity-fabric-cdna3": 2.7}
+    for name, us in expected_us.items():
+        assert catalog.load_network(name).latency_s == pytest.approx(us * 1e-6), name
+    for name in ALL:
+        assert catalog.load_network(name).latency_source.startswith("https://"), name
