@@ -77,8 +77,8 @@ def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures
 
     Reads ``compute.step_time_s`` (or ``time.step_time_s``), ``compute.mfu`` and ``time.total_s``
     / ``time.gpu_hours``. When the time model gives only a step time, the run length is
-    tokens / (tokens per step) × step time. The GPUs' busy fraction (time spent in kernels, used
-    for power) is ``compute.busy_fraction`` when the time model reports it, else 1.
+    tokens / (tokens per step) × step time. The GPUs' busy fraction (used for power) is
+    :func:`_busy_fraction`.
     """
     step = _num(compute, "step_time_s") or _num(time, "step_time_s")
     tokens_per_s = plan.tokens_per_step / step if step else None
@@ -89,10 +89,26 @@ def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures
     gpu_hours = _num(time, "gpu_hours")
     if gpu_hours is None and run_s is not None:
         gpu_hours = run_s * plan.cluster.world_size / SECONDS_PER_HOUR
-    busy = _num(compute, "busy_fraction", "gpu_busy_fraction")
-    src = "time model (compute.busy_fraction)" if busy else "assumed 1: GPUs busy for the whole step"
+    busy, src = _busy_fraction(compute, step)
     return RunFigures(step, tokens_per_s, run_s, gpu_hours, _num(compute, "mfu"),
                       min(busy or 1.0, 1.0), src)
+
+
+def _busy_fraction(compute: Any, step: float | None) -> tuple[float, str]:
+    """Share of the step the GPUs run compute kernels: (compute + optimizer) / step time.
+
+    Read from the time model's step breakdown (``compute.breakdown``: compute, comm_*, bubble,
+    offload, optimizer, data); exposed communication, pipeline bubbles, offload transfers and data
+    waits count as idle. ``compute.busy_fraction`` wins when given; without either, 1.
+    """
+    given = _num(compute, "busy_fraction", "gpu_busy_fraction")
+    if given:
+        return min(given, 1.0), "time model (busy_fraction)"
+    bd = getattr(compute, "breakdown", None)
+    if isinstance(bd, dict) and step and bd.get("compute"):
+        busy = (bd.get("compute", 0.0) + bd.get("optimizer", 0.0)) / step
+        return min(busy, 1.0), "time model step breakdown: (compute + optimizer) / step time"
+    return 1.0, "assumed 1: GPUs busy for the whole step"
 
 
 #: Optimizer state tensors per trainable parameter, in units of the states dtype.

@@ -1,4 +1,4 @@
-"""The energy, cost, io, checkpoint and host sections of one plan, built together (issue 5).
+"""The energy, cost, io, checkpoint, host and interconnect sections of one plan, built together (issue 5).
 
 ``estimate()`` adds them to ``Estimate.extra``; each reads the memory and time results it is
 given and states in its notes what it could not compute without them.
@@ -13,20 +13,22 @@ from ._common import Section
 from .checkpoint import checkpoint_section
 from .cost import cost_section
 from .energy import energy_section
+from .fabric import interconnect_section
 from .host import host_section
 from .io import io_section
 from .options import CostOptions
 from .prices import load_prices
 
-SECTION_KEYS = ("energy", "cost", "io", "checkpoint", "host")
+SECTION_KEYS = ("energy", "cost", "io", "checkpoint", "host", "interconnect")
 
 
 def ledger_sections(plan: Plan, options: CostOptions | None = None, memory: Any = None,
                     compute: Any = None, time: Any = None) -> dict[str, Section]:
-    """``{"energy": ..., "cost": ..., "io": ..., "checkpoint": ..., "host": ...}`` for ``plan``."""
+    """``{"energy", "cost", "io", "checkpoint", "host", "interconnect"}`` sections of ``plan``."""
     options = options or CostOptions()
     prices = load_prices(options.prices_file)
     args = (plan, options, memory, compute, time, prices)
     ck = checkpoint_section(*args)
     return {"energy": energy_section(*args), "cost": cost_section(*args), "io": io_section(*args),
-            "checkpoint": ck, "host": host_section(*args, checkpoint=ck)}
+            "checkpoint": ck, "host": host_section(*args, checkpoint=ck),
+            "interconnect": interconnect_section(*args)}
