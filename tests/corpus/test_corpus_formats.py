@@ -195,7 +195,7 @@ def test_nested_and_multiple_fields(tmp_path, tok, tok_path, texts):
 
 
 def test_wordpiece_tokenizer_and_special_tokens(tmp_path, texts):
-    from conftest import train_tokenizer
+    from corpus_fixtures import train_tokenizer
 
     tok = train_tokenizer(texts, kind="wordpiece")
     tok.save(str(tmp_path / "wp.json"))

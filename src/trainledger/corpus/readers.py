@@ -23,6 +23,9 @@ from .options import CorpusOptions
 from .sources import Source
 
 _READ_BUFFER = 1 << 20
+_DECOMPRESS_STEP = 1 << 15
+#: a compressed file may always expand to this many bytes, whatever its ratio
+_DECOMPRESS_FLOOR = 16 << 20
 LINE_FORMATS = ("jsonl", "txt")
 
 
@@ -85,7 +88,8 @@ class _CappedStream(io.RawIOBase):
         return True
 
     def readinto(self, buf: Any) -> int:
-        data = self.inner.read(len(buf))
+        # small reads: a truncated stream raises on the read that hits its end, losing that read
+        data = self.inner.read(min(len(buf), _DECOMPRESS_STEP))
         n = len(data)
         self.total += n
         if self.total > self.limit:
@@ -101,7 +105,7 @@ def open_binary(source: Source, opts: CorpusOptions) -> io.BufferedReader:
     raw = open(source.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - closed by the caller
     if source.compression is None:
         return raw
-    limit = int(max(opts.max_decompression_ratio * source.size, 64 << 20))
+    limit = int(max(opts.max_decompression_ratio * source.size, _DECOMPRESS_FLOOR))
     if source.compression == "gzip":
         inner: Any = gzip.GzipFile(fileobj=raw, mode="rb")
     else:
