@@ -75,12 +75,23 @@ class LaunchResult:
         for rank, st in sorted(self.rank_status.items()):
             if st.get("state") == "running":
                 parts.append(f"rank {rank} stopped during '{st.get('phase')}'")
-            elif st.get("state") == "error":
-                parts.append(f"rank {rank} raised during '{st.get('phase')}': {st.get('error')}")
+        for rank, st in sorted(self.rank_status.items()):
+            if st.get("state") == "error":
+                err = str(st.get("error"))
+                err = err if len(err) <= 160 else err[:157] + "..."
+                parts.append(f"rank {rank} raised during '{st.get('phase')}': {err}")
         died = _dead_ranks(self.log_tail)
         if died:
             parts.append("torchrun: " + "; ".join(died))
         return "; ".join(parts)
+
+    def failed_phase(self) -> str | None:
+        """The phase of the rank that failed first: a rank that stopped, else one that raised."""
+        for state in ("running", "error"):
+            for _rank, st in sorted(self.rank_status.items()):
+                if st.get("state") == state and (state == "running" or "Connection closed" not in str(st.get("error"))):
+                    return st.get("phase")
+        return None
 
 
 def _dead_ranks(log: str) -> list[str]:

@@ -1,0 +1,74 @@
+"""Worker of ``verify scaling``: time training steps of the plan's model on this world size.
+
+Each rank trains ``--warmup`` untimed steps, then ``--steps`` timed ones; a step's time is the
+slowest rank's (all_reduce MAX), and the result is the median over the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from .launch import RankStatus, init_distributed
+
+
+def run(a: argparse.Namespace) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from ._trainloop import DistTrainer
+
+    rank, world, dev = init_distributed(a.device, a.timeout)
+    status = RankStatus(rank)
+    try:
+        status.enter("load")
+        tr = DistTrainer(json.loads(Path(a.inputs).read_text()), a.device, rank, world)
+        times = []
+        for s in range(a.warmup + a.steps):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            dist.barrier()
+            t0 = time.perf_counter()
+            out = tr.step(s, status)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            if s >= a.warmup:
+                times.append(float(t.item()))
+        status.done()
+        step_time = statistics.median(times)
+        tokens = out["tokens"] * world
+        return {"world_size": world, "step_time_s": step_time, "step_times_s": times,
+                "tokens_per_step": tokens, "tokens_per_s": tokens / step_time, "sharded": tr.sharded,
+                "backend": dist.get_backend(), "threads_per_rank": torch.get_num_threads()}
+    except BaseException as exc:
+        status.error(exc)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="trainledger.verify._scaling_worker")
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    import torch.distributed as dist
+
+    result = run(a)
+    if dist.get_rank() == 0:
+        Path(a.out + ".tmp").write_text(json.dumps(result))
+        os.replace(a.out + ".tmp", a.out)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,187 @@
+"""A distributed training loop of a plan, shared by ``verify accept`` and ``verify scaling``.
+
+Runs inside a torchrun worker. The model, its precision, recomputation and LoRA come from
+:func:`trainledger.verify.build.build_model` and the optimizer from
+:func:`trainledger.verify.train_step.make_optimizer` (the same code ``verify memory`` measures).
+What this module adds: data parallelism (DDP for ZeRO 0-2, FSDP2 ``fully_shard`` per decoder
+layer for ZeRO 3), deterministic data per (step, rank, micro-batch) so a restored run sees
+exactly the batches an uninterrupted run sees, gradient accumulation with ``no_sync``, checkpoints
+through ``torch.distributed.checkpoint`` and parameter checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from ..errors import VerifyError
+from ..hfconfig import load_hf_config
+from ..planfile import build_plan, parse_inputs
+
+
+def _seed(*parts: int) -> int:
+    h = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:6], "little")
+
+
+class DistTrainer:
+    """The plan's model on this rank, wrapped for data parallelism, with its optimizer."""
+
+    def __init__(self, inputs: dict[str, Any], device: str, rank: int, world: int, seed: int = 0) -> None:
+        import torch
+
+        from .build import build_model
+        from .train_step import make_optimizer
+
+        self.inputs = parse_inputs(inputs, "plan")
+        self.plan = build_plan(self.inputs)
+        self.recipe = self.plan.recipe
+        if not self.recipe.is_training:
+            raise VerifyError("the acceptance and scaling runs train; method inference has no step")
+        self.device, self.rank, self.world, self.seed = device, rank, world, seed
+        self.built = build_model(load_hf_config(self.inputs.model), self.recipe, device, seed)
+        self.raw = self.built.model
+        self.notes = list(self.built.notes)
+        self.sharded = self.plan.layout.zero == 3 and world > 1
+        self.model = self._wrap(self.raw)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.recipe, self.params, device, self.notes)
+        self.scaler = torch.amp.GradScaler(device) if self.recipe.precision == "fp16-mixed" else None
+        self.vocab = self.built.vocab_size
+        self.n_params = sum(p.numel() for p in self.raw.parameters())
+
+    def _wrap(self, model: Any) -> Any:
+        if self.world == 1:
+            return model
+        if self.sharded:
+            from torch.distributed.fsdp import fully_shard
+
+            from .build import _decoder_layers
+
+            for layer in _decoder_layers(model):
+                fully_shard(layer)
+            fully_shard(model)
+            return model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if self.plan.layout.zero in (1, 2):
+            self.notes.append(f"ZeRO-{self.plan.layout.zero} runs as DDP (replicated states) here")
+        return DDP(model, device_ids=None if self.device == "cpu" else [self.model_device().index])
+
+    def model_device(self) -> Any:
+        return next(self.raw.parameters()).device
+
+    def batch(self, step: int, micro: int) -> Any:
+        """Token ids of (step, rank, micro): the same in every run of the same plan and seed."""
+        import torch
+
+        r = self.recipe
+        g = torch.Generator().manual_seed(_seed(self.seed, step, self.rank, micro))
+        ids = torch.randint(0, self.vocab, (r.micro_batch, r.seq_len), generator=g)
+        return ids.to(self.model_device())
+
+    def loss_of(self, model: Any, ids: Any) -> Any:
+        from .train_step import autocast_context
+
+        with autocast_context(self.recipe, self.model_device().type):
+            return model(input_ids=ids, labels=ids, use_cache=False).loss
+
+    def step(self, step: int, status: Any = None) -> dict[str, Any]:
+        """One optimizer step: grad_accum micro-batches (no_sync but the last), clip, step, zero."""
+        import contextlib
+
+        import torch
+
+        r = self.recipe
+        total = 0.0
+        for micro in range(r.grad_accum):
+            if status:
+                status.enter(f"forward step {step}")
+            last = micro == r.grad_accum - 1
+            sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
+            with sync:
+                loss = self.loss_of(self.model, self.batch(step, micro)) / r.grad_accum
+                total += float(loss.detach())
+                if status:
+                    status.enter(f"backward step {step}")
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if status:
+            status.enter(f"optimizer step {step}")
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        clip = r.grad_clip if r.grad_clip is not None else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip, foreach=True)
+        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"step": step, "loss": total, "grad_norm": norm,
+                "tokens": r.grad_accum * r.micro_batch * r.seq_len}
+
+    # ------------------------------------------------------------------ checksums
+    def local_tensors(self) -> list[tuple[str, Any]]:
+        out = []
+        for name, p in self.raw.named_parameters():
+            t = p.to_local() if hasattr(p, "to_local") else p
+            out.append((name, t))
+        return out
+
+    def checksum(self) -> str:
+        """sha256 over this rank's parameter bytes (its shard under FSDP, the replica under DDP)."""
+        import torch
+
+        h = hashlib.sha256()
+        for name, t in self.local_tensors():
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optimizer": optim_sd}
+
+    def save(self, path: str) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(self.state(), checkpoint_id=path)
+
+    def load(self, path: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        st = self.state()
+        dcp.load(st, checkpoint_id=path)
+        set_state_dict(self.model, self.optimizer, model_state_dict=st["model"],
+                       optim_state_dict=st["optimizer"])
+
+
+def grad_accum_check(tr: DistTrainer, rtol: float) -> dict[str, Any]:
+    """Accumulated gradients of 2 micro-batches (loss/2 each) vs one batch holding both.
+
+    Runs on the unwrapped local model before training (no collectives). With every label valid
+    and equal lengths, the mean loss over the joint batch equals the mean of the two micro-batch
+    means, so the gradients must agree up to rounding.
+    """
+    import torch
+
+    model = tr.raw
+    params = [p for p in model.parameters() if p.requires_grad]
+    a, b = tr.batch(-1, 0), tr.batch(-1, 1)
+    for ids in (a, b):
+        (tr.loss_of(model, ids) / 2).backward()
+    acc = [p.grad.detach().clone() for p in params]
+    model.zero_grad(set_to_none=True)
+    tr.loss_of(model, torch.cat([a, b])).backward()
+    joint = [p.grad.detach() for p in params]
+    num = math.sqrt(sum(float((x.float() - y.float()).pow(2).sum()) for x, y in zip(acc, joint)))
+    den = math.sqrt(sum(float(y.float().pow(2).sum()) for y in joint)) or 1.0
+    model.zero_grad(set_to_none=True)
+    rel = num / den
+    return {"relative_error": rel, "rtol": rtol, "ok": rel <= rtol}
