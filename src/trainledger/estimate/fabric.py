@@ -59,17 +59,28 @@ _SOURCES = {
 }
 
 
-def _link(plan: Plan, group_span: int) -> tuple[str, float]:
-    """Per-GPU bandwidth of a group spanning ``group_span`` consecutive ranks: NVLink/PCIe inside a
-    node, the node's NICs shared by its GPUs across nodes."""
+def _link(plan: Plan, n: int, stride: int) -> tuple[str, float]:
+    """Per-rank bandwidth of a ring over ``n`` ranks spaced ``stride`` apart (rank order).
+
+    Inside one node: the GPU link. Across nodes, only the ring's node-boundary hops use the NICs,
+    one ring (NCCL channel) per NIC, so the ``k`` ranks a node holds share k NIC-shares:
+    β = min(intra, k · NIC bandwidth per GPU) (NCCL ring algorithm; the same rule as
+    ``estimate/comm.py: group``).
+    """
     c = plan.cluster
-    if group_span <= c.gpus_per_node or c.inter is None:
+    g = c.gpus_per_node
+    per_node = max(1, min(n, g // stride)) if stride < g else 1
+    if n <= per_node or c.inter is None:
         return c.intra.name, c.intra.bytes_per_s
-    return c.inter.name, c.inter.bytes_per_s * c.nics_per_node / c.gpus_per_node
+    nic_per_gpu = c.inter.bytes_per_s * c.nics_per_node / g
+    return c.inter.name, min(c.intra.bytes_per_s, per_node * nic_per_gpu)
 
 
-def _groups(plan: Plan) -> dict[str, tuple[float, int]]:
-    """Bytes per GPU per step and the rank span of each collective group."""
+def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
+    """Bytes per GPU per step, group size and rank stride of each collective group.
+
+    Rank order: TP fastest, then CP, then DP, PP outermost (Megatron-LM's default order).
+    """
     m, lay, r = plan.model, plan.layout, plan.recipe
     act = DTYPE_BYTES.get(r.policy["compute"], 2)
     grad = DTYPE_BYTES[r.policy["grads"]]
@@ -78,11 +89,11 @@ def _groups(plan: Plan) -> dict[str, tuple[float, int]]:
     dp = zero3_bytes(p_rank * act, d, mb) if lay.zero >= 3 else ring_all_reduce_bytes(p_rank * grad, d)
     s_local = r.seq_len // lay.cp
     layers = -(-m.num_layers // lay.pp)
+    stage = lay.tp * lay.cp * lay.dp_size
     return {
-        "dp": (dp, lay.tp * lay.pp * lay.cp * lay.dp_size),
-        "tp": (tp_bytes(layers, mb, r.micro_batch, s_local, m.hidden_size, lay.tp, act), lay.tp),
-        "pp": (pp_bytes(mb, r.micro_batch, s_local, m.hidden_size, act) if lay.pp > 1 else 0.0,
-               lay.tp * lay.pp),
+        "dp": (dp, d, lay.tp),
+        "tp": (tp_bytes(layers, mb, r.micro_batch, s_local, m.hidden_size, lay.tp, act), lay.tp, 1),
+        "pp": (pp_bytes(mb, r.micro_batch, s_local, m.hidden_size, act) if lay.pp > 1 else 0.0, 2, stage),
     }
 
 
@@ -92,10 +103,10 @@ def interconnect_section(plan: Plan, options: CostOptions | None = None, memory:
     run = run_figures(plan, compute, time)
     groups: dict[str, Any] = {}
     terms, notes = [], []
-    for name, (nbytes, span) in _groups(plan).items():
+    for name, (nbytes, n, stride) in _groups(plan).items():
         if not nbytes:
             continue
-        link, avail = _link(plan, span)
+        link, avail = _link(plan, n, stride)
         g: dict[str, Any] = {"bytes_per_step": nbytes, "link": link, "available_bytes_per_s": avail,
                              "time_at_link_s": nbytes / avail, "required_bytes_per_s": None, "utilization": None}
         if run.step_time_s:
