@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "report_cmd",
     "serve_cmd",
     "export_cmd",
+    "prices_cmd",
 )
 
 

@@ -92,7 +92,8 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
                          "offload_step_s": None, "bandwidth_ok": True}
     inputs = {"trainable_params": n_train, "params_per_gpu": per_gpu, "gpus_per_node": g,
               "offload": lay.offload, "zero": lay.zero, "bytes_per_param": b, "workers_per_gpu": workers,
-              "worker_ram_bytes": rss.value, "micro_batch": r.micro_batch, "seq_len": r.seq_len}
+              "worker_ram_bytes": rss.value, "micro_batch": r.micro_batch, "seq_len": r.seq_len,
+              "memory_model_host_bytes_per_gpu": getattr(memory, "host_bytes", None)}
     terms = [Term("offloaded_states_bytes", offload, "bytes", "Ren et al. 2021 (ZeRO-Offload), §4.1",
                   "fp32 master + fp32 grads + optimizer states on the CPU"),
              Term("dataloader_workers_bytes", parts["dataloader_workers_bytes"], "bytes", rss.source),

@@ -1,0 +1,50 @@
+"""The price/facility flags and the `trainledger prices` command."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from trainledger.cli import main
+from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
+from trainledger.errors import SpecError
+
+
+@click.command()
+@cost_options
+def _probe(**kwargs):
+    opts = cost_options_from_kwargs(kwargs)
+    click.echo(opts.model_dump_json())
+    assert not kwargs  # every cost flag was consumed
+
+
+def test_flags_become_cost_options():
+    res = CliRunner().invoke(_probe, ["--price-per-gpu-hour", "2.5", "--pue", "1.1", "--electricity-price", "0.12",
+                                      "--server-price", "300000", "--lifetime-years", "4", "--utilization", "0.6",
+                                      "--pricing", "spot", "--provider", "gcp", "--checkpoint-interval", "1800",
+                                      "--data-format", "raw", "--dataloader-workers", "8"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert got["price_per_gpu_hour"] == 2.5 and got["pue"] == 1.1 and got["electricity_usd_per_kwh"] == 0.12
+    assert got["server_price_usd"] == 300000 and got["lifetime_years"] == 4 and got["utilization"] == 0.6
+    assert got["pricing"] == "spot" and got["provider"] == "gcp" and got["checkpoint_interval_s"] == 1800
+    assert got["data_format"] == "raw" and got["dataloader_workers"] == 8
+
+
+def test_out_of_range_flag_is_one_clear_error():
+    with pytest.raises(SpecError, match="pue"):
+        cost_options_from_kwargs({"pue": 0.5})
+
+
+def test_prices_command_lists_the_catalog():
+    res = CliRunner().invoke(main, ["prices", "h100", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    providers = {r["provider"] for r in data["cloud"]}
+    assert {"aws", "gcp", "azure", "lambda", "coreweave"} <= providers
+    assert all(r["gpu"] == "h100-sxm" for r in data["cloud"])
+    assert data["servers"][0]["usd"] == 270000
+    assert data["facility"]["pue"]["source"]
