@@ -171,6 +171,18 @@ class ModelSpec(Spec):
         """Width of the key projection output (k·d); the value width too, except under MLA."""
         return self.num_kv_heads * self.head_dim
 
+    def linear_modules(self, i: int) -> dict:
+        """Projections of layer i by transformers module path -> :class:`trainledger.modules.Linear`."""
+        from .modules import layer_linears
+
+        return layer_linears(self, i)
+
+    def lora_params(self, targets: tuple[str, ...], rank: int) -> int:
+        """Trainable LoRA parameters for peft ``target_modules=targets`` at rank r (exact)."""
+        from .modules import lora_params
+
+        return lora_params(self, tuple(targets), rank)
+
     def weight_bytes(self, bytes_per_param: float) -> int:
         """Bytes of all weights stored at ``bytes_per_param`` (2 for bf16)."""
         return int(self.params.total * bytes_per_param)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from functools import lru_cache
 
 import pytest
 
@@ -80,6 +81,11 @@ def reference_counts(model) -> tuple[int, dict[str, int], dict[int, int]]:
 HF_PRESETS = [n for n in preset_names() if load_hf_config(n)["model_type"] != "generic"]
 
 
+@lru_cache(maxsize=None)
+def preset_model(name: str):
+    return build_meta(load_hf_config(name))
+
+
 def test_there_are_at_least_30_real_presets():
     real = [n for n in preset_names() if not n.startswith("tiny-")]
     assert len(real) >= 30, real
@@ -88,7 +94,7 @@ def test_there_are_at_least_30_real_presets():
 @pytest.mark.parametrize("name", HF_PRESETS)
 def test_preset_equals_transformers_numel(name):
     spec = load_model(name)
-    model = build_meta(load_hf_config(name))
+    model = preset_model(name)
     total, by_part, by_layer = reference_counts(model)
     assert spec.params.total == total
     ours = {k: v for k, v in spec.params.breakdown.items() if v}
@@ -259,3 +265,74 @@ def test_deepseek_v3_layer_structure():
     assert moe["router"] == 256 * 7168  # gate.weight; e_score_correction_bias is a buffer
     assert moe["shared_experts"] == 3 * 7168 * 2048
     assert any("multi-token" in n for n in spec.notes)
+
+
+# ------------------------------------------------------------------ projections and LoRA
+def decoder_layers(model):
+    base = getattr(model, "model", None) or getattr(model, "transformer", None) or model.gpt_neox
+    return base.layers if hasattr(base, "layers") else base.h
+
+
+def actual_linears(layer) -> dict:
+    """Module path -> (in, out, bias, count) of every projection in a transformers decoder layer."""
+    out = {}
+    for path, mod in layer.named_modules():
+        params = dict(mod.named_parameters(recurse=False))
+        kind = type(mod).__name__
+        if kind == "Linear":
+            out[path] = (mod.in_features, mod.out_features, mod.bias is not None, 1)
+        elif kind == "Conv1D":  # GPT-2 stores W as in × out
+            out[path] = (*params["weight"].shape, "bias" in params, 1)
+        elif "gate_up_proj" in params:  # stacked experts: E × 2f × h and E × h × f
+            E, two_f, h = params["gate_up_proj"].shape
+            out[f"{path}.gate_up_proj"] = (h, two_f, False, E)
+            E, h, f = params["down_proj"].shape
+            out[f"{path}.down_proj"] = (f, h, False, E)
+        elif path.endswith("gate") and set(params) == {"weight"}:  # router module
+            E, h = params["weight"].shape
+            out[path] = (h, E, False, 1)
+    return out
+
+
+@pytest.mark.parametrize("name", HF_PRESETS)
+def test_linear_modules_match_transformers(name):
+    spec = load_model(name)
+    layers = decoder_layers(preset_model(name))
+    for i in {0, spec.num_layers - 1}:
+        ours = {k: (v.in_features, v.out_features, v.bias, v.count) for k, v in spec.linear_modules(i).items()}
+        assert ours == actual_linears(layers[i])
+
+
+LORA_CASES = [
+    ("tiny-llama-debug", ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    ("llama-3.1-8b", ("q_proj", "v_proj")),
+    ("phi-3-mini", ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")),
+    ("gpt2", ("c_attn", "c_proj", "c_fc")),
+    ("pythia-1b", ("query_key_value", "dense")),
+    ("gemma-2-2b", ("q_proj", "k_proj", "v_proj", "o_proj")),
+    ("tiny-qwen3-moe-debug", ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    ("tiny-qwen3-moe-debug", ("gate", "down_proj")),
+    ("tiny-deepseek-v3-debug", ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+                                "gate_proj", "up_proj", "down_proj")),
+    ("qwen1.5-moe-a2.7b", ("q_proj", "v_proj", "gate_proj", "up_proj", "shared_expert_gate")),
+    ("mixtral-8x7b", ("q_proj", "o_proj", "w1", "w3", "w2", "gate")),
+]
+
+
+@pytest.mark.parametrize("name,targets", LORA_CASES)
+def test_lora_params_equal_peft(name, targets):
+    peft = pytest.importorskip("peft")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_meta(load_hf_config(name))
+        with torch.device("meta"):
+            wrapped = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=list(targets)))
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    assert load_model(name).lora_params(targets, 8) == trainable
+
+
+def test_lora_half_of_fused_expert_projection_is_an_error():
+    from trainledger.errors import PlanError
+
+    with pytest.raises(PlanError, match="both or neither"):
+        load_model("tiny-qwen3-moe-debug").lora_params(("gate_proj",), 8)
