@@ -146,3 +146,12 @@ def test_missing_pyarrow_names_the_pip_command(tmp_path, monkeypatch):
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(MissingDependency, match=r"pip install 'trainledger\[corpus\]'"):
         _run([tmp_path / "a.parquet"])
+
+
+def test_missing_column_in_parquet_names_the_columns(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["a b"], "x": [1]}), str(tmp_path / "p.parquet"))
+    with pytest.raises(CorpusError, match=r"p\.parquet: no column 'text'; columns: body, x$"):
+        _run([tmp_path / "p.parquet"], fields=("text",))

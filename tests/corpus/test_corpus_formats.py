@@ -68,6 +68,7 @@ WRITERS = {
     "jsonl": lambda d, t: write_jsonl(d / "a.jsonl", t),
     "jsonl.gz": lambda d, t: write_jsonl(d / "a.jsonl.gz", t, gzip.open),
     "json-as-jsonl": lambda d, t: write_jsonl(d / "a.json", t),
+    "json.gz-as-jsonl": lambda d, t: write_jsonl(d / "a.json.gz", t, gzip.open),
     "json-array": lambda d, t: _dump(d / "a.json", [{"text": x, "n": i} for i, x in enumerate(t)]),
     "json-data": lambda d, t: _dump(d / "a.json", {"version": 1, "data": [{"text": x} for x in t]}),
     "json-columns": lambda d, t: _dump(d / "a.json", {"id": list(range(len(t))), "text": t}),

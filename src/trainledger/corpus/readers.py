@@ -323,7 +323,10 @@ def _iter_columnar(unit: Unit, opts: CorpusOptions, columns: Any) -> Iterator[tu
             names = table.schema.names
             wanted = columns(names) if columns else None
             if wanted:
-                table = table.select([c for c in wanted if c in names])
+                missing = [c for c in wanted if c not in names]
+                if missing:
+                    raise CorpusError(f"{unit.source.path}: no column {missing[0]!r}; columns: {', '.join(names)}")
+                table = table.select(wanted)
             for j, rec in enumerate(table.to_pylist()):
                 yield row + j, rec
         row += n_rows

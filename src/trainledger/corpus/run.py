@@ -117,8 +117,8 @@ class Tally:
             raise CorpusError(f"{locate(unit, base, res.fatal[0])}: {res.fatal[2]} (--on-error fail; "
                               "--on-error skip counts and skips such records)")
         for index, _kind, message in res.examples:
-            if len(self.examples) < 10:
-                self.examples.append(f"{locate(unit, base, index)}: {message}")
+            if len(self.examples) < 10:  # a whole-file message already names its file
+                self.examples.append(message if index < 0 else f"{locate(unit, base, index)}: {message}")
         if unit.kind == "range":
             self.line_base[unit.source_index] += res.items
         self.counts.update(res.counts)

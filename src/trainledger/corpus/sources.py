@@ -60,16 +60,28 @@ def split_suffixes(path: str) -> tuple[str | None, str | None]:
     return SUFFIX_FORMATS.get(p.suffix.lower()), comp
 
 
-def _peek(path: str, n: int = 4096) -> bytes:
+def _peek(path: str, n: int = 4096, compression: str | None = None) -> bytes:
+    """The first n bytes of a file, decompressed (b"" when they cannot be decompressed here)."""
+    try:
+        if compression == "gzip":
+            import gzip
+
+            with gzip.open(path, "rb") as g:
+                return g.read(n)
+        if compression == "zstd":
+            import zstandard
+
+            with open(path, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z:
+                return z.read(n)
+    except (ImportError, OSError, EOFError, ValueError):
+        return b""
     with open(path, "rb") as f:
         return f.read(n)
 
 
 def _json_flavor(path: str, compression: str | None) -> str:
     """A ``.json`` file holding JSON Lines is read as JSONL; one JSON document stays 'json'."""
-    if compression:
-        return "json"
-    head = _peek(path, 1 << 16).lstrip()
+    head = _peek(path, 1 << 16, compression).lstrip()
     if not head.startswith(b"{"):
         return "json"
     first, _, rest = head.partition(b"\n")
