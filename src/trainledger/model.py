@@ -171,6 +171,13 @@ class ModelSpec(Spec):
         """Width of the key projection output (k·d); the value width too, except under MLA."""
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def v_dim(self) -> int:
+        """Width of the value states (k·d; MLA: a·v_head_dim, which transformers caches per token)."""
+        if self.mla is not None:
+            return self.num_heads * self.mla.v_head_dim
+        return self.kv_dim
+
     def linear_modules(self, i: int) -> dict:
         """Projections of layer i by transformers module path -> :class:`trainledger.modules.Linear`."""
         from .modules import layer_linears

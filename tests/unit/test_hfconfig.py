@@ -211,3 +211,11 @@ def test_cli_models_filter_and_family():
     assert sorted(names) == ["gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "tiny-gpt2-debug"]
     r = CliRunner().invoke(main, ["models", "Qwen/Qwen3"])  # filter also matches the Hub id
     assert r.exit_code == 0 and "qwen3-235b-a22b" in r.output and "llama" not in r.output
+
+
+def test_mla_key_and_value_widths():
+    """transformers' DeepseekV3Attention expands the latent into per-head k (nope+rope) and v."""
+    spec = load_model("deepseek-v3")
+    assert (spec.kv_dim, spec.v_dim) == (128 * (128 + 64), 128 * 128)
+    llama = load_model("llama-3.1-8b")
+    assert llama.kv_dim == llama.v_dim == 8 * 128
