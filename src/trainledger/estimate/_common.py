@@ -140,35 +140,18 @@ def state_bytes_per_param(plan: Plan) -> dict[str, float]:
     return {"weights": float(weights), "master": float(master), "optimizer": float(n_states * per_state)}
 
 
-_LORA_SHAPES = {  # module name -> (in features, out features) in terms of the ModelSpec
-    "q_proj": lambda m: (m.hidden_size, m.q_dim),
-    "k_proj": lambda m: (m.hidden_size, m.kv_dim),
-    "v_proj": lambda m: (m.hidden_size, m.kv_dim),
-    "o_proj": lambda m: (m.q_dim, m.hidden_size),
-}
-
-
 def trainable_params(plan: Plan) -> int:
     """Parameters the optimizer updates: all of them, or the LoRA adapters.
 
     LoRA adds A (r × in) and B (out × r) per wrapped linear layer (Hu et al. 2021,
-    arXiv:2106.09685, §4.1): r·(in + out) parameters. MLP targets of MoE layers wrap every
-    routed expert. Inference trains nothing.
+    arXiv:2106.09685, §4.1); the count over the model's modules is ``modules.lora_params``
+    (exact for every family, fused projections and MoE experts included). Inference trains nothing.
     """
     r, m = plan.recipe, plan.model
     if r.method == "inference":
         return 0
     if r.method not in ("lora", "qlora"):
         return m.params.total
-    total = 0
-    for i in range(m.num_layers):
-        moe = m.is_moe_layer(i)
-        width = m.moe.expert_intermediate_size if moe and m.moe else m.intermediate_size
-        copies = m.moe.num_experts if moe and m.moe else 1
-        for t in r.lora_targets:
-            if t in _LORA_SHAPES:
-                fin, fout = _LORA_SHAPES[t](m)
-                total += r.lora_rank * (fin + fout)
-            elif t in ("gate_proj", "up_proj", "down_proj"):
-                total += copies * r.lora_rank * (m.hidden_size + width)
-    return total
+    from ..modules import lora_params
+
+    return lora_params(m, tuple(r.lora_targets), r.lora_rank)
