@@ -19,6 +19,7 @@ from .cluster import Cluster
 from .errors import LayoutError, SpecError
 from .hfconfig import load_model
 from .layout import Layout, Offload, PipelineSchedule
+from .model import ModelSpec
 from .plan import Plan
 from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
 
@@ -130,9 +131,12 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 
-def build_plan(inputs: PlanInputs) -> Plan:
-    """Resolve names (model preset, GPU, links) and validate the whole plan."""
-    model = load_model(inputs.model)
+def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
+    """Resolve names (model preset, GPU, links) and validate the whole plan.
+
+    ``model`` replaces ``inputs.model`` (e.g. a config.json the web app parsed from a request body).
+    """
+    model = model or load_model(inputs.model)
     try:
         recipe = Recipe(
             method=inputs.method, precision=inputs.precision, optimizer=inputs.optimizer,
