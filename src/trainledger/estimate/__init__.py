@@ -64,4 +64,12 @@ def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
 
     options = options or EstimateOptions()
     mem = estimate_memory(plan, options.memory)
-    return Estimate(plan=plan, options=options, memory=mem)
+    from .time import estimate_compute, estimate_time, scaling_curve
+
+    comp = estimate_compute(plan, options.time)
+    curve = scaling_curve(plan, options.time) if options.time.scaling else None
+    tm = estimate_time(plan, comp, curve)
+    from .sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
+
+    extra = dict(ledger_sections(plan, options.cost, mem, comp, tm))
+    return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra)

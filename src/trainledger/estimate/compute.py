@@ -27,7 +27,6 @@ context parallel degrees.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..model import ModelSpec
 from ..plan import Plan
@@ -90,6 +89,10 @@ class LayerKind:
     def gemm_flops_per_token(self) -> float:
         return sum(g.flops_per_token for g in self.gemms)
 
+    @property
+    def is_moe(self) -> bool:
+        return any(g.experts for g in self.gemms)
+
 
 def _attention_gemms(m: ModelSpec) -> tuple[Gemm, ...]:
     h = m.hidden_size
@@ -128,9 +131,26 @@ def _layer_gemms(m: ModelSpec, moe_layer: bool) -> tuple[Gemm, ...]:
     return g
 
 
-@lru_cache(maxsize=512)
+_KINDS: dict[int, tuple[ModelSpec, tuple[LayerKind, ...]]] = {}
+
+
 def layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
-    """The model's decoder layers grouped by structure, with their per-token GEMMs."""
+    """The model's decoder layers grouped by structure, with their per-token GEMMs.
+
+    Cached by object identity (a search evaluates the same ModelSpec thousands of times; hashing
+    and comparing a pydantic model per call would cost more than the count itself).
+    """
+    hit = _KINDS.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    if len(_KINDS) > 256:
+        _KINDS.clear()
+    kinds = _layer_kinds(m)
+    _KINDS[id(m)] = (m, kinds)
+    return kinds
+
+
+def _layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
     groups: dict[tuple[bool, bool], int] = {}
     for i in range(m.num_layers):
         key = (m.is_moe_layer(i), m.is_sliding_layer(i))

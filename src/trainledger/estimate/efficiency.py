@@ -61,7 +61,14 @@ class LinkEfficiency:
     overlap_slowdown: float = 0.0
 
     def bytes_per_s(self, net: NetworkSpec) -> float:
-        return net.bytes_per_s * self.bandwidth.get(net.kind, 0.7)
+        key = (net.name, net.kind, net.gb_per_s, net.gbit_per_s)
+        bw = _BW_CACHE.get(key)
+        if bw is None:
+            bw = _BW_CACHE[key] = net.bytes_per_s * self.bandwidth.get(net.kind, 0.7)
+        return bw
+
+
+_BW_CACHE: dict[tuple, float] = {}
 
 
 def _dir() -> Path:

@@ -48,6 +48,17 @@ _OPT_STATES = {"adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-mom
                "adafactor": 0, "lion": 1}
 
 
+_PEAK: dict[tuple, float] = {}
+
+
+def _peak(gpu, dtype: str) -> float:
+    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, dtype)
+    v = _PEAK.get(key)
+    if v is None:
+        v = _PEAK[key] = gpu.peak_flop_per_s(dtype)
+    return v
+
+
 def matmul_dtype(plan: Plan) -> str:
     """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores."""
     c = plan.recipe.policy["compute"]
@@ -58,7 +69,7 @@ def matmul_dtype(plan: Plan) -> str:
 
 def _peak16(plan: Plan) -> float:
     c = plan.recipe.policy["compute"]
-    return plan.cluster.gpu.peak_flop_per_s("fp16" if c == "fp16" else ("fp32" if c == "fp32" else "bf16"))
+    return _peak(plan.cluster.gpu, "fp16" if c == "fp16" else ("fp32" if c == "fp32" else "bf16"))
 
 
 @dataclass(frozen=True)
@@ -299,7 +310,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
         eff = eff.with_matmul(opts.matmul_efficiency)
     links = link_efficiency()
     dtype = matmul_dtype(plan)
-    peak_mm, peak16 = gpu.peak_flop_per_s(dtype), _peak16(plan)
+    peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
     work = stage_work(plan, eff, peak_mm, peak16, dtype)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
     c = _micro_batch_comm(plan, topo, work, opts, links)
@@ -343,3 +354,49 @@ def estimate_time(plan: Plan, comp: ComputeEstimate,
     steps = math.ceil(tokens / comp.tokens_per_step)
     return TimeEstimate(tokens=tokens, steps=steps, total_s=steps * comp.step_time_s,
                         gpus=comp.gpus, scaling=scaling or [])
+
+
+def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
+                  factors: tuple[float, ...] = (0.25, 0.5, 1, 2, 4, 8)) -> list[dict[str, float]]:
+    """Predicted strong scaling: the same global batch over dp·factor replicas.
+
+    Scaling efficiency = tokens/s per GPU relative to the smallest GPU count shown (1.0 = linear).
+    Points whose data-parallel degree does not divide the global batch are skipped.
+    """
+    from ..catalog import load_network
+    from ..errors import TrainledgerError
+
+    opts = opts or TimeOptions()
+    lay, r, cl = plan.layout, plan.recipe, plan.cluster
+    gb = plan.global_batch
+    mp = lay.tp * lay.pp * lay.cp
+    rows: list[dict[str, float]] = []
+    for f in factors:
+        dp = int(round(lay.dp_size * f))
+        if dp < 1 or dp * f < 0 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+            continue
+        world = dp * mp
+        per_node = min(cl.gpus_per_node, world)
+        if world % per_node:
+            continue
+        nodes = world // per_node
+        inter = cl.inter or (load_network("ib-ndr") if nodes > 1 else None)
+        try:
+            p = plan.model_copy(update={
+                "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
+                                                  "inter": inter}),
+                "layout": lay.model_copy(update={"dp": dp}),
+                "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch),
+                                               "global_batch": gb}),
+            })
+            c = estimate_compute(p, opts)
+        except TrainledgerError:
+            continue
+        rows.append({"gpus": world, "dp": dp, "step_time_s": c.step_time_s,
+                     "tokens_per_s": c.tokens_per_s, "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+                     "mfu": c.mfu})
+    if rows:
+        base = rows[0]["tokens_per_s_per_gpu"]
+        for row in rows:
+            row["scaling_efficiency"] = row["tokens_per_s_per_gpu"] / base
+    return rows

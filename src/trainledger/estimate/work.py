@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..plan import Plan
 from ..units import DTYPE_BYTES
@@ -65,6 +66,12 @@ def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: 
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
     return t
+
+
+@lru_cache(maxsize=1024)
+def _split_router(gemms: tuple[Gemm, ...]) -> tuple[tuple[Gemm, ...], tuple[Gemm, ...]]:
+    return (tuple(g for g in gemms if g.name != "router"),
+            tuple(g for g in gemms if g.name == "router"))
 
 
 def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float) -> tuple[float, float]:
@@ -113,9 +120,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     mm = att = ew = 0.0
     for kind in layer_kinds(m):
         nl = kind.count * share
-        base = [g for g in kind.gemms if g.name != "router"]
-        router = tuple(g for g in kind.gemms if g.name == "router")
-        t_main = _gemm_set_s(tuple(base), tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        base, router = _split_router(kind.gemms)
+        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
         t_lora = 0.0
         if frozen:
@@ -126,7 +132,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
             t_main += nparams * 2.5 / (hbm * eff.hbm)
         mm += nl * (t_main * (1 + bwd_w + rc) + t_lora * ((3.0 + rc) if training else 1.0))
         att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
-        moe_k = float(m.moe.top_k) if any(g.experts for g in kind.gemms) and m.moe else 1.0
+        moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
         fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k)
         ew += nl * tokens * (fwd_b * (1 + rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
