@@ -174,7 +174,7 @@ def render(result: dict[str, Any]) -> str:
     ref = result.get("link")
     for op, p in result.get("peak", {}).items():
         eff = result.get("efficiency", {}).get(op)
-        e = f", {100 * eff:.0f}% of {ref['what']} ({fmt_rate(ref['bytes_per_s'])})" if eff else ""
+        e = f", {100 * eff:.3g}% of {ref['what']} ({fmt_rate(ref['bytes_per_s'])})" if eff else ""
         what = "busbw" if op != COPY_OP else "copy algbw"
         lines.append(f"  peak {op:<15} {what} {fmt_rate(p['busbw_bytes_per_s'])} "
                      f"at {fmt_bytes(p['size_bytes'])}{e}")

@@ -218,22 +218,27 @@ def need_from_rate(tokens_per_s: float, seq_len: int, vocab_size: int, nodes: in
 
 
 def plan_need(plan, est=None, tokens_per_s: float | None = None) -> dict[str, Any] | None:
-    """What the plan's data loading needs per node, or None when no step time is known."""
+    """What the plan's data loading needs per node, or None when no step time is known.
+
+    Order: an explicit ``tokens_per_s``; the estimate's io section (``read_bytes_per_s_per_node``,
+    ``iops_per_node``); tokens per step / the estimate's step time.
+    """
+    if tokens_per_s:
+        return need_from_rate(tokens_per_s, plan.recipe.seq_len, plan.model.vocab_size, plan.cluster.nodes,
+                              "--tokens-per-s x bytes per token")
     if est is not None and "io" in getattr(est, "extra", {}):
         io = est.extra["io"]
         d = io.to_dict() if hasattr(io, "to_dict") else dict(io)
-        rate = next((v for k, v in d.items() if k.endswith("bytes_per_s") and isinstance(v, (int, float))), None)
-        if rate:
-            iops = next((v for k, v in d.items() if "iops" in k and isinstance(v, (int, float))), None)
-            return {"read_bytes_per_s": float(rate), "random_4k_iops": iops,
-                    "source": "estimate io section", "detail": d}
-    if tokens_per_s is None and est is not None and getattr(est, "compute", None) is not None:
+        rate = d.get("read_bytes_per_s_per_node", d.get("read_bytes_per_s"))
+        if isinstance(rate, (int, float)):
+            return {"read_bytes_per_s": float(rate), "random_4k_iops": d.get("iops_per_node"),
+                    "source": "the estimate's io section (trainledger estimate)"}
+    if est is not None and getattr(est, "compute", None) is not None:
         t = getattr(est.compute, "step_time_s", None)
         if t:
-            tokens_per_s = plan.tokens_per_step / t
-    if not tokens_per_s:
-        return None
-    return need_from_rate(tokens_per_s, plan.recipe.seq_len, plan.model.vocab_size, plan.cluster.nodes)
+            return need_from_rate(plan.tokens_per_step / t, plan.recipe.seq_len, plan.model.vocab_size,
+                                  plan.cluster.nodes)
+    return None
 
 
 def compare(storage: dict[str, Any], need: dict[str, Any] | None) -> list[dict[str, Any]]:

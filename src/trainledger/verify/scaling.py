@@ -8,7 +8,8 @@ keeps the plan's micro-batch, so tokens per step grow with N. Scaling efficiency
 
 (the usual weak-scaling efficiency, e.g. Narayanan et al. 2021, arXiv:2104.04473, §5.1 reports
 it the same way), judged ``good`` above 0.85, ``needs work`` from 0.6 to 0.85 and
-``layout problem`` below 0.6. Tensor and pipeline parallelism are not run here.
+``layout problem`` below 0.6. Tensor and pipeline parallelism are not run here. On CPU every
+world size runs with the same threads per rank (cores // N), so a rank stands for one device.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ def run_scaling(inputs: Any, device: str, nproc: int, steps: int = 5, warmup: in
     if lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1:
         raise VerifyError(f"verify scaling runs DP/FSDP only; the plan has tp={lay.tp} pp={lay.pp} "
                           f"cp={lay.cp} ep={lay.ep} — set them to 1 to measure data-parallel scaling")
+    if device == "cpu":  # every world size gets the same threads per rank, as GPUs get one GPU each
+        import os
+
+        env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), **(env or {})}
     rows = []
     with tempfile.TemporaryDirectory(prefix="trainledger-scaling-") as tmp:
         ip = Path(tmp) / "plan_inputs.json"

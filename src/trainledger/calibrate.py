@@ -1,0 +1,134 @@
+"""Per-environment corrections fitted from the measurements in the ledger.
+
+``fit(records)`` reads ``verify memory`` measurements (each holds the ``measured`` and the
+``predicted`` numbers of one plan) of one environment and fits three corrections, each the
+*median* over the measurements that have it (robust to one odd run):
+
+* ``runtime_overhead_fraction``  = median(measured peak allocated / predicted - 1): tensors the
+  analytical model does not see on this stack (all devices);
+* ``allocator_reserve_fraction`` = median((peak reserved - peak allocated) / peak allocated):
+  the caching allocator's reserve on this GPU (CUDA measurements only; the estimator assumes a
+  default, see ``estimate/memory_runtime.py``);
+* ``step_time_scale`` = median(measured / predicted step time) and the achievable matmul
+  efficiency it implies, ``achieved MFU = predicted MFU / step_time_scale`` (CUDA only: a CPU step
+  time says nothing about the plan's GPU).
+
+``apply(estimate_dict, env)`` adds the calibrated numbers next to the analytical ones (it never
+overwrites them) and a ``calibration`` block saying whether the estimate is calibrated, for which
+environment and from how many measurements. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import LedgerError
+from .ledger import Ledger, Record
+
+MEMORY_COMMAND = "verify memory"
+CALIBRATION_COMMAND = "calibrate"
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def fit(records: Iterable[Record]) -> dict[str, Any]:
+    """Fit the corrections from ``verify memory`` records (all of one environment)."""
+    overhead, reserve, time_scale, mfu = [], [], [], []
+    used = []
+    for r in records:
+        if r.kind != "measurement" or r.command != MEMORY_COMMAND:
+            continue
+        m, p = r.result.get("measured") or {}, r.result.get("predicted") or {}
+        if m.get("oom") or not m.get("peak_allocated_bytes") or not p.get("peak_allocated_bytes"):
+            continue
+        used.append(r.id)
+        overhead.append(m["peak_allocated_bytes"] / p["peak_allocated_bytes"] - 1.0)
+        if m.get("device") == "cuda" and m.get("peak_reserved_bytes"):
+            reserve.append((m["peak_reserved_bytes"] - m["peak_allocated_bytes"]) / m["peak_allocated_bytes"])
+            t = r.result.get("time") or {}
+            if t.get("measured") and t.get("predicted"):
+                scale = t["measured"] / t["predicted"]
+                time_scale.append(scale)
+                if p.get("mfu"):
+                    mfu.append(p["mfu"] / scale)
+    return {
+        "n_measurements": len(used), "record_ids": used,
+        "terms": {
+            "runtime_overhead_fraction": {"value": _median(overhead), "n": len(overhead)},
+            "allocator_reserve_fraction": {"value": _median(reserve), "n": len(reserve)},
+            "step_time_scale": {"value": _median(time_scale), "n": len(time_scale)},
+            "achievable_mfu": {"value": _median(mfu), "n": len(mfu)},
+        },
+    }
+
+
+def calibrate(ledger: Ledger, env: Mapping[str, Any]) -> dict[str, Any]:
+    """Fit the corrections for ``env`` from its measurements and store them in the ledger."""
+    env_id = env["env_id"]
+    fitted = fit(ledger.list(kind="measurement", env_id=env_id))
+    fitted["env_id"] = env_id
+    if fitted["n_measurements"] == 0:
+        raise LedgerError(f"no usable `verify memory` measurement for environment {env_id} in "
+                          f"{ledger.path}; run `trainledger verify memory ...` on this machine first")
+    fitted["id"] = ledger.add("calibration", CALIBRATION_COMMAND, fitted, env=env)
+    return fitted
+
+
+def latest(ledger: Ledger, env_id: str) -> dict[str, Any] | None:
+    recs = ledger.list(kind="calibration", env_id=env_id, limit=1)
+    if not recs:
+        return None
+    out = dict(recs[0].result)
+    out["id"], out["created_at"] = recs[0].id, recs[0].created_at
+    return out
+
+
+def apply_terms(estimate: Mapping[str, Any], cal: Mapping[str, Any] | None, env_id: str | None) -> dict[str, Any]:
+    """Pure part of :func:`apply`: add calibrated values from a fitted calibration."""
+    d = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in estimate.items()}
+    if not cal or not cal.get("n_measurements"):
+        d["calibration"] = {"calibrated": False, "env_id": env_id, "n_measurements": 0,
+                            "reason": "no calibration for this environment (run `trainledger calibrate`)"}
+        return d
+    terms = {k: v["value"] for k, v in cal["terms"].items() if v.get("value") is not None}
+    mem = d.get("memory")
+    if isinstance(mem, dict) and mem.get("peak_allocated_bytes"):
+        alloc = mem["peak_allocated_bytes"] * (1 + terms.get("runtime_overhead_fraction", 0.0))
+        mem["calibrated_peak_allocated_bytes"] = int(round(alloc))
+        if "allocator_reserve_fraction" in terms:
+            mem["calibrated_peak_reserved_bytes"] = int(round(alloc * (1 + terms["allocator_reserve_fraction"])))
+    comp = d.get("compute")
+    if isinstance(comp, dict) and comp.get("step_time_s") and "step_time_scale" in terms:
+        comp["calibrated_step_time_s"] = comp["step_time_s"] * terms["step_time_scale"]
+    d["calibration"] = {"calibrated": True, "env_id": env_id, "n_measurements": cal["n_measurements"],
+                        "calibration_id": cal.get("id"), "terms": terms}
+    return d
+
+
+def apply(estimate: Mapping[str, Any], env: Mapping[str, Any] | None = None,
+          ledger: Ledger | None = None) -> dict[str, Any]:
+    """Add this environment's latest calibration to an estimate dict (``Estimate.to_dict()``)."""
+    from .ledger import fingerprint
+
+    env = env or fingerprint()
+    own = ledger is None
+    ledger = ledger or Ledger()
+    try:
+        return apply_terms(estimate, latest(ledger, env["env_id"]), env["env_id"])
+    finally:
+        if own:
+            ledger.close()
+
+
+def render(fitted: Mapping[str, Any]) -> str:
+    lines = [f"calibration {fitted.get('id')} for environment {fitted['env_id']} from "
+             f"{fitted['n_measurements']} measurement(s)"]
+    for name, t in fitted["terms"].items():
+        v = t["value"]
+        shown = "n/a (no measurement has it)" if v is None else f"{v:.4g}"
+        lines.append(f"  {name:<28} {shown}  (n={t['n']})")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""`trainledger ledger list|show|export` and `trainledger calibrate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .output import echo_json, table
+
+LEDGER_HELP = "ledger file [$TRAINLEDGER_LEDGER or ~/.local/share/trainledger/ledger.db]"
+
+
+def register(main: click.Group) -> None:
+    main.add_command(ledger_group)
+    main.add_command(calibrate_cmd)
+
+
+@click.group("ledger")
+def ledger_group() -> None:
+    """The local ledger of estimates and measurements (SQLite)."""
+
+
+def _summary(result: dict[str, Any]) -> str:
+    m = result.get("measured")
+    if isinstance(m, dict) and m.get("peak_allocated_bytes") is not None:
+        from ..units import fmt_bytes
+
+        return f"peak {fmt_bytes(m['peak_allocated_bytes'])} on {m.get('device')}"
+    if "items" in result:
+        return f"{sum(i['status'] == 'pass' for i in result['items'])}/{len(result['items'])} items pass"
+    if "verdict" in result:
+        return f"efficiency {result.get('efficiency', 0):.2f} ({result['verdict']})"
+    if "n_measurements" in result:
+        return f"fitted from {result['n_measurements']} measurement(s)"
+    if "peak" in result:
+        return ", ".join(f"{op} {v['busbw_bytes_per_s'] / 1e9:.2f} GB/s" for op, v in result["peak"].items())
+    return ""
+
+
+@ledger_group.command("list")
+@click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
+@click.option("--kind", type=click.Choice(("estimate", "measurement", "calibration")))
+@click.option("--env", "env_id", help="only this environment id")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def list_cmd(path: str | None, kind: str | None, env_id: str | None, limit: int, as_json: bool) -> None:
+    """Records, newest first."""
+    from ..ledger import Ledger
+
+    with Ledger(path) as led:
+        recs = led.list(kind=kind, env_id=env_id, limit=limit)
+    if as_json:
+        echo_json({"records": [{k: v for k, v in r.to_dict().items() if k != "result"} for r in recs]})
+        return
+    ok = {True: "pass", False: "FAIL", None: ""}
+    rows = [[r.id, r.created_at[:19].replace("T", " "), r.kind, r.command, r.env_id,
+             (r.plan or {}).get("model", ""), ok[r.ok], _summary(r.result)] for r in recs]
+    click.echo(table(rows, ["id", "time (UTC)", "kind", "command", "env", "model", "ok", "summary"],
+                     "rllllll" + "l"))
+
+
+@ledger_group.command("show")
+@click.argument("record_id", type=int)
+@click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
+    """One record: plan, environment and result."""
+    from ..ledger import Ledger
+
+    with Ledger(path) as led:
+        rec = led.get(record_id)
+    if as_json:
+        echo_json(rec.to_dict())
+        return
+    click.echo(f"record {rec.id}: {rec.kind} by `{rec.command}` at {rec.created_at}, "
+               f"{'ok' if rec.ok else 'failed' if rec.ok is False else ''}")
+    env = rec.env
+    click.echo(f"environment {rec.env_id}: GPU {env.get('gpu_name') or 'none'} x{env.get('gpu_count', 0)}, "
+               f"driver {env.get('driver')}, torch {env.get('torch')}, transformers {env.get('transformers')}, "
+               f"CPU {env.get('cpu_model')}")
+    if rec.plan:
+        click.echo("plan: " + ", ".join(f"{k}={v}" for k, v in rec.plan.items() if v is not None))
+    click.echo("summary: " + (_summary(rec.result) or "(see --json)"))
+
+
+@ledger_group.command("export")
+@click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
+@click.option("--format", "fmt", type=click.Choice(("jsonl", "json", "csv")), default="jsonl", show_default=True)
+@click.option("--kind", type=click.Choice(("estimate", "measurement", "calibration")))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write here instead of stdout")
+def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | None) -> None:
+    """Every record, oldest first, as JSON lines, a JSON array or CSV."""
+    from ..ledger import Ledger
+
+    with Ledger(path) as led:
+        text = led.export(fmt, kind=kind)
+    if out_path:
+        Path(out_path).write_text(text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command("calibrate")
+@click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
+@click.option("--env", "env_id", help="fit another environment of the ledger (default: this machine)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool) -> None:
+    """Fit allocator reserve, runtime overhead and achievable efficiency from stored measurements.
+
+    Estimates use the fit when asked (`trainledger.calibrate.apply`, `estimate --calibrated`).
+    """
+    from .. import calibrate
+    from ..errors import LedgerError
+    from ..ledger import Ledger, fingerprint
+
+    with Ledger(path) as led:
+        if env_id:
+            recs = led.list(env_id=env_id, limit=1)
+            if not recs:
+                raise LedgerError(f"no record of environment {env_id} in {led.path} (`trainledger ledger list`)")
+            env = recs[0].env
+            env["env_id"] = env_id
+        else:
+            env = fingerprint()
+        fitted = calibrate.calibrate(led, env)
+    if as_json:
+        echo_json(fitted)
+    else:
+        click.echo(calibrate.render(fitted))
