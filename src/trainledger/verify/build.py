@@ -291,11 +291,24 @@ def _fake_data_dependent_mode() -> type:
                     return func(*args, **kwargs)
                 except DataDependentOutputException:
                     return self._answer(args[0])
+            if func is torch.ops.aten._grouped_mm.default and args[0].dtype != torch.bfloat16:
+                return self._grouped_mm(func, args, kwargs)
             out = func(*args, **kwargs)
             name = func._overloadpacket.__name__
             if name in ("all", "any") and isinstance(out, torch.Tensor) and out.dim() == 0:
                 self._origin[out.untyped_storage()._cdata] = name
             return out
+
+        @staticmethod
+        def _grouped_mm(func: Any, args: tuple, kwargs: dict) -> Any:
+            """torch's meta ``_grouped_mm`` accepts only bf16 (the CPU kernel takes any float):
+            get the output shape from bf16 stand-ins, return an output of the real dtype."""
+            import torch
+
+            a, b = args[0], args[1]
+            out = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
+            dtype = kwargs.get("out_dtype") or a.dtype
+            return torch.empty(out.shape, dtype=dtype, device=a.device)
 
         def _answer(self, t: Any) -> Any:
             op = self._origin.get(t.untyped_storage()._cdata)

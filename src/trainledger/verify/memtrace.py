@@ -262,6 +262,8 @@ class MemoryTracker(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         for t in flat_in:
             if self._counted(t) and t.untyped_storage()._cdata not in self._live:
+                if t.dim() == 0 or t.untyped_storage().nbytes() == 0:
+                    continue  # host scalars (torch.tensor(1.0) step increments) and empty tensors
                 self.late_registered += 1
                 rec = self._record(t.untyped_storage(), "other")
                 rec.op, rec.phase = f"input of {func}", self.current_phase
