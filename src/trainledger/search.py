@@ -31,7 +31,7 @@ from .catalog import load_gpu, load_network, names
 from .cluster import Cluster, GpuSpec, NetworkSpec
 from .errors import CatalogError, PlanError, TrainledgerError
 from .estimate.memory import estimate_memory
-from .estimate.options import MemoryOptions, TimeOptions
+from .estimate.options import CostOptions, MemoryOptions, TimeOptions
 from .estimate.time import ComputeEstimate, TimeEstimate, estimate_compute, estimate_time
 from .hfconfig import load_model
 from .layout import Layout
@@ -74,6 +74,7 @@ class Job(Spec):
     rank_by: RankBy = "time"
     top: int = Field(10, gt=0, le=1000)
     time_options: TimeOptions = TimeOptions()
+    cost_options: CostOptions = CostOptions()
 
 
 #: the built-in example job (README main job; ``trainledger plan`` with no arguments)
@@ -199,16 +200,11 @@ def default_global_batch(job: Job) -> int:
     return 2 ** max(0, round(math.log2(max(1.0, target))))
 
 
-def _usd_per_gpu_hour(gpu: str) -> float | None:
-    try:
-        from .estimate.prices import load_prices
+def _usd_per_gpu_hour(gpu: str, opts: CostOptions | None = None) -> float | None:
+    """Price per GPU-hour from the cost flags, else the cheapest catalog on-demand price."""
+    from .estimate.cost import usd_per_gpu_hour
 
-        quotes = load_prices().quotes_for(gpu)
-    except (TrainledgerError, ImportError):
-        return None
-    on_demand = [q for q in quotes if q.tier == "on-demand"]
-    pick = on_demand or quotes
-    return pick[0].usd_per_gpu_hour if pick else None
+    return usd_per_gpu_hour(gpu, opts)
 
 
 def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
@@ -303,17 +299,17 @@ def evaluate(plan: Plan, job: Job, mem: Any | None = None) -> Candidate:
     comp = estimate_compute(plan, job.time_options)
     tm = estimate_time(plan, comp)
     return Candidate(plan=plan, memory=mem, compute=comp, time=tm,
-                     usd_per_gpu_hour=_usd_cached(plan.cluster.gpu.name),
+                     usd_per_gpu_hour=_usd_cached(plan.cluster.gpu.name, job.cost_options),
                      risks=plan_risks(plan, mem, comp))
 
 
-_USD: dict[str, float | None] = {}
+_USD: dict[tuple[str, CostOptions], float | None] = {}
 
 
-def _usd_cached(gpu: str) -> float | None:
-    if gpu not in _USD:
-        _USD[gpu] = _usd_per_gpu_hour(gpu)
-    return _USD[gpu]
+def _usd_cached(gpu: str, opts: CostOptions) -> float | None:
+    if (gpu, opts) not in _USD:
+        _USD[(gpu, opts)] = _usd_per_gpu_hour(gpu, opts)
+    return _USD[(gpu, opts)]
 
 
 def _deadline_s(job: Job) -> float | None:

@@ -71,7 +71,7 @@ def test_break_even_comes_earlier_with_higher_utilization():
     plan = _plan()
     months = []
     for u in (0.2, 0.4, 0.6, 0.8, 1.0):
-        sec = cost_section(plan, CostOptions(utilization=u), time=_time(plan, 1000.0))
+        sec = cost_section(plan, CostOptions(provider="aws", utilization=u), time=_time(plan, 1000.0))
         months.append(sec["break_even_month"])
     assert all(m is not None for m in months)
     assert months == sorted(months, reverse=True) and months[0] > months[-1]
@@ -152,3 +152,18 @@ def test_catalog_prices_are_consistent_and_sourced():
     assert cat.server_for("h100-sxm").usd > 0
     for key, val in cat.facility.values.items():
         assert val.source, key
+
+
+def test_default_is_the_cheapest_catalog_price_of_the_tier():
+    from trainledger.estimate.cost import cloud_quote, usd_per_gpu_hour
+
+    cat = load_prices()
+    on_demand = [q.usd_per_gpu_hour for q in cat.quotes_for("h100-sxm") if q.tier == "on-demand"]
+    q = cloud_quote("h100-sxm")
+    assert q.usd_per_gpu_hour == min(on_demand) and q.tier == "on-demand"
+    assert usd_per_gpu_hour("h100-sxm", CostOptions(provider="aws")) == 12.29
+    assert usd_per_gpu_hour("h100-sxm", CostOptions(price_per_gpu_hour=1.0)) == 1.0
+    assert usd_per_gpu_hour("t4") is None  # no catalog price
+    plan = _plan()
+    sec = cost_section(plan, CostOptions(), time=_time(plan, 10.0))
+    assert sec["provider"] == q.provider and sec["cloud_usd"] == pytest.approx(10 * q.usd_per_gpu_hour)

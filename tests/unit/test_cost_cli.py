@@ -48,3 +48,17 @@ def test_prices_command_lists_the_catalog():
     assert all(r["gpu"] == "h100-sxm" for r in data["cloud"])
     assert data["servers"][0]["usd"] == 270000
     assert data["facility"]["pue"]["source"]
+
+
+def test_plan_ranks_by_cost_with_the_users_price():
+    res = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--tokens", "2e8", "--gpu", "h100-sxm",
+                                    "--max-gpus", "16", "--rank-by", "cost", "--price-per-gpu-hour", "2.0",
+                                    "--top", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans
+    costs = [p["estimate"]["cost_usd"] for p in plans]
+    for p in plans:
+        assert p["estimate"]["usd_per_gpu_hour"] == 2.0
+        assert p["estimate"]["cost_usd"] == pytest.approx(2.0 * p["estimate"]["gpu_hours"])
+    assert costs == sorted(costs)

@@ -18,7 +18,7 @@ from ..estimate.options import CostOptions
 from ..units import fmt_bytes, fmt_rate, fmt_seconds
 
 COST_OPTIONS: list[Callable] = [
-    click.option("--provider", help="cloud provider in the price catalog: aws, gcp, azure, lambda, coreweave [aws]"),
+    click.option("--provider", help="cloud provider in the price catalog: aws, gcp, azure, lambda, coreweave [cheapest]"),
     click.option("--pricing", type=click.Choice(["on-demand", "reserved", "spot"]), help="pricing tier [on-demand]"),
     click.option("--price-per-gpu-hour", type=float, help="USD per GPU-hour (overrides the catalog)"),
     click.option("--prices", "prices_file", type=click.Path(dir_okay=False, exists=True),

@@ -12,6 +12,7 @@ import click
 
 from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS
 from ..units import fmt_params, fmt_seconds
+from .cost_opts import cost_options, cost_options_from_kwargs
 from .options import _count
 from .output import echo_json, table
 
@@ -121,6 +122,7 @@ def register(main: click.Group) -> None:
     @click.option("--top", type=int, help="plans to show [10]")
     @click.option("--tp-comm-overlap", is_flag=True, default=False,
                   help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)")
+    @cost_options
     @click.option("--json", "as_json", is_flag=True, help="print JSON")
     def plan_cmd(as_json: bool, **kw: Any) -> None:
         """Rank the hardware and layouts that fit a training job.
@@ -131,7 +133,10 @@ def register(main: click.Group) -> None:
         """
         from ..search import search
 
+        cost = cost_options_from_kwargs(kw)  # --price-per-gpu-hour, --provider, --pricing, --prices ...
         job, example = _job(kw)
+        if cost != job.cost_options:
+            job = job.model_copy(update={"cost_options": cost})
         if sys.stderr.isatty():
             with click.progressbar(length=1, label="planning", file=sys.stderr) as bar:
                 def progress(done: int, total: int) -> None:

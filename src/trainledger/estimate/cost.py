@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import CatalogError
 from ..plan import Plan
-from ._common import Section, run_figures
+from ._common import RunFigures, Section, run_figures
 from .energy import PowerModel, energy_kwh, energy_section, power_model
 from .options import CostOptions, EstimateOptions
 from .prices import PriceCatalog, Quote, load_prices
@@ -81,11 +81,36 @@ def break_even_month(capex: float, cloud_monthly_usd: float, owned_opex_monthly_
     return capex / saving
 
 
-def _cloud_quote(plan: Plan, options: CostOptions, prices: PriceCatalog) -> Quote:
+def cloud_quote(gpu: str, options: CostOptions | None = None, prices: PriceCatalog | None = None) -> Quote:
+    """The price per GPU-hour the options ask for: the user's, a provider's, or the cheapest.
+
+    ``--price-per-gpu-hour`` wins; else the named provider's price in the tier; with no provider,
+    the cheapest catalog price of the tier for this GPU. Raises CatalogError when there is none.
+    """
+    options = options or CostOptions()
+    prices = prices or load_prices(options.prices_file)
     if options.price_per_gpu_hour is not None:
-        return Quote(options.provider if options.provider else "user", options.pricing,
-                     options.price_per_gpu_hour, "user (--price-per-gpu-hour)")
-    return prices.quote(plan.cluster.gpu.name, options.provider, options.pricing)
+        return Quote(options.provider or "user", options.pricing, options.price_per_gpu_hour,
+                     "user (--price-per-gpu-hour)")
+    if options.provider:
+        return prices.quote(gpu, options.provider, options.pricing)
+    tier = [q for q in prices.quotes_for(gpu) if q.tier == options.pricing]
+    if not tier:
+        raise CatalogError(f"no {options.pricing} price for GPU {gpu!r} in the price catalog; give "
+                           f"--price-per-gpu-hour, --pricing or a --prices FILE (`trainledger prices`)")
+    return tier[0]
+
+
+def usd_per_gpu_hour(gpu: str, options: CostOptions | None = None) -> float | None:
+    """:func:`cloud_quote`'s price, or None when the catalog has none (for ranking plans)."""
+    try:
+        return cloud_quote(gpu, options).usd_per_gpu_hour
+    except CatalogError:
+        return None
+
+
+def _cloud_quote(plan: Plan, options: CostOptions, prices: PriceCatalog) -> Quote:
+    return cloud_quote(plan.cluster.gpu.name, options, prices)
 
 
 def _owned_inputs(plan: Plan, options: CostOptions, prices: PriceCatalog) -> dict[str, Any] | None:
@@ -136,6 +161,37 @@ def _break_even(v: dict[str, Any], notes: list[str], own: dict[str, Any], month:
         notes.append("break-even comes after the hardware's lifetime")
 
 
+def _cloud_part(plan: Plan, run: RunFigures, quote: Quote, prices: PriceCatalog, v: dict[str, Any],
+                terms: list[Term]) -> None:
+    """Cloud cost of the run: GPU-hours × price, and the same hours at every catalog price."""
+    h = run.gpu_hours
+    v["cloud_usd"] = cloud_cost_usd(h, quote.usd_per_gpu_hour)
+    v["cloud_trace"] = f"{h:,.1f} GPU-h × ${quote.usd_per_gpu_hour:,.4g}/GPU-h"
+    terms.append(Term("cloud_usd", v["cloud_usd"], "usd", quote.source, "GPU-hours × price per GPU-hour"))
+    if plan.recipe.train_tokens:
+        v["cloud_usd_per_million_tokens"] = v["cloud_usd"] / plan.recipe.train_tokens * 1e6
+    v["cloud_quotes"] = [{"provider": q.provider, "pricing": q.tier, "usd_per_gpu_hour": q.usd_per_gpu_hour,
+                          "cloud_usd": cloud_cost_usd(h, q.usd_per_gpu_hour)}
+                         for q in prices.quotes_for(plan.cluster.gpu.name)]
+
+
+def _owned_part(run: RunFigures, pm: PowerModel, own: dict[str, Any], v: dict[str, Any],
+                terms: list[Term]) -> None:
+    """Owned cost of the run: write-off and maintenance of the used hours, electricity of the run."""
+    h = run.gpu_hours
+    kwh = energy_kwh(h, pm.gpu_power_w, gpus_per_node=pm.gpus_per_node,
+                     node_overhead_w=pm.node_overhead_w, pue=pm.pue)
+    parts = owned_run_cost_usd(h, own["capex_per_gpu_usd"], own["lifetime_years"], own["maintenance_fraction"],
+                               own["utilization"], kwh, own["electricity_usd_per_kwh"])
+    v["owned_usd"] = parts["total_usd"]
+    v["owned_breakdown"] = parts
+    v["owned_trace"] = (f"{h:,.1f} GPU-h × ${own['capex_per_gpu_usd']:,.0f}/GPU × "
+                        f"(1/{own['lifetime_years']:g} y + {own['maintenance_fraction']:g}/y) / "
+                        f"(8760 h × {own['utilization']:g}) + {kwh:,.1f} kWh × ${own['electricity_usd_per_kwh']:g}/kWh")
+    terms.append(Term("owned_usd", v["owned_usd"], "usd", own["sources"]["server_price_usd"],
+                      "straight-line write-off, no cost of capital; idle hours charged to used ones"))
+
+
 def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                  time: Any = None, prices: PriceCatalog | None = None) -> Section:
     """The ``cost`` section: cloud cost, owned cost of the run and per month, break-even month."""
@@ -147,29 +203,23 @@ def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     try:
         quote: Quote | None = _cloud_quote(plan, options, prices)
     except CatalogError as exc:
-        if options.provider.lower() not in prices.clouds:
+        if options.provider and options.provider.lower() not in prices.clouds:
             raise
         quote = None
         notes.append(f"{exc}")
     n = plan.cluster.world_size
     v: dict[str, Any] = {"cloud_usd": None, "owned_usd": None,
                          "usd_per_gpu_hour": quote.usd_per_gpu_hour if quote else None,
-                         "provider": options.provider, "pricing": options.pricing, "cloud_usd_per_million_tokens": None,
-                         "owned_usd_per_month": None, "cloud_usd_per_month": None, "break_even_month": None}
+                         "provider": quote.provider if quote else options.provider, "pricing": options.pricing,
+                         "cloud_usd_per_million_tokens": None, "owned_usd_per_month": None,
+                         "cloud_usd_per_month": None, "break_even_month": None}
     inputs: dict[str, Any] = {"gpu_hours": run.gpu_hours, "gpus": n,
                               "price": {**quote.detail, "source": quote.source} if quote else None}
-    own = _owned_inputs(plan, options, prices)
-    if run.gpu_hours and quote is not None:
-        v["cloud_usd"] = cloud_cost_usd(run.gpu_hours, quote.usd_per_gpu_hour)
-        v["cloud_trace"] = f"{run.gpu_hours:,.1f} GPU-h × ${quote.usd_per_gpu_hour:,.4g}/GPU-h"
-        terms.append(Term("cloud_usd", v["cloud_usd"], "usd", quote.source, "GPU-hours × price per GPU-hour"))
-        if plan.recipe.train_tokens:
-            v["cloud_usd_per_million_tokens"] = v["cloud_usd"] / plan.recipe.train_tokens * 1e6
-        v["cloud_quotes"] = [{"provider": q.provider, "pricing": q.tier, "usd_per_gpu_hour": q.usd_per_gpu_hour,
-                              "cloud_usd": cloud_cost_usd(run.gpu_hours, q.usd_per_gpu_hour)}
-                             for q in prices.quotes_for(plan.cluster.gpu.name)]
-    elif not run.gpu_hours:
+    if not run.gpu_hours:
         notes.append("no run length: give --tokens (and a time model) for the cost of the run")
+    elif quote is not None:
+        _cloud_part(plan, run, quote, prices, v, terms)
+    own = _owned_inputs(plan, options, prices)
     if own is None:
         notes.append(f"no server price for {plan.cluster.gpu.name}: give --server-price for the owned cost")
         return Section(values=v, inputs=inputs, terms=terms, notes=notes)
@@ -181,19 +231,7 @@ def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     if quote is not None:
         _break_even(v, notes, own, month, n, quote.usd_per_gpu_hour)
     if run.gpu_hours:
-        kwh = energy_kwh(run.gpu_hours, pm.gpu_power_w, gpus_per_node=pm.gpus_per_node,
-                         node_overhead_w=pm.node_overhead_w, pue=pm.pue)
-        parts = owned_run_cost_usd(run.gpu_hours, own["capex_per_gpu_usd"], own["lifetime_years"],
-                                   own["maintenance_fraction"], own["utilization"], kwh,
-                                   own["electricity_usd_per_kwh"])
-        v["owned_usd"] = parts["total_usd"]
-        v["owned_breakdown"] = parts
-        v["owned_trace"] = (f"{run.gpu_hours:,.1f} GPU-h × ${own['capex_per_gpu_usd']:,.0f}/GPU × "
-                            f"(1/{own['lifetime_years']:g} y + {own['maintenance_fraction']:g}/y) / "
-                            f"(8760 h × {own['utilization']:g}) + {kwh:,.1f} kWh × "
-                            f"${own['electricity_usd_per_kwh']:g}/kWh")
-        terms.append(Term("owned_usd", v["owned_usd"], "usd", own["sources"]["server_price_usd"],
-                          "straight-line write-off, no cost of capital; idle hours charged to used ones"))
+        _owned_part(run, pm, own, v, terms)
     return Section(values=v, inputs=inputs, terms=terms, notes=notes)
 
 
@@ -213,5 +251,5 @@ def run_cost_usd(plan: Plan, time_estimate: Any, options: CostOptions | Estimate
     return cloud_cost_usd(run.gpu_hours, quote.usd_per_gpu_hour)
 
 
-__all__ = ["cloud_cost_usd", "owned_fixed_usd_per_gpu_hour", "owned_run_cost_usd", "owned_monthly_usd",
+__all__ = ["cloud_quote", "usd_per_gpu_hour", "cloud_cost_usd", "owned_fixed_usd_per_gpu_hour", "owned_run_cost_usd", "owned_monthly_usd",
            "break_even_month", "cost_section", "run_cost_usd", "energy_section"]

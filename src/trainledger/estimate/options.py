@@ -19,6 +19,15 @@ class MemoryOptions(Spec):
     allocator_reserve_fraction: float | None = Field(
         None, ge=0, le=1, description="caching-allocator reserve as a fraction of peak allocated"
     )
+    cuda_context_bytes: int | None = Field(None, ge=0, description="CUDA context + kernels, bytes")
+    workspace_bytes: int | None = Field(None, ge=0, description="cuBLAS/cuBLASLt workspaces, bytes")
+    use_cache: bool = Field(
+        False, description="training forward also builds transformers' DynamicCache (use_cache=True)"
+    )
+    kv_cache: Literal["hf", "paged"] = Field(
+        "hf", description="inference KV cache: transformers DynamicCache, or a paged engine (vLLM blocks)"
+    )
+    suggestions: bool = Field(True, description="when it does not fit, search the cheapest changes")
 
 
 class TimeOptions(Spec):
@@ -44,7 +53,9 @@ class CostOptions(Spec):
     source there) or from the price catalog. Units are in the field names.
     """
 
-    provider: str = Field("aws", description="cloud provider in catalog/prices (aws, gcp, azure, lambda, coreweave)")
+    provider: str | None = Field(
+        None, description="cloud provider in catalog/prices (aws, gcp, azure, lambda, coreweave); "
+        "None: the cheapest catalog price of the tier for the GPU")
     pricing: Literal["on-demand", "reserved", "spot"] = Field("on-demand", description="pricing tier")
     price_per_gpu_hour: float | None = Field(None, gt=0, description="USD per GPU-hour; overrides the catalog")
     prices_file: str | None = Field(None, description="YAML/JSON price file (same shape as catalog/prices/*.yaml)")
