@@ -17,7 +17,8 @@ Two totals are kept apart (Korthikanti et al. 2022, arXiv:2205.05198, §6: MFU v
   half; an eager kernel executes the whole s×s product and masks it afterwards.
 
 ``six_nt_per_step`` = 6·N·T (Kaplan et al. 2020, arXiv:2001.08361, §2.1) with N the active
-non-embedding-free parameter count, shown beside the detailed count for comparison.
+parameters that take part in a matmul (the input embedding lookup excluded, the lm_head kept),
+shown beside the detailed count for comparison.
 
 Glossary: s sequence length, b micro-batch, h hidden, a heads, k KV heads, d head dim, f FFN width,
 V vocabulary, L layers, E routed experts, K experts per token, r LoRA rank, t/p/c tensor/pipeline/
@@ -247,10 +248,17 @@ def step_flops(plan: Plan) -> FlopCount:
         hw += 0.5 * executed_attn * tokens  # flash backward recomputes QKᵀ (Dao 2023, §3.1)
     if training:
         hw += recompute_flops_per_token(plan, executed_attn, layers_fwd, adapters) * tokens
-    n_active = m.params.active
     return FlopCount(model=model, model_causal=model_causal, hardware=hw,
-                     six_nt=(6.0 if training else 2.0) * n_active * tokens,
+                     six_nt=(6.0 if training else 2.0) * matmul_params(m) * tokens,
                      breakdown={k: v for k, v in bd.items() if v})
+
+
+def matmul_params(m: ModelSpec) -> int:
+    """Active parameters that take part in a matmul: all but the input embedding lookup
+    (a tied embedding counts once, as the lm_head)."""
+    pc = m.params
+    lookup = pc.embedding if not m.tie_word_embeddings else pc.embedding - pc.breakdown["embedding"]
+    return pc.active - lookup
 
 
 def recompute_fraction(plan: Plan) -> float:
@@ -279,16 +287,17 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
     return 0.0
 
 
-def narayanan_flops_per_iteration(B: int, s: int, l: int, h: int, V: int,
+def narayanan_flops_per_iteration(B: int, s: int, L: int, h: int, V: int,
                                   recompute: bool = True) -> float:
     """Narayanan et al. 2021 (arXiv:2104.04473) eq. 3: F = 96·B·s·l·h²·(1 + s/6h + V/16lh).
 
     Without activation recomputation the leading constant is 72 and the vocabulary term V/12lh
-    (the lm_head is never recomputed). GPT with a 4h MLP, full attention, B samples per iteration.
+    (the lm_head is never recomputed). GPT with a 4h MLP, full attention, B samples per iteration;
+    L is the paper's l (number of layers).
     """
     if recompute:
-        return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-    return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
 
 
 def training_time_s(tokens: float, params: float, n_gpus: int, flop_per_s_per_gpu: float,
