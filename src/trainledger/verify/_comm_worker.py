@@ -150,7 +150,7 @@ def sweep(ops: list[str], sizes: list[int], n: int, rank: int, dev, status: Rank
             if op == COPY_OP:
                 src = torch.ones(elems, device=dev)
                 dst = torch.empty_like(src)
-                fn = lambda: dst.copy_(src)  # noqa: E731
+                fn = lambda dst=dst, src=src: dst.copy_(src)  # noqa: E731
             else:
                 big = torch.ones(elems, device=dev)
                 small = torch.ones(elems // n, device=dev)

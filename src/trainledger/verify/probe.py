@@ -273,11 +273,20 @@ def compare_pcie(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-def _name_matches(seen: str, display_name: str, catalog_name: str) -> bool:
-    norm = lambda s: "".join(ch for ch in s.lower() if ch.isalnum())  # noqa: E731
-    seen_n = norm(seen)
+def gpu_name_matches(seen: str, catalog_name: str) -> bool:
+    """Is the NVML name ``seen`` (e.g. 'NVIDIA H100 80GB HBM3') the catalog GPU (e.g. 'h100-sxm')?
+
+    The model token (first part of the catalog name) must appear in the NVML name, and the
+    form factors PCIe and NVL must agree: NVML names the PCIe and NVL boards ('NVIDIA H100 PCIe',
+    'NVIDIA H100 NVL') but not always the SXM ones ('NVIDIA H100 80GB HBM3').
+    """
+    norm = "".join(ch for ch in seen.lower() if ch.isalnum())
     tokens = [t for t in catalog_name.lower().replace("_", "-").split("-") if t]
-    return norm(display_name) in seen_n or all(t in seen_n for t in tokens)
+    if not tokens or tokens[0] not in norm:
+        return False
+    same_pcie = ("pcie" in tokens) == ("pcie" in norm)
+    same_nvl = ("nvl" in tokens) == ("nvl" in norm.replace(tokens[0], ""))
+    return same_pcie and same_nvl
 
 
 def compare_with_plan(found: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, str]]:
@@ -294,7 +303,7 @@ def compare_with_plan(found: dict[str, Any], plan: dict[str, Any]) -> list[dict[
         out.append(_finding("fail", f"plan assumes {want} GPU(s) per node; found {len(gpus)}"
                             + ("" if gpus else f" ({gpu.get('reason') or 'no GPU'})")))
     for g in gpus[:want]:
-        if not _name_matches(g["name"], plan["gpu_display_name"], plan["gpu_name"]):
+        if not gpu_name_matches(g["name"], plan["gpu_name"]):
             out.append(_finding("fail", f"plan assumes {plan['gpu_display_name']}; GPU{g['index']} is {g['name']}"))
         mem, plan_mem = g["memory_total_bytes"], plan["gpu_memory_bytes"]
         if abs(mem - plan_mem) > MEMORY_TOLERANCE * plan_mem:
