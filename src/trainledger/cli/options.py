@@ -107,3 +107,28 @@ def _imported(paths: tuple[str, ...]) -> dict[str, Any]:
 
 def plan_from_options(kwargs: dict[str, Any]) -> Plan:
     return build_plan(inputs_from_options(kwargs))
+
+
+#: time-model overrides (issue 4); ``time_options_from_kwargs`` turns them into TimeOptions.
+TIME_OPTIONS: list[Callable] = [
+    click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), help="force this model-FLOPs utilization (sets the step time)"),
+    click.option("--matmul-efficiency", type=click.FloatRange(0, 1, min_open=True), help="override the GPU family's achievable fraction of dense peak for GEMMs"),
+    click.option("--tp-comm-overlap", is_flag=True, default=None, help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
+    click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
+]
+
+
+def time_options(func: Callable) -> Callable:
+    """Decorator adding the time-model override flags."""
+    for opt in reversed(TIME_OPTIONS):
+        func = opt(func)
+    return func
+
+
+def time_options_from_kwargs(kwargs: dict[str, Any]):
+    """Pop the time flags from kwargs into a TimeOptions."""
+    from ..estimate.options import TimeOptions
+
+    return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
+                       tp_comm_overlap=bool(kwargs.pop("tp_comm_overlap", None)),
+                       overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None))

@@ -318,6 +318,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, opts, links)
+    flops = step_flops(plan)
     opt_s = _optimizer_s(plan, eff, topo)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
@@ -327,8 +328,10 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     step = sum(bd.values())
-    flops = step_flops(plan)
     notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml"]
+    if flops.hardware < flops.model:
+        notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
+                     "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
     if opts.mfu is not None:
         forced = flops.model / (plan.cluster.world_size * peak_mm * opts.mfu)
         bd = {k: v * forced / step for k, v in bd.items()}

@@ -1,0 +1,46 @@
+"""Text rendering of the compute and time sections of an estimate (issue 4). Formats only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..units import fmt_flops, fmt_seconds
+from .output import table
+
+
+def compute_lines(c: dict[str, Any]) -> list[str]:
+    """The compute section: FLOPs (model, hardware, 6NT), step time breakdown, throughput, MFU."""
+    out = [
+        "compute",
+        f"  FLOPs per step: model {fmt_flops(c['model_flops_per_step'])} (MFU basis), hardware "
+        f"{fmt_flops(c['hardware_flops_per_step'])} (HFU, with recomputation), 6·N·T "
+        f"{fmt_flops(c['six_nt_per_step'])}, causal-only {fmt_flops(c['model_flops_causal_per_step'])}",
+        f"  step {fmt_seconds(c['step_time_s'])}: {c['tokens_per_s']:,.0f} tokens/s, "
+        f"{c['tokens_per_s_per_gpu']:,.0f} per GPU, {c['model_tflop_per_s_per_gpu']:.0f} TFLOP/s per GPU, "
+        f"MFU {100 * c['mfu']:.1f}%, HFU {100 * c['hfu']:.1f}% (matmuls in {c['matmul_dtype']}, "
+        f"efficiency family {c['efficiency_family']})",
+    ]
+    step = c["step_time_s"]
+    rows = [[k, fmt_seconds(v), f"{100 * v / step:.1f}%"] for k, v in c["breakdown"].items()]
+    out += ["  " + line for line in table(rows, ["part", "time", "share"], align="lrr").splitlines()]
+    parts = ", ".join(f"{k} {fmt_seconds(v)}" for k, v in c["compute_parts"].items() if v)
+    out.append(f"  compute = {parts}")
+    if c.get("hidden_comm"):
+        hid = ", ".join(f"{k} {fmt_seconds(v)}" for k, v in c["hidden_comm"].items())
+        out.append(f"  overlapped (hidden) communication: {hid}")
+    out += [f"  note: {n}" for n in c.get("notes", [])]
+    return out
+
+
+def time_lines(t: dict[str, Any]) -> list[str]:
+    """The time section: steps, wall-clock, GPU-hours, predicted scaling efficiency."""
+    out = ["time to train",
+           f"  {t['tokens']:,.0f} tokens = {t['steps']:,} steps: {fmt_seconds(t['total_s'])} on "
+           f"{t['gpus']} GPUs, {t['gpu_hours']:,.0f} GPU-hours"]
+    if t.get("scaling"):
+        rows = [[r["gpus"], r["dp"], fmt_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
+                 f"{100 * r['mfu']:.1f}%", f"{100 * r['scaling_efficiency']:.0f}%"] for r in t["scaling"]]
+        out.append("  predicted scaling (same global batch):")
+        out += ["  " + line for line in table(rows, ["gpus", "dp", "step", "tok/s/GPU", "MFU", "efficiency"],
+                                              align="rrrrrr").splitlines()]
+    return out
