@@ -110,8 +110,13 @@ def build_stats(paths: list[str], sources: list[Source], counter: TokenCounter, 
         "sampling": sampling,
         "errors": {"total": sum(tally.errors.values()), "by_kind": dict(tally.errors), "examples": tally.examples},
         "warnings": _warnings(sources, counter, tally, rate),
-        "throughput": {"workers": workers, "elapsed_s": elapsed,
-                       "tokens_per_s": summary["total_tokens"] / elapsed if elapsed > 0 else None,
-                       "bytes_per_s": stats["inputs"]["bytes"] / elapsed if elapsed > 0 else None},
+        "throughput": _throughput(workers, elapsed, summary["total_tokens"], stats["inputs"]["bytes"]),
     })
     return stats
+
+
+def _throughput(workers: int, elapsed: float, tokens: int, n_bytes: int) -> dict:
+    """Tokens counted (drawn ones only under --sample) and bytes read per second of wall time."""
+    ok = elapsed > 0
+    return {"workers": workers, "elapsed_s": elapsed, "tokens_per_s": tokens / elapsed if ok else None,
+            "bytes_per_s": n_bytes / elapsed if ok else None}
