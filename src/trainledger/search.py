@@ -316,8 +316,9 @@ def _deadline_s(job: Job) -> float | None:
     return job.deadline_days * SECONDS_PER_DAY if job.deadline_days else None
 
 
-def _layout(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1) -> Layout:
-    return Layout(dp=dp, tp=tp, pp=pp, vp=vp, zero=zero, offload=offload, sp=tp > 1,
+def _layout(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp: int = 1,
+            ep: int = 1) -> Layout:
+    return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, offload=offload, sp=tp > 1,
                   pp_schedule="interleaved" if vp > 1 else "1f1b")
 
 

@@ -58,7 +58,7 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
 
 
 def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, recompute: str,
-               offload: str, mb: int, vp: int = 1) -> Plan | None:
+               offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
     from .search import _layout
 
     gb = space.global_batch
@@ -67,10 +67,26 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
                                           "grad_accum": gb // (mb * dp)})
     try:
-        return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp),
+        return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
                     cluster=cluster, headroom=space.job.headroom)
     except TrainledgerError:
         return None
+
+
+def _cp_values(space: Space, room: int) -> list[int]:
+    """Context parallelism only for long sequences (>= 32k tokens), where activations dominate."""
+    if space.recipe.seq_len < 32768:
+        return [1]
+    return [c for c in (1, 2, 4, 8) if c <= room and space.recipe.seq_len % c == 0]
+
+
+def _ep_values(space: Space, dp_cp: int) -> list[int]:
+    """No EP, and the widest power-of-two EP (<= 64) that divides the experts and DP·CP."""
+    moe = space.model.moe
+    if moe is None:
+        return [1]
+    wide = [e for e in (2, 4, 8, 16, 32, 64) if moe.num_experts % e == 0 and dp_cp % e == 0]
+    return [1] + wide[-1:]
 
 
 def _fits(plan: Plan, st: _State):
@@ -82,8 +98,8 @@ def _fits(plan: Plan, st: _State):
 
 
 def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
-              last_fail: list) -> list:
-    """Fitting candidates of one (TP, PP, DP): per memory knob, the largest micro-batch that fits."""
+              last_fail: list, cp: int = 1, ep: int = 1) -> list:
+    """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch."""
     from .search import _KNOBS, evaluate
 
     gb = space.global_batch
@@ -91,7 +107,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     if not mbs:
         return []
     z, rc, off = _KNOBS[-1]
-    probe = _make_plan(space, cluster, tp, pp, dp, z if dp > 1 else 0, rc, off, 1)
+    probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
     ok, mem = _fits(probe, st)
@@ -100,9 +116,8 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         return []
     out = []
     for zero, recompute, offload in _KNOBS:
-        if dp == 1 and zero == 3:
-            zero = 0
-        lo_plan = _make_plan(space, cluster, tp, pp, dp, zero if dp > 1 else 0, recompute, offload, 1)
+        zero = zero if dp * cp > 1 else 0
+        lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
         if lo_plan is None:
             continue
         ok, mem = _fits(lo_plan, st)
@@ -110,7 +125,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
             continue
         best_plan, best_mem = lo_plan, mem
         for b in mbs[1:]:
-            p = _make_plan(space, cluster, tp, pp, dp, zero if dp > 1 else 0, recompute, offload, b)
+            p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, b, 1, cp, ep)
             if p is None:
                 break
             ok, mem = _fits(p, st)
@@ -142,7 +157,7 @@ def _interleaved(space: Space, cand, st: _State):
         if lay.pp == 1 or L < lay.pp * v or p.recipe.grad_accum % lay.pp:
             break
         q = _make_plan(space, p.cluster, lay.tp, lay.pp, lay.dp_size, lay.zero, p.recipe.recompute,
-                       lay.offload, p.recipe.micro_batch, vp=v)
+                       lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
         if q is None:
             break
         ok, mem = _fits(q, st)
@@ -168,13 +183,17 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
     cluster = _cluster(gpu, per_node, n, net)
     found: list = []
     fails: list = []
-    for tp in _tp_values(space, gpu, per_node, rejected if n == per_node else [], n):
+    shapes = [(tp, cp) for tp in _tp_values(space, gpu, per_node, rejected if n == per_node else [], n)
+              for cp in _cp_values(space, n // tp)]
+    for tp, cp in shapes:
         fitted = 0
         for pp in _PP:
-            if tp * pp > n or n % (tp * pp) or pp > space.model.num_layers:
+            if tp * pp * cp > n or n % (tp * pp * cp) or pp > space.model.num_layers:
                 continue
-            dp = n // (tp * pp)
-            got = _best_for(space, cluster, tp, pp, dp, st, fails)
+            dp = n // (tp * pp * cp)
+            got = []
+            for ep in _ep_values(space, dp * cp):
+                got += _best_for(space, cluster, tp, pp, dp, st, fails, cp, ep)
             if got:
                 found += got
                 best = min(got, key=lambda c: c.compute.step_time_s)

@@ -127,7 +127,9 @@ class ComputeEstimate:
         d.update(
             step_time_s=self.step_time_s, tokens_per_step=self.tokens_per_step,
             tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
-            mfu=self.mfu, hfu=self.hfu, model_tflop_per_s_per_gpu=self.model_flop_per_s_per_gpu / 1e12,
+            mfu=self.mfu, hfu=self.hfu,
+            mfu_causal=self.flops.model_causal / (self.step_time_s * self.gpus * self.peak_flop_per_s),
+            model_tflop_per_s_per_gpu=self.model_flop_per_s_per_gpu / 1e12,
             peak_flop_per_s=self.peak_flop_per_s, matmul_dtype=self.matmul_dtype,
             efficiency_family=self.family, breakdown=dict(self.breakdown),
             compute_parts=dict(self.compute_parts), hidden_comm=dict(self.hidden_comm),
