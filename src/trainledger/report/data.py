@@ -1,0 +1,150 @@
+"""Everything a report shows, computed by the library before any renderer runs.
+
+``build_report`` estimates the plan, runs the what-if sweeps, builds the procurement sheet, the
+risks and the upgrade triggers, and attaches planner and verify results when given. The result is
+plain data (``ReportData.to_dict()`` is the JSON report); renderers only format and draw it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import SpecError
+from ..estimate import EstimateOptions, estimate
+from ..model import ModelSpec
+from ..planfile import PlanInputs, build_plan, parse_inputs
+from . import risks as _risks
+from . import sheet as _sheet
+from . import sweeps
+
+
+@dataclass
+class ReportData:
+    """The content of one report (see the module docstring)."""
+
+    title: str
+    generated: str
+    version: str
+    inputs: dict[str, Any]
+    estimate: dict[str, Any]
+    gpu_compare: list[dict[str, Any]] = field(default_factory=list)
+    seq_sweep: dict[str, Any] | None = None
+    mb_sweep: dict[str, Any] | None = None
+    count_sweep: dict[str, Any] | None = None
+    sheet: dict[str, Any] | None = None
+    risks: list[dict[str, str]] = field(default_factory=list)
+    triggers: list[dict[str, str]] = field(default_factory=list)
+    plan_result: dict[str, Any] | None = None
+    verify: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))
+
+
+def _clean(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=lambda o: o.to_dict() if hasattr(o, "to_dict") else str(o)))
+
+
+def read_json(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON object written by another trainledger command (plan --json, verify memory --json)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such file (expected the output of `{what}`)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"{p}: not a JSON file written by `{what}` ({exc})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: expected a JSON object written by `{what}`")
+    return data
+
+
+def inputs_from_plan_result(result: dict[str, Any], index: int = 0) -> PlanInputs:
+    """Plan inputs of the ``index``-th ranked plan of a ``plan --json`` result."""
+    plans = result.get("plans")
+    if not isinstance(plans, list) or not plans:
+        raise SpecError("plan result: no ranked plans in it (field 'plans' is empty or missing)")
+    if not 0 <= index < len(plans):
+        raise SpecError(f"plan result: --pick {index + 1} is out of range (1..{len(plans)})")
+    job, p = result.get("job") or {}, plans[index]
+    lay = p.get("layout") or {}
+    data: dict[str, Any] = {k: job[k] for k in ("model", "method", "precision", "optimizer", "attention",
+                                                 "seq_len", "tokens", "lora_rank", "headroom") if job.get(k) is not None}
+    data.update(gpu=p.get("gpu"), gpus=p.get("gpus"), network=p.get("network"))
+    if p.get("nodes"):
+        data["gpus_per_node"] = p["gpus"] // p["nodes"]
+    for k in ("dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "micro_batch", "grad_accum", "recompute", "sp"):
+        if lay.get(k) is not None:
+            data[k] = lay[k]
+    return parse_inputs({k: v for k, v in data.items() if v is not None}, "plan result")
+
+
+def verify_section(result: dict[str, Any]) -> dict[str, Any]:
+    """Measured vs predicted rows of a ``verify memory --json`` result, and the peak check."""
+    from ..verify.compare import compare_memory  # torch-free
+
+    measured, predicted = result.get("measured"), result.get("predicted")
+    if not isinstance(measured, dict) or not isinstance(predicted, dict):
+        raise SpecError("verify result: needs 'measured' and 'predicted' objects (output of `verify memory --json`)")
+    cmp = result.get("comparison") or compare_memory(measured, predicted)
+    m, p = measured.get("peak_allocated_bytes"), predicted.get("peak_allocated_bytes")
+    err = (p - m) / m if m and p is not None else None
+    return {"device": measured.get("device"), "oom": bool(measured.get("oom")),
+            "categories": cmp.get("categories", []), "totals": cmp.get("totals", []),
+            "phases": cmp.get("phases", []), "peak_relative_error": err,
+            "within_tolerance": err is not None and abs(err) <= _sheet.MEMORY_TOLERANCE,
+            "tolerance": _sheet.MEMORY_TOLERANCE, "env": measured.get("env") or {}}
+
+
+def _title(est: dict[str, Any]) -> str:
+    p = est["plan"]
+    return f"{p['model']} · {p['method']} · {p['gpus']}× {p['gpu']}"
+
+
+def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
+                 model: ModelSpec | None = None, compare_gpus: list[str] | None = None,
+                 plan_result: dict[str, Any] | None = None, verify_result: dict[str, Any] | None = None,
+                 checkpoint_dir: str | None = None, sweeps_on: bool = True) -> ReportData:
+    """Estimate ``inputs`` and gather every section of the report (see the module docstring)."""
+    plan = build_plan(inputs, model)
+    est = _jsonable(estimate(plan, options).to_dict())
+    gpus = list(dict.fromkeys([inputs.gpu, *(compare_gpus or sweeps.DEFAULT_COMPARE_GPUS)]))
+    data = ReportData(title=_title(est), version=__version__, inputs=inputs.model_dump(mode="json"),
+                      generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), estimate=est)
+    if sweeps_on:
+        data.gpu_compare = sweeps.gpu_comparison(inputs, gpus, model, options)
+        data.seq_sweep = sweeps.memory_sweep(inputs, "seq_len", sweeps.seq_len_values(inputs.seq_len),
+                                             gpus, model, options)
+        data.mb_sweep = sweeps.memory_sweep(inputs, "micro_batch", sweeps.micro_batch_values(inputs.micro_batch),
+                                            gpus, model, options)
+        data.count_sweep = sweeps.gpu_count_sweep(inputs, None, model, options)
+        data.triggers = _risks.triggers(inputs, est, model, options)
+    data.sheet = _sheet.procurement_sheet(plan, inputs, est, checkpoint_dir)
+    data.risks = _risks.risks(est)
+    if plan_result is not None:
+        data.plan_result = {k: plan_result.get(k) for k in ("job", "plans", "rejected", "evaluated",
+                                                             "elapsed_s", "gpu_count")}
+    if verify_result is not None:
+        data.verify = verify_section(verify_result)
+    for sec in ("compute", "time", "energy", "cost", "io", "checkpoint", "host"):
+        if sec not in est:
+            data.notes.append(f"{sec}: not estimated")
+    return data
+
