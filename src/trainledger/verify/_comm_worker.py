@@ -32,8 +32,8 @@ def _native(op: str, out, inp, n: int) -> None:
 
     if op == "all_reduce":
         dist.all_reduce(out)
-    elif op == "all_gather":
-        dist.all_gather_into_tensor(out, inp)
+    elif op == "all_gather":  # all_gather_single replaces all_gather_into_tensor in newer torch
+        getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(out, inp)
     elif op == "reduce_scatter":
         dist.reduce_scatter_tensor(out, inp)
     elif op == "all_to_all":
