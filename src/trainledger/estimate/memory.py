@@ -1,0 +1,213 @@
+"""Per-GPU memory of a training or inference job, term by term, with its peak phase and fit verdict.
+
+``estimate_memory(plan, opts)`` predicts what ``torch.cuda.max_memory_allocated()`` reports in a
+steady-state step of the reference runtime (PyTorch + transformers + peft + torch.distributed,
+CUDA defaults), the allocator's reserved memory, and the device total with the CUDA context and
+library workspaces. The phase model is in :mod:`.memory_model`, activations in
+:mod:`.activations`, model states in :mod:`.memory_states`, suggestions in :mod:`.memory_suggest`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import Plan
+from ..units import gib
+from .memory_model import Parts, activations, inference, model_states
+from .memory_runtime import runtime_defaults
+from .options import MemoryOptions
+from .terms import Term
+
+#: term -> (formula source, assumptions); shown with every breakdown entry.
+SOURCES: dict[str, tuple[str, str]] = {
+    "weights": ("P·bytes(weight dtype); QLoRA NF4 + double-quant constants (Dettmers et al. 2023, §3)",
+                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d"),
+    "master_weights": ("4·P_t fp32 master copy (Micikevicius et al. 2018; ZeRO Fig. 1 '2+2+12')", ""),
+    "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
+    "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
+                         "(see estimate/memory_states.py)", "ZeRO-1+ shard over d"),
+    "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes "
+                              "(torch/optim/adamw.py; measured on torch 2.13)", "fused AdamW: none"),
+    "autocast_weight_copies": ("c·(all Linear weights): autocast casts each weight once and backward "
+                               "keeps the copy (measured on torch 2.13)", "only when weights are fp32 "
+                               "and compute is 16-bit"),
+    "activations": ("saved tensors per layer and token, dtype-traced through the HF decoder layer "
+                    "(estimate/activations.py); cf. Korthikanti et al. 2022 Table 2",
+                    "recompute/PP in-flight micro-batches/TP/SP/CP applied"),
+    "logits": ("(c + 4 + 4)·V·b·s forward (logits, fp32 upcast, log-softmax), 12·V·b·s in backward "
+               "(transformers ForCausalLMLoss)", "all positions, no chunked loss"),
+    "dynamic_cache": ("fp32 K copies of transformers' DynamicCache during the training forward",
+                      "config use_cache=True; gone with gradient checkpointing"),
+    "kv_cache": ("b·ctx·L·2·k·d·c (GQA); MLA latent in paged engines (DeepSeek-V2 §2.1.2)", ""),
+    "ddp_buckets": ("DDP bucket copy of all gradients (torch DDP, gradient_as_bucket_view=False)", ""),
+    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter",
+                     "largest wrapped unit = largest decoder layer or the embedding"),
+    "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
+}
+
+
+@dataclass
+class MemoryEstimate:
+    """The memory section of an Estimate (bytes per GPU)."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_total_bytes: int
+    peak_phase: str
+    breakdown: dict[str, int]
+    phases: dict[str, int]
+    timeline: list[tuple[str, int]]
+    usable_bytes: int
+    headroom: float
+    host_bytes: int
+    terms: list[Term]
+    runtime_terms: dict[str, int]
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def budget_bytes(self) -> int:
+        return int(self.usable_bytes * (1 - self.headroom))
+
+    @property
+    def fits(self) -> bool:
+        return self.device_total_bytes <= self.budget_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "peak_phase": self.peak_phase,
+            "breakdown": dict(self.breakdown),
+            "phases": dict(self.phases),
+            "timeline": [{"point": p, "bytes": b} for p, b in self.timeline],
+            "fits": self.fits,
+            "usable_bytes": self.usable_bytes,
+            "budget_bytes": self.budget_bytes,
+            "headroom": self.headroom,
+            "host_bytes": self.host_bytes,
+            "runtime": dict(self.runtime_terms),
+            "terms": [t.to_dict() for t in self.terms],
+            "suggestions": list(self.suggestions),
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> str:
+        verdict = "fits" if self.fits else "does not fit"
+        return (f"peak {gib(self.peak_allocated_bytes):.2f} GiB allocated ({self.peak_phase}), "
+                f"{gib(self.device_total_bytes):.2f} GiB on the device: {verdict} in "
+                f"{gib(self.budget_bytes):.2f} GiB usable")
+
+
+def _training_points(plan: Plan, x: Parts) -> list[tuple[str, dict[str, float]]]:
+    """The moments of a steady-state training step, each as term -> bytes.
+
+    Backward is walked at both ends of the layer loop: memory changes linearly with the number j
+    of layers done (activations and copies freed, gradients added), so the maximum is at j = 0 or
+    j = n-1; each layer's backward adds its working set (gradients of its widest tensors).
+    """
+    r = plan.recipe
+    ga = r.grad_accum > 1 or plan.layout.pp > 1
+    g_prev = x.grads if ga else 0.0
+    n = max(x.n_layers, 1)
+    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
+    recompute = r.recompute == "full"
+    # autocast copies alive at the end of forward: all (the autocast cache holds them even for
+    # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
+    copies_bwd = x.copies_head if recompute else x.copies
+    fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
+               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
+               dynamic_cache=x.cache, other=x.inputs)
+    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
+              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
+    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
+              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
+              logits=x.logits_grad, other=x.inputs)
+    points = [("forward", fwd), ("backward", b0), ("backward", b1)]
+
+    def grads_after(j: int) -> float:
+        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
+
+    for j in (0, n - 1):
+        keep = (n - j) / n
+        if recompute:
+            acts = x.ckpt * keep + (x.acts - x.ckpt) * keep + x.act_layer
+            copies = x.copies_layer
+        else:
+            acts, copies = x.acts * keep, (x.copies - x.copies_head) * keep
+        points.append(("backward", dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
+                                        activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    end = dict(base, gradients=x.grads, other=x.inputs + x.grad_flow)
+    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
+    points += [("backward", end), ("optimizer", opt)]
+    return points
+
+
+def _inference_points(x: Parts) -> list[tuple[str, dict[str, float]]]:
+    return [("forward", {"weights": x.weights, "kv_cache": x.kv_cache, "activations": x.infer_work,
+                         "other": x.inputs})]
+
+
+def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
+    """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
+    opts = opts or MemoryOptions()
+    rt = runtime_defaults()
+    x = Parts()
+    model_states(plan, x)
+    if plan.recipe.is_training:
+        activations(plan, opts, x)
+        points = _training_points(plan, x)
+    else:
+        inference(plan, opts, x, rt.paged_block_tokens)
+        points = _inference_points(x)
+    totals = [(ph, sum(d.values())) for ph, d in points]
+    i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
+    peak_phase = totals[i_peak][0]
+    breakdown = {k: int(v) for k, v in points[i_peak][1].items() if v > 0}
+    peak = sum(breakdown.values())
+    phases: dict[str, int] = {}
+    for ph, tot in totals:
+        phases[ph] = max(phases.get(ph, 0), int(tot))
+    reserve = opts.allocator_reserve_fraction
+    reserve = rt.reserve_fraction if reserve is None else reserve
+    reserved = int(peak * (1 + reserve))
+    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
+    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
+    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    idle = int(sum(v for k, v in points[-1][1].items() if k not in ("gradients", "optimizer_temporaries")))
+    timeline = [("step start", idle)] + [(ph, int(tot)) for ph, tot in totals] + [("step end", idle)]
+    terms = [Term(name=k, value=v, unit="bytes", source=SOURCES[k][0], assumptions=SOURCES[k][1])
+             for k, v in breakdown.items()]
+    runtime_terms = {"allocator_reserve": reserved - peak, "cuda_context": context,
+                     "library_workspaces": workspace}
+    terms += [Term("allocator_reserve", reserved - peak, "bytes", rt.reserve_source),
+              Term("cuda_context", context, "bytes", rt.context_source),
+              Term("library_workspaces", workspace, "bytes", rt.workspace_source)]
+    est = MemoryEstimate(
+        peak_allocated_bytes=int(peak), peak_reserved_bytes=reserved,
+        device_total_bytes=reserved + context + workspace, peak_phase=peak_phase,
+        breakdown=breakdown, phases=phases, timeline=timeline,
+        usable_bytes=plan.cluster.gpu.usable_bytes, headroom=plan.headroom,
+        host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
+        notes=_notes(plan),
+    )
+    if suggest and opts.suggestions and not est.fits:
+        from .memory_suggest import suggestions
+
+        est.suggestions = suggestions(plan, opts, est)
+    return est
+
+
+def _notes(plan: Plan) -> list[str]:
+    r, lay = plan.recipe, plan.layout
+    out = []
+    if r.recompute == "selective" and r.attention != "eager":
+        out.append("selective recomputation drops only attention scores; sdpa/flash keep none")
+    if lay.pp > 1:
+        out.append("pipeline: the busiest stage (first for activations, last for logits) is shown")
+    if r.precision == "fp8-mixed":
+        out.append("fp8-mixed: activations modeled as bf16 (Transformer Engine keeps some in fp8)")
+    return out

@@ -1,0 +1,330 @@
+"""The numbers behind the memory estimate: per-GPU bytes of every term in every phase of one step.
+
+A steady-state training step (optimizer states already exist) passes four moments; the peak of
+``torch.cuda.max_memory_allocated`` is the largest of them (symbols: W weights, M master copy,
+S optimizer states, G gradients, C autocast weight copies, A saved activations, T = b·s tokens):
+
+* forward end, inside the loss: W+M+S(+G with grad accumulation)+C+A + the logits path
+  (c-byte logits, their fp32 upcast and the fp32 log-softmax: (c+4+4)·V·T; transformers'
+  ``ForCausalLMLoss`` calls ``logits.float()`` before ``cross_entropy``) + the fp32 K copies of the
+  DynamicCache when the config has ``use_cache``;
+* backward start, inside log-softmax backward: the same without the forward-only tensors, with
+  the log-softmax output, its incoming and outgoing gradients (3·4·V·T);
+* backward end: W+M+S+G + the gradient of the embedding output;
+* optimizer step: W+M+S+G + the step's temporaries (foreach AdamW: one state-sized copy).
+
+During backward, layer by layer, saved activations and autocast copies are freed while gradients
+appear, so the backward curve between its two ends is monotone and its maximum is an end
+(with full recomputation, one layer's activations are rematerialized on top).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan import Plan
+from ..units import DTYPE_BYTES
+from .activations import FP32, INT64, Flow, LoraShape, layer_bytes
+from .memory_states import (
+    model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
+)
+from ..modules import lora_params
+from .options import MemoryOptions
+
+_COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+
+
+@dataclass(slots=True)
+class Parts:
+    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage."""
+
+    weights: float = 0.0
+    master: float = 0.0
+    grads: float = 0.0
+    states: float = 0.0
+    opt_temp: float = 0.0
+    copies: float = 0.0  # autocast weight copies, all layers
+    copies_layer: float = 0.0  # one layer's copies (recompute)
+    copies_head: float = 0.0  # lm_head copy
+    acts: float = 0.0  # saved activations of all in-flight micro-batches
+    act_layer: float = 0.0  # one layer's full activations (recompute working set)
+    ckpt: float = 0.0  # checkpointed layer inputs (part of acts)
+    head_saves: float = 0.0  # final norm saves + lm_head input
+    head_out: float = 0.0  # final norm output held by the model output (forward only)
+    logits_fwd: float = 0.0
+    logits_bwd: float = 0.0
+    logits_grad: float = 0.0  # c-byte gradient of the logits entering lm_head backward
+    cache: float = 0.0  # DynamicCache fp32 K copies (forward only)
+    inputs: float = 0.0  # ids, labels, rotary tables
+    ddp: float = 0.0
+    zero_buf: float = 0.0
+    grad_flow: float = 0.0  # gradient of the residual stream during backward
+    grad_transient: float = 0.0  # c-byte weight grad before its fp32 cast (largest matrix)
+    kv_cache: float = 0.0  # inference
+    infer_work: float = 0.0  # inference transient of one layer + logits
+    host: float = 0.0
+    grad_head: float = 0.0  # gradients of lm_head + final norm (first to appear in backward)
+    layer_grads: float = 0.0  # gradients of one decoder layer
+    bwd_work: float = 0.0  # working set of one layer's backward (gradients of its widest tensors)
+    n_layers: int = 0
+    mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
+
+
+def flow_of(plan: Plan) -> tuple[Flow, float, float]:
+    """(activation dtype flow, weight bytes, trainable-parameter bytes) of the plan's policy."""
+    r = plan.recipe
+    pol = r.policy
+    c = _COMPUTE[pol["compute"]]
+    w = DTYPE_BYTES[pol["weights"]]
+    if r.method == "qlora":
+        w_emb = 2.0 if c == 2 else 4.0
+        return Flow(c=c, R=int(max(w_emb, c)), autocast=False), w_emb, 4.0
+    autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
+    R = int(max(w, c))
+    train_w = 4.0 if r.method == "lora" else w
+    return Flow(c=c, R=R, autocast=autocast), w, train_w
+
+
+def _layers_on_stage(plan: Plan) -> tuple[int, int]:
+    """(decoder layers, MoE layers) on the busiest pipeline stage."""
+    m, p = plan.model, plan.layout.pp
+    n = -(-m.num_layers // p)
+    n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
+    n_moe = min(n, -(-n_moe_total // p)) if n_moe_total else 0
+    return n, n_moe
+
+
+def inflight_microbatches(plan: Plan) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at once.
+
+    1F1B: min(p, m) (Narayanan et al. 2021, arXiv:2104.04473, §2.2.1); interleaved 1F1B with v
+    chunks multiplies by 1 + (p-1)/(p·v) (Korthikanti et al. 2022, Eq. 5/6); GPipe keeps all m.
+    """
+    lay, r = plan.layout, plan.recipe
+    p = lay.pp
+    if p == 1:
+        return 1.0
+    m = lay.pp_microbatches or r.grad_accum
+    if lay.pp_schedule == "gpipe":
+        return float(m)
+    n = float(min(p, m))
+    if lay.pp_schedule == "interleaved" and lay.vp > 1:
+        n *= 1 + (p - 1) / (p * lay.vp)
+    return n
+
+
+def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
+    """(parameters, autocast-cast parameters, quantizable decoder parameters, lm_head, layers)
+    on the busiest GPU: decoder layers split over pp, matrices over tp, routed experts over ep."""
+    m, lay = plan.model, plan.layout
+    sh = model_shape(m)
+    t = lay.tp
+    n_layers, _ = _layers_on_stage(plan)
+    frac = n_layers / m.num_layers
+    experts = sh.experts * frac
+    layers = (sh.layers * frac - experts) / t + experts / (lay.ep * t)
+    head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
+    other = sh.total - sh.layers - sh.embedding - sh.lm_head  # final norm
+    if lay.pp == 1:
+        head = sh.embedding + sh.lm_head
+    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
+        head = max(sh.embedding, head_linear)
+    P = layers + head / t + other
+    layer_norms = (sh.norms - other) * frac
+    # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
+    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / t
+    return P, linear, layers - layer_norms, head_linear / t, n_layers
+
+
+def _unsaved_first(m) -> float:
+    """LoRA: layer 0's frozen input projections read the embedding output, which needs no
+    gradient, so their autocast weight copies are not saved (freed right after use)."""
+    from ..modules import layer_linears
+
+    names = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa")
+    return float(sum(x.params for p, x in layer_linears(m, 0).items() if p.split(".")[-1] in names))
+
+
+def model_states(plan: Plan, parts: Parts) -> None:
+    """Weights, master, gradients, optimizer states and temporaries, DDP/ZeRO buffers, host."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    sh = model_shape(m)
+    flow, w, tw = flow_of(plan)
+    t = lay.tp
+    P, linear, quantizable, head_lin, n_layers = _local_params(plan)
+    training = r.is_training
+    lora = r.method in ("lora", "qlora")
+    if lora:
+        P_t = lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
+    else:
+        P_t = P if training else 0.0
+    N = lay.zero_shards if lay.zero else 1
+    if lay.hybrid_shard and lay.zero:
+        N = min(N, plan.cluster.gpus_per_node)
+    base = qlora_weight_bytes(quantizable, P - quantizable, w) if r.method == "qlora" else P * w
+    pol = r.policy
+    g_bytes = tw if lora else DTYPE_BYTES[pol["grads"]]
+    s_bytes = FP32 if lora else DTYPE_BYTES[pol["states"]]
+    master = P_t * FP32 if pol["master"] != "none" and training and not lora else 0.0
+    grads = P_t * g_bytes if training else 0.0
+    states = 0.0
+    if training:
+        states = optimizer_state_bytes(r.optimizer, P_t, s_bytes, sh, (P_t / P if P else 0.0))
+    adapters = P_t * tw if lora else 0.0
+    parts.weights = (base + adapters) / N if lay.zero == 3 else base + adapters
+    parts.master = master / N if lay.zero >= 1 else master
+    parts.states = states / N if lay.zero >= 1 else states
+    parts.grads = grads / N if lay.zero >= 2 else grads
+    temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
+    parts.opt_temp = temp / N if lay.zero >= 1 else temp
+    if flow.autocast:  # every Linear weight once, LoRA adapters included
+        parts.copies = (linear + (P_t if lora else 0.0) - (_unsaved_first(m) / t if lora else 0.0)) * flow.c
+        parts.copies_head = head_lin * flow.c
+        parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
+    if training and lay.dp_size > 1 and lay.zero <= 1:
+        parts.ddp = grads  # DDP buckets: a flat copy of every gradient (gradient_as_bucket_view=False)
+    if lay.zero == 3 or (lay.zero == 2 and lay.dp_size > 1):
+        unit = max(sh.max_layer / t, head_lin)
+        gather_b = DTYPE_BYTES["bf16"] if r.precision.endswith("-mixed") else w
+        parts.zero_buf = (2 * unit * gather_b if lay.zero == 3 else 0.0) + unit * g_bytes
+    if training and not lora:
+        parts.layer_grads = (P - head_lin) / max(n_layers, 1) * g_bytes
+        parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
+        if flow.autocast:
+            parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
+    offload(plan, parts)
+
+
+def offload(plan: Plan, parts: Parts) -> None:
+    """CPU/NVMe offload: optimizer states + master (+ fp32 grads) or also the weights to the host
+    (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, arXiv:2104.07857)."""
+    lay = plan.layout
+    host = 0.0
+    if lay.offload in ("optimizer", "params"):
+        host += parts.states + parts.master + parts.opt_temp
+        parts.states = parts.master = parts.opt_temp = 0.0
+    if lay.offload == "params":
+        host += parts.weights
+        parts.weights = parts.zero_buf  # only the gathered unit lives on the GPU
+    parts.host = host
+
+
+def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
+    """Saved activations, logits path, caches and inputs (see module docstring)."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    flow, _, _ = flow_of(plan)
+    t, cp = lay.tp, lay.cp
+    sp = lay.sp and t > 1
+    s_local = r.seq_len / cp
+    T = r.micro_batch * s_local
+    n_layers, n_moe = _layers_on_stage(plan)
+    lora = None
+    if r.method in ("lora", "qlora"):
+        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0)
+    s_att = r.seq_len if not m.sliding_window else r.seq_len
+    per_layer = []
+    for moe_layer, count in ((False, n_layers - n_moe), (True, n_moe)):
+        if count <= 0:
+            continue
+        lb = layer_bytes(m, flow, r.attention, moe_layer, lora)
+        full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
+        sel = full - lb.per_s * s_att / t
+        per_layer.append((count, lb, full, sel))
+    inflight = inflight_microbatches(plan)
+    acts = 0.0
+    act_layer = 0.0
+    ckpt = 0.0
+    cache = 0.0
+    n_ckpt_left = n_layers if r.recompute_layers is None else min(r.recompute_layers, n_layers)
+    for count, lb, full, sel in per_layer:
+        act_layer = max(act_layer, full * T)
+        if r.recompute == "full":
+            k = min(count, n_ckpt_left)
+            n_ckpt_left -= k
+            inp = lb.layer_input / (t if sp else 1)
+            ckpt += k * inp * T
+            acts += (k * inp + (count - k) * full) * T
+        else:
+            acts += count * (sel if r.recompute == "selective" else full) * T
+            if opts.use_cache:
+                cache += count * lb.cache_extra / t * T
+    if lora is not None and per_layer:
+        acts -= per_layer[0][1].first_layer_saving * T
+    parts.acts = acts * inflight
+    parts.ckpt = ckpt * inflight
+    parts.act_layer = act_layer if r.recompute == "full" else 0.0
+    parts.n_layers = n_layers
+    width = m.moe.top_k * m.moe.expert_intermediate_size if (m.moe and n_moe) else m.intermediate_size
+    mlp_saved = 4 * flow.c * width / t  # freed by the time attention backward runs
+    eager = lb_eager_transient(plan, flow) - mlp_saved if r.attention == "eager" else 0.0
+    parts.bwd_work = max(T * (flow.c * width + flow.R * m.hidden_size) / t, eager * T)
+    sh = model_shape(m)
+    parts.mlp_share = sh.mlp_share
+    parts.cache = cache
+    _logits(plan, flow, T, parts)
+
+
+def lb_eager_transient(plan: Plan, flow: Flow) -> float:
+    """Eager attention backward, per token: the fp32 gradient of the probabilities and the
+    softmax-backward output (8·a·s), less the c-byte probabilities freed just before."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    c_probs = flow.c if flow.c != FP32 else 0
+    return (2 * FP32 - c_probs) * m.num_heads * r.seq_len / lay.tp
+
+
+def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
+    """Final norm, lm_head input and the loss path on the last stage (vocab-parallel over t)."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    t = lay.tp
+    h, V = m.hidden_size, m.vocab_size
+    R, c = flow.R, flow.c
+    parts.inputs = T * INT64 * 3 + 2 * r.seq_len * m.head_dim * R
+    parts.grad_flow = T * R * h
+    cast = flow.autocast and R != c
+    if r.method in ("lora", "qlora"):  # frozen final norm and lm_head: neither saves the input
+        parts.head_saves = (FP32 * h + FP32) * T
+    else:  # lm_head saves its (cast) input; the model output still holds the fp32 norm output
+        parts.head_saves = (FP32 * h + FP32 + R * h) * T + (c if cast else R) * h * T
+    parts.head_out = R * h * T if cast else 0.0
+    logit_b = c if c != FP32 else FP32
+    up = FP32 if logit_b != FP32 else 0.0
+    parts.logits_fwd = (logit_b + up + FP32) * V * T / t
+    parts.logits_bwd = 3 * FP32 * V * T / t
+    parts.logits_grad = logit_b * V * T / t
+
+
+def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:
+    """Weights + KV cache for batch × context + one layer's transient + last-token logits.
+
+    KV cache per token and layer: 2·k·d elements (GQA, Ainslie et al. 2023); MLA caches the
+    compressed latent kv_lora_rank + rope dim in a serving engine (DeepSeek-V2, arXiv:2405.04434,
+    §2.1.2), while transformers' DynamicCache stores the decompressed a·(d_nope+d_rope) keys and
+    a·d_v values. Sliding-window layers keep at most the window.
+    """
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    flow, _, _ = flow_of(plan)
+    c = flow.c
+    ctx = r.seq_len + r.generate_len
+    b = r.micro_batch
+    n_layers, _ = _layers_on_stage(plan)
+    if opts.kv_cache == "paged":
+        ctx = -(-ctx // block_tokens) * block_tokens
+    if m.mla is not None:
+        ml = m.mla
+        if opts.kv_cache == "paged":
+            per_tok = ml.kv_lora_rank + ml.qk_rope_head_dim
+        else:
+            per_tok = m.num_heads * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
+    else:
+        per_tok = 2 * m.kv_dim / lay.tp
+    n_sliding = sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i)) * n_layers / m.num_layers
+    win = min(ctx, m.sliding_window or ctx)
+    tokens = (n_layers - n_sliding) * ctx + n_sliding * win
+    parts.kv_cache = b * tokens * per_tok * c
+    T = b * r.seq_len
+    h, f = m.hidden_size, m.intermediate_size
+    work = T * c * (3 * h + 3 * f / lay.tp + 2 * m.q_dim / lay.tp)
+    if r.attention == "eager":
+        work += b * m.num_heads / lay.tp * r.seq_len * ctx * (FP32 + c)
+    parts.infer_work = work + b * m.vocab_size * (c + FP32) / lay.tp
+    parts.inputs = T * INT64 * 2
