@@ -11,7 +11,9 @@ the same tensors for memory):
               RoPE 4(q+kv), dropout 5h per dropout when p > 0
     backward: norms 6h each, residual grads 6h each, activation 10f / 6f, RoPE, dropout 3h each
     eager attention: scale-mask-softmax 4 bytes per score fwd, 6 bwd (+5/+3 with dropout)
-    cross-entropy: 16 bytes per vocabulary entry per token (logits up-cast, softmax, grad)
+    cross-entropy: 32 bytes per vocabulary entry per token: up-cast of the 16-bit logits (read 2,
+              write 4), log-softmax (read 4, write 4), its gradient (read 4, write 4), down-cast
+              (read 4, write 2), plus the loss reduction — the unfused PyTorch path
 Hidden-sized tensors are sharded over TP only with sequence parallelism; FFN and attention tensors
 are always sharded over TP.
 """
@@ -31,7 +33,7 @@ from .efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
 #: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
 #: backward launches about twice as many. Fixed cost per kernel from the family file.
 KERNELS_PER_LAYER_FWD = 20
-XENT_BYTES_PER_VOCAB = 16.0
+XENT_BYTES_PER_VOCAB = 32.0
 
 
 @dataclass(frozen=True, slots=True)
