@@ -31,8 +31,8 @@ from trainledger.catalog import load_gpu, load_network
 from trainledger.cluster import Cluster
 from trainledger.estimate.compute import narayanan_flops_per_iteration
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.time import estimate_compute
-from trainledger.hfconfig import from_hf_config
+from trainledger.estimate.time import estimate_compute, estimate_time
+from trainledger.hfconfig import from_hf_config, load_model
 from trainledger.layout import Layout
 from trainledger.plan import Plan
 from trainledger.recipe import Recipe
@@ -52,7 +52,7 @@ class Case:
     source: str
     plan: Plan
     opts: TimeOptions
-    metric: str          # 'tokens_per_s_per_gpu' | 'tflops_96' | 'model_tflops' | 'step_time_s'
+    metric: str          # 'tokens_per_s_per_gpu' | 'tflops_96' | 'model_tflops' | 'step_time_s' | 'gpu_hours'
     measured: float
     secondary: bool = False
     note: str = ""
@@ -79,11 +79,11 @@ def cluster(gpu: str, gpus: int, per_node: int = 8, inter: str = "ib-hdr", nics:
                    nics_per_node=nics or min(per_node, gpus))
 
 
-def plan(model, cl: Cluster, *, tp=1, pp=1, cp=1, dp=None, vp=1, zero=0, sp=None, mbs=1, gbs=None,
+def plan(model, cl: Cluster, *, tp=1, pp=1, cp=1, dp=None, vp=1, zero=0, sp=None, mbs=1, gbs=None, ep=1,
          seq=2048, precision="bf16-mixed", recompute="none", attention="flash", dropout=0.0) -> Plan:
     rec = Recipe(method="pretrain", precision=precision, seq_len=seq, micro_batch=mbs,
                  global_batch=gbs, recompute=recompute, attention=attention, dropout=dropout)
-    lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, zero=zero, sp=(tp > 1) if sp is None else sp,
+    lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=(tp > 1) if sp is None else sp,
                  pp_schedule="interleaved" if vp > 1 else "1f1b")
     return Plan(model=model, recipe=rec, layout=lay, cluster=cl)
 
@@ -182,6 +182,19 @@ def reported_cases() -> list[Case]:
                      dp=s["dp"], zero=1, gbs=s["gbs"], precision="fp8-mixed")
             out.append(Case(c["id"], "mlperf", p, TimeOptions(tp_comm_overlap=True),
                             "step_time_s", m["iteration_time_s"], secondary=True))
+        elif c["id"] == "deepseek-v3":
+            # DeepSeek-V3 tech report (arXiv:2412.19437) §3: 2048 H800, PP16, EP64, ZeRO-1, no TP,
+            # FP8, DualPipe overlapping the all-to-all, seq 4096, batch up to 15360 sequences.
+            # H800 is modelled as H100 SXM (same compute; H800 NVLink is 400 GB/s bidirectional).
+            # GPU-hours include context extension and post-training: a loose, secondary check.
+            mdl = load_model("deepseek-v3")
+            p = plan(mdl, cluster("h100-sxm", 2048, inter="ib-ndr"), pp=16, ep=64, dp=128, zero=1,
+                     gbs=15360, seq=4096, precision="fp8-mixed")
+            p = p.model_copy(update={"recipe": p.recipe.model_copy(
+                update={"train_tokens": m["pretrain_tokens"]})})
+            out.append(Case(c["id"], "deepseek", p, TimeOptions(ep_comm_overlap=True), "gpu_hours",
+                            m["gpu_hours_full_training_H800"], secondary=True,
+                            note="total GPU-hours incl. context extension and post-training"))
         elif c["id"] == "megascale-175b-secondary":
             mdl = gpt(12288, 96, 96, 51200, 2048, name="GPT-3 175B")
             p = plan(mdl, cluster("a100-sxm-80gb", s["gpus"], inter="roce-200"), tp=s["tp"],
@@ -211,6 +224,9 @@ def predict(case: Case) -> tuple[float, float]:
                                           m.hidden_size, m.vocab_size)
         pred = f / comp.step_time_s / p.cluster.world_size / 1e12
         return pred, abs(pred / case.measured - 1)
+    if case.metric == "gpu_hours":
+        pred = estimate_time(p, comp).gpu_hours
+        return pred, abs(case.measured / pred - 1)
     pred = comp.step_time_s
     return pred, abs(case.measured / pred - 1)
 

@@ -115,6 +115,7 @@ TIME_OPTIONS: list[Callable] = [
     click.option("--matmul-efficiency", type=click.FloatRange(0, 1, min_open=True), help="override the GPU family's achievable fraction of dense peak for GEMMs"),
     click.option("--tp-comm-overlap", is_flag=True, default=None, help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
     click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
+    click.option("--ep-comm-overlap", is_flag=True, default=None, help="the runtime hides the MoE all-to-all behind compute (DualPipe)"),
 ]
 
 
@@ -131,4 +132,5 @@ def time_options_from_kwargs(kwargs: dict[str, Any]):
 
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
                        tp_comm_overlap=bool(kwargs.pop("tp_comm_overlap", None)),
-                       overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None))
+                       overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None),
+                       ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)))

@@ -22,14 +22,15 @@ _RANKS = ("time", "cost", "gpus")
 def _job(kw: dict[str, Any]):
     from ..search import EXAMPLE_JOB, Job
 
-    given = {k: v for k, v in kw.items() if v not in (None, ())}
+    given = {k: v for k, v in kw.items() if v not in (None, (), False)}
     tpo = given.pop("tp_comm_overlap", False)
-    if not given and not tpo:
+    epo = given.pop("ep_comm_overlap", False)
+    if not given and not tpo and not epo:
         return EXAMPLE_JOB, True
     from ..estimate.options import TimeOptions
 
-    if tpo:
-        given["time_options"] = TimeOptions(tp_comm_overlap=True)
+    if tpo or epo:
+        given["time_options"] = TimeOptions(tp_comm_overlap=tpo, ep_comm_overlap=epo)
     from pydantic import ValidationError
 
     from .._spec import spec_error
@@ -122,6 +123,8 @@ def register(main: click.Group) -> None:
     @click.option("--top", type=int, help="plans to show [10]")
     @click.option("--tp-comm-overlap", is_flag=True, default=False,
                   help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)")
+    @click.option("--ep-comm-overlap", is_flag=True, default=False,
+                  help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)")
     @cost_options
     @click.option("--json", "as_json", is_flag=True, help="print JSON")
     def plan_cmd(as_json: bool, **kw: Any) -> None:

@@ -43,6 +43,9 @@ class TimeOptions(Spec):
     overlap_grad_reduce: bool = Field(
         True, description="DP gradient reduction bucketed and overlapped with backward"
     )
+    ep_comm_overlap: bool = Field(
+        False, description="runtime hides the EP all-to-all behind compute (DeepSeek-V3 DualPipe)"
+    )
     scaling: bool = Field(True, description="add predicted scaling efficiency over GPU counts")
 
 

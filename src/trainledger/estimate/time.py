@@ -19,7 +19,9 @@ What overlaps (and what does not):
   overlaps them (``TimeOptions.tp_comm_overlap``: Megatron-Core + Transformer Engine userbuffers).
 * CP ring exchanges: overlapped with the attention of the same layer (Liu et al. 2023, Ring
   Attention, arXiv:2310.01889); the excess is exposed.
-* EP all-to-all (dispatch and combine): exposed. PP sends: exposed (small).
+* EP all-to-all (dispatch and combine): exposed, unless the runtime overlaps it with the other
+  micro-batch's compute (``TimeOptions.ep_comm_overlap``: DeepSeek-V3 DualPipe, arXiv:2412.19437
+  §3.2.1). PP sends: exposed (small).
 * Optimizer step and the bubble: exposed by construction.
 """
 
@@ -178,6 +180,7 @@ class _Comm:
     fsdp_hidden: float = 0.0   # hidden per micro-batch
     tp_hidden: float = 0.0
     cp_hidden: float = 0.0
+    ep_hidden: float = 0.0
     offload: float = 0.0
 
 
@@ -245,9 +248,10 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
-    return _Comm(tp=t_tp * (1 - ov), cp=cp_exposed, ep=t_ep, pp=t_pp, fsdp=fsdp,
+    ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
+    return _Comm(tp=t_tp * (1 - ov), cp=cp_exposed, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
                  fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
-                 offload=off)
+                 ep_hidden=t_ep - ep_exposed, offload=off)
 
 
 def _dp_sync(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
@@ -327,7 +331,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
         "bubble": bubble, "optimizer": opt_s, "data": links.step_overhead_s,
     }
-    hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "dp": m * c.fsdp_hidden + dp_hidden}
+    hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
+              "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     step = sum(bd.values())
     notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml"]
