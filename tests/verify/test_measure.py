@@ -213,3 +213,35 @@ def test_cuda_counters_agree_with_tracker():
     # the tracker misses only kernel-internal scratch: it may be lower, never higher
     assert m.tracker_peak_bytes <= m.peak_allocated_bytes
     assert m.tracker_peak_bytes >= 0.9 * m.peak_allocated_bytes
+
+
+def test_cuda_autocast_policy_matches_cuda_op_lists():
+    """CUDA's AT_FORALL_FP32 / AT_FORALL_FP32_SET_OPT_DTYPE ops give fp32 under the emulation."""
+    import torch.nn.functional as F
+
+    from trainledger.verify.autocast_cuda import CudaAutocastPolicy
+
+    x, w, ln = torch.randn(4, 8), torch.randn(8, 8), torch.nn.LayerNorm(8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        native = (x @ w).softmax(-1).dtype
+    with CudaAutocastPolicy(), torch.autocast("cpu", dtype=torch.bfloat16):
+        h = x @ w
+        assert h.dtype == torch.bfloat16  # matmuls stay in the lower precision
+        for out in (ln(h), F.softmax(h, -1), h.softmax(-1), h.pow(2), h**3, h.sum(), torch.exp(h),
+                    F.log_softmax(h, dim=-1)):
+            assert out.dtype == torch.float32
+        assert F.softmax(h, dim=-1, dtype=torch.bfloat16).dtype == torch.bfloat16  # explicit dtype wins
+        assert F.silu(h).dtype == torch.bfloat16  # not in CUDA's fp32 lists
+    assert native == torch.bfloat16  # plain CPU autocast differs from CUDA here
+    assert (x @ w).softmax(-1).dtype == torch.float32
+
+
+def test_cuda_autocast_changes_gpt2_not_llama():
+    """gpt2's gelu_new calls pow (fp32 on CUDA); Llama upcasts explicitly and is unaffected."""
+    r = Recipe(precision="bf16-mixed", seq_len=32, micro_batch=2)
+    llama = [measure_memory_from_config(TINY_LLAMA, r, device="fake", cuda_autocast=c).peak_allocated_bytes
+             for c in (False, True)]
+    gpt2 = [measure_memory_from_config(TINY_GPT2, r, device="fake", cuda_autocast=c).peak_allocated_bytes
+            for c in (False, True)]
+    assert llama[0] == llama[1]
+    assert gpt2[1] > gpt2[0]

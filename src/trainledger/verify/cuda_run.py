@@ -94,7 +94,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     m.tracker_peak_bytes = rep.peak_bytes
     m.notes.extend(runner.notes)
     m.notes.append(f"tracker cross-check: tracked peak {rep.peak_bytes} B vs cuda {m.peak_allocated_bytes} B; "
-                   + tracked_notes(built, recipe)[0])
+                   + tracked_notes(built, recipe, False)[0])
     return m
 
 

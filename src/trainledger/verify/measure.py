@@ -4,7 +4,7 @@ Public API (stable; the estimator's accuracy tests code against it)::
 
     from trainledger.verify.measure import measure_memory, measure_memory_from_config
 
-    m = measure_memory(plan, device="cpu" | "fake" | "cuda", steps=2, seed=0)
+    m = measure_memory(plan, device="cpu" | "fake" | "cuda", steps=2, seed=0, cuda_autocast=True)
     m.peak_allocated_bytes   # int: peak live tensor bytes of the steady-state (last) step, i.e.
                              #      what torch.cuda.max_memory_allocated() reports for that step
     m.peak_reserved_bytes    # int | None: torch.cuda.max_memory_reserved() (cuda only)
@@ -18,7 +18,8 @@ Public API (stable; the estimator's accuracy tests code against it)::
     m.oom, m.oom_phase, m.oom_message   # cuda: an out-of-memory is a result, not a crash
     m.device, m.env, m.notes, m.to_dict()
 
-    m = measure_memory_from_config(hf_config_dict, recipe, device="cpu", steps=2, seed=0)
+    m = measure_memory_from_config(hf_config_dict, recipe, device="cpu", steps=2, seed=0,
+                                   cuda_autocast=True)
 
 ``steps`` optimizer steps run (at least 2); the last one is measured, so optimizer states exist
 (the first step understates the peak). Every byte figure counts storages rounded to CUDA's
@@ -36,8 +37,11 @@ Where CPU/fake runs differ from CUDA (each run lists the ones that apply in ``m.
 
 * autocast: CPU autocast's op lists differ from CUDA's. CUDA runs ``layer_norm``/``group_norm``,
   ``softmax``/``log_softmax`` (without dtype), ``pow``, ``exp``, ``sum``, ``rsqrt`` … in fp32
-  (outputs fp32), CPU autocast leaves them in bf16 — models whose norms are plain LayerNorm
-  (gpt2) keep smaller activations on CPU. Llama-style RMSNorm upcasts explicitly, so it agrees.
+  (outputs fp32), CPU autocast leaves them in bf16 (e.g. gpt2's eager softmax would keep a bf16
+  instead of an fp32 b×a×s×s tensor). By default (``cuda_autocast=True``) cpu/fake runs apply
+  CUDA's lists on top of CPU autocast (:mod:`trainledger.verify.autocast_cuda`); only ops called
+  from inside C++ composite ops keep CPU's policy. Llama-style models upcast explicitly and are
+  unaffected either way.
 * SDPA kernel: CPU picks its flash kernel (any dtype); CUDA picks flash for fp16/bf16 and the
   memory-efficient kernel for fp32, whose logsumexp is padded to a multiple of 32 queries.
   With dropout > 0 the CPU falls back to the math kernel, which materializes b×a×s×s scores.
@@ -63,6 +67,8 @@ DEVICES = ("cpu", "fake", "cuda")
 
 NOTE_AUTOCAST_CPU = ("CPU autocast keeps layer_norm/softmax/pow/sum outputs in bf16 where CUDA "
                      "autocast runs them in fp32")
+NOTE_AUTOCAST_EMULATED = ("CUDA's autocast fp32 op lists applied on top of CPU autocast (layer_norm, "
+                          "softmax, pow, sum, exp ... in fp32); ops called inside C++ composites keep CPU's policy")
 NOTE_TRACKER_SCOPE = ("kernel-internal scratch buffers (e.g. flash-attention backward's fp32 dq "
                       "accumulator, cuBLAS workspace) are not seen; CUDA counts them while the kernel runs")
 NOTE_SDPA_CPU = ("SDPA on CPU uses its flash kernel for every dtype; CUDA uses flash for bf16/fp16 "
@@ -130,7 +136,8 @@ def environment(device: str) -> dict[str, str]:
     return env
 
 
-def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0) -> MemoryMeasurement:
+def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0,
+                   cuda_autocast: bool = True) -> MemoryMeasurement:
     """Measure the plan's per-GPU memory by running its model (see the module docstring)."""
     from ..hfconfig import load_hf_config
 
@@ -139,15 +146,20 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
         raise VerifyError("the memory measurement runs one unsharded replica; it cannot measure tp/pp/cp/ep > 1, "
                           "ZeRO or offload yet — measure the plan with those set to 1/0/none")
     hf_config = load_hf_config(plan.model.name)
-    m = measure_memory_from_config(hf_config, plan.recipe, device=device, steps=steps, seed=seed)
+    m = measure_memory_from_config(hf_config, plan.recipe, device=device, steps=steps, seed=seed,
+                                   cuda_autocast=cuda_autocast)
     if lay.dp_size > 1:
         m.notes.append("dp > 1: one replica measured without DDP gradient buckets")
     return m
 
 
 def measure_memory_from_config(hf_config: dict[str, Any], recipe: Recipe, device: str = "cpu",
-                               steps: int = 2, seed: int = 0) -> MemoryMeasurement:
-    """Measure a model given as a raw config.json mapping, under ``recipe``."""
+                               steps: int = 2, seed: int = 0, cuda_autocast: bool = True) -> MemoryMeasurement:
+    """Measure a model given as a raw config.json mapping, under ``recipe``.
+
+    ``cuda_autocast`` (cpu/fake, mixed precision): apply CUDA's fp32 autocast lists on top of CPU
+    autocast (see :mod:`trainledger.verify.autocast_cuda`); False measures CPU autocast as it is.
+    """
     if device not in DEVICES:
         raise VerifyError(f"device {device!r} is not one of {', '.join(DEVICES)}")
     if steps < 1 or (recipe.is_training and steps < 2):
@@ -159,14 +171,14 @@ def measure_memory_from_config(hf_config: dict[str, Any], recipe: Recipe, device
 
         m = run_cuda(built, recipe, steps, seed)
     else:
-        m = _run_tracked(built, recipe, steps, seed)
+        m = _run_tracked(built, recipe, steps, seed, cuda_autocast)
     m.env = environment(device)
     m.recipe = recipe.model_dump(mode="json")
     m.notes = built.notes + m.notes
     return m
 
 
-def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int) -> MemoryMeasurement:
+def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocast: bool) -> MemoryMeasurement:
     """CPU or fake: warm-up steps untracked, the last step under the MemoryTracker."""
     import contextlib
 
@@ -175,7 +187,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int) -> MemoryMea
 
     fake = fake_runtime(built.fake_mode) if built.device == "fake" else contextlib.nullcontext()
     with fake:
-        runner = StepRunner(built, recipe, seed=seed)
+        runner = StepRunner(built, recipe, seed=seed, cuda_autocast=cuda_autocast)
         for _ in range(steps - 1):
             runner.step()
         tracker = MemoryTracker(vocab_size=built.vocab_size)
@@ -188,7 +200,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int) -> MemoryMea
             runner.step(tracker.phase)
         wall = time.perf_counter() - t0
     rep = tracker.report()
-    notes = runner.notes + tracked_notes(built, recipe)
+    notes = runner.notes + tracked_notes(built, recipe, cuda_autocast)
     if rep.late_registered:
         notes.append(f"{rep.late_registered} storages were first seen as op inputs (made outside the tracker)")
     return MemoryMeasurement(
@@ -222,11 +234,11 @@ def register_state(tracker: Any, runner: Any) -> None:
         tracker.ignore(counters)
 
 
-def tracked_notes(built: Any, recipe: Recipe) -> list[str]:
+def tracked_notes(built: Any, recipe: Recipe, cuda_autocast: bool = True) -> list[str]:
     """The CPU-vs-CUDA differences that apply to this run."""
     notes = [NOTE_TRACKER_SCOPE]
-    if recipe.precision in ("bf16-mixed", "fp16-mixed"):
-        notes.append(NOTE_AUTOCAST_CPU)
+    if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda":
+        notes.append(NOTE_AUTOCAST_EMULATED if cuda_autocast else NOTE_AUTOCAST_CPU)
     if recipe.attention != "eager":
         notes.append(NOTE_SDPA_CPU)
         if recipe.dropout > 0:

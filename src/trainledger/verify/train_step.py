@@ -136,24 +136,34 @@ def optimizer_state_tensors(optimizer: Any) -> list[Any]:
     return out
 
 
-def autocast_context(recipe: Recipe, device_type: str) -> contextlib.AbstractContextManager:
-    """torch.autocast for the mixed policies, a null context otherwise."""
+def autocast_context(recipe: Recipe, device_type: str, cuda_policy: bool = False) -> contextlib.ExitStack:
+    """torch.autocast for the mixed policies (nothing otherwise).
+
+    ``cuda_policy`` (CPU only) adds :class:`~trainledger.verify.autocast_cuda.CudaAutocastPolicy`
+    so CPU autocast runs CUDA's fp32 op lists in fp32, as a CUDA run would.
+    """
     import torch
 
-    if recipe.precision == "bf16-mixed":
-        return torch.autocast(device_type, dtype=torch.bfloat16)
-    if recipe.precision == "fp16-mixed":
-        return torch.autocast(device_type, dtype=torch.float16)
-    return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(recipe.precision)
+    if dtype is None:
+        return stack
+    if cuda_policy and device_type == "cpu":
+        from .autocast_cuda import CudaAutocastPolicy
+
+        stack.enter_context(CudaAutocastPolicy(device_type))
+    stack.enter_context(torch.autocast(device_type, dtype=dtype))
+    return stack
 
 
 class StepRunner:
     """Runs the recipe's steps on a built model; ``phase(name)`` wraps each phase."""
 
-    def __init__(self, built: BuiltModel, recipe: Recipe, seed: int = 0) -> None:
+    def __init__(self, built: BuiltModel, recipe: Recipe, seed: int = 0, cuda_autocast: bool = True) -> None:
         import torch
 
         self.built, self.recipe = built, recipe
+        self.cuda_autocast = cuda_autocast
         self.model = built.model
         self.notes: list[str] = []
         self.params = built.trainable()
@@ -183,11 +193,10 @@ class StepRunner:
         import torch
 
         r = self.recipe
-        amp = autocast_context(r, self.built.tensor_device)
         for _ in range(r.grad_accum):
             with phase("forward"):
                 ids = self._ids(r.seq_len)
-                with amp:
+                with autocast_context(r, self.built.tensor_device, self.cuda_autocast):
                     out = self.model(input_ids=ids, labels=ids, use_cache=False)
                 loss = out.loss / r.grad_accum if r.grad_accum > 1 else out.loss
                 del out, ids
@@ -215,7 +224,7 @@ class StepRunner:
         from transformers import DynamicCache
 
         r = self.recipe
-        amp = autocast_context(r, self.built.tensor_device)
+        amp = autocast_context(r, self.built.tensor_device, self.cuda_autocast)
         with torch.no_grad(), amp:
             with phase("forward"):
                 ids = self._ids(r.seq_len)
