@@ -138,3 +138,19 @@ def test_unknown_architecture_falls_back_to_default_family():
     assert gpu_efficiency("Something New").family == "default"
     assert gpu_efficiency("CDNA 3").family == "cdna"
     assert gpu_efficiency("Ampere (GA100)").family == "ampere"
+
+
+def test_every_efficiency_file_is_complete_and_every_catalog_gpu_has_a_family():
+    from trainledger.catalog import all_gpus
+    from trainledger.estimate.efficiency import _families, link_efficiency
+
+    fams = _families()
+    assert {f for f, _, _ in fams} >= {"ampere", "hopper", "blackwell", "default"}
+    for _, eff, _ in fams:
+        assert all(0 < v <= 1 for v in eff.matmul.values())
+        assert 0 < eff.attention <= 1 and 0 < eff.hbm <= 1 and eff.half_dim > 0
+    links = link_efficiency()
+    assert all(0 < v <= 1 for v in links.bandwidth.values())
+    for g in all_gpus():
+        fam = gpu_efficiency(g.architecture).family
+        assert fam != "default" or "gaudi" in g.architecture.lower(), g.name
