@@ -113,6 +113,17 @@ def verify_section(result: dict[str, Any]) -> dict[str, Any]:
             "tolerance": _sheet.MEMORY_TOLERANCE, "env": measured.get("env") or {}}
 
 
+def _estimate(plan: Any, options: EstimateOptions | None) -> tuple[dict[str, Any], str | None]:
+    """The estimate as JSON data; a part of the estimator not installed is left out and named."""
+    try:
+        return _jsonable(estimate(plan, options).to_dict()), None
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("trainledger."):
+            raise
+        opts = sweeps.quiet_options(options)
+        return _jsonable(estimate(plan, opts).to_dict()), f"{exc.name}: not available, left out of this report"
+
+
 def _title(est: dict[str, Any]) -> str:
     p = est["plan"]
     return f"{p['model']} · {p['method']} · {p['gpus']}× {p['gpu']}"
@@ -124,7 +135,7 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
                  checkpoint_dir: str | None = None, sweeps_on: bool = True) -> ReportData:
     """Estimate ``inputs`` and gather every section of the report (see the module docstring)."""
     plan = build_plan(inputs, model)
-    est = _jsonable(estimate(plan, options).to_dict())
+    est, missing = _estimate(plan, options)
     gpus = list(dict.fromkeys([inputs.gpu, *(compare_gpus or sweeps.DEFAULT_COMPARE_GPUS)]))
     data = ReportData(title=_title(est), version=__version__, inputs=inputs.model_dump(mode="json"),
                       generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), estimate=est)
@@ -143,6 +154,8 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
                                                              "elapsed_s", "gpu_count")}
     if verify_result is not None:
         data.verify = verify_section(verify_result)
+    if missing:
+        data.notes.append(missing)
     for sec in ("compute", "time", "energy", "cost", "io", "checkpoint", "host"):
         if sec not in est:
             data.notes.append(f"{sec}: not estimated")
