@@ -10,7 +10,9 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     micro-batch 1 where unstated; 1F1B without interleaving where unstated; dropout 0.1 for
     Megatron-LM GPT runs (its default --attention-dropout/--hidden-dropout), 0 elsewhere;
     Megatron 2021 heads from SC21 Table 1 (arXiv:2104.04473), TP = min(MP, 8), PP = MP/TP;
-    Megatron-Core runs: distributed optimizer (ZeRO-1), TE flash attention, TP comm overlap.
+    Megatron-Core runs: distributed optimizer (ZeRO-1), TE flash attention, TP comm overlap;
+    Megatron-family runs use fused kernels (runtime "megatron"), MosaicML runs PyTorch eager
+    (runtime "hf"; its LayerNorm and GELU are single torch kernels either way).
 
 Usage: python bench/time_accuracy.py [--json] [--all]   (--all also shows secondary cases)
 """
@@ -40,6 +42,10 @@ from trainledger.recipe import Recipe
 GT = Path(os.environ.get("TRAINLEDGER_GROUNDTRUTH", Path(__file__).resolve().parents[2] / "shared" / "groundtruth"))
 if not GT.exists():
     GT = Path("/work/shared/groundtruth")
+
+#: runtimes: Megatron-LM / Megatron-DeepSpeed (fused kernels); Megatron-Core with TE and TP overlap
+MEGATRON = TimeOptions(runtime="megatron")
+MCORE = TimeOptions(runtime="megatron", tp_comm_overlap=True)
 
 #: SC21 Table 1 (Narayanan et al. 2021, arXiv:2104.04473): attention heads by hidden size.
 SC21_HEADS = {2304: 24, 3072: 32, 4096: 32, 6144: 48, 8192: 64, 10240: 80, 12288: 96,
@@ -105,19 +111,19 @@ def megatron_cases() -> list[Case]:
             p = plan(mdl, cluster("a100-sxm-80gb", s["gpus"]), tp=tp, pp=mp // tp, dp=s["dp"],
                      gbs=s["gbs"], seq=seq, precision="fp16-mixed", recompute="full",
                      attention="eager", dropout=0.1, sp=False)
-            out.append(Case(cid, "megatron-2021", p, TimeOptions(), "tflops_96", m["tflops_per_gpu"]))
+            out.append(Case(cid, "megatron-2021", p, MEGATRON, "tflops_96", m["tflops_per_gpu"]))
         elif cid == "megatron-a100-gpt3-175b-example":
             mdl = gpt(12288, 96, 96, 51200, 2048, name="GPT-3 175B")
             p = plan(mdl, cluster("a100-sxm-80gb", s["gpus"]), tp=8, pp=16, dp=8, gbs=s["gbs"],
                      precision="fp16-mixed", recompute="full", attention="eager", dropout=0.1, sp=False)
-            out.append(Case(cid, "megatron-2021", p, TimeOptions(), "step_time_s", m["step_time_s"]))
+            out.append(Case(cid, "megatron-2021", p, MEGATRON, "step_time_s", m["step_time_s"]))
         elif cid.startswith("mcore-h100-2024") and "strong" not in cid:
             seq = d["seq_len"]
             mdl = gpt(d["hidden"], d["layers"], d["heads"], d["vocab"], seq, ffn=d["ffn"],
                       kv=d["kv_heads"], pos="rope", tied=False, name=c["model"])
             p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                      dp=s["dp"], zero=1, gbs=s["gbs"], seq=seq)
-            out.append(Case(cid, "mcore-2024", p, TimeOptions(tp_comm_overlap=True),
+            out.append(Case(cid, "mcore-2024", p, MCORE,
                             "model_tflops", m["tflops_per_gpu"]))
         elif cid.startswith("mlm-llama-example"):
             mdl = gpt(d["hidden"], d["layers"], d["heads"], d["vocab"], s["seq_len"], ffn=d["ffn"],
@@ -126,7 +132,7 @@ def megatron_cases() -> list[Case]:
             p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                      cp=s["cp"], vp=s["vp"], zero=1, mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"],
                      precision="fp8-mixed")
-            out.append(Case(cid, "mcore-llama-fp8", p, TimeOptions(tp_comm_overlap=True),
+            out.append(Case(cid, "mcore-llama-fp8", p, MCORE,
                             "tokens_per_s_per_gpu", m["tokens_per_s_per_gpu"]))
     return out
 
@@ -143,7 +149,7 @@ def korthikanti_cases() -> list[Case]:
                  vp=s["vp_interleave"], mbs=s["mbs"], gbs=s["gbs"], seq=d["seq_len"],
                  precision="fp16-mixed", recompute=s["recompute"], attention="eager",
                  dropout=0.1, sp=s["sequence_parallel"])
-        out.append(Case(c["id"], "korthikanti-2022", p, TimeOptions(), "step_time_s", m["step_time_s"]))
+        out.append(Case(c["id"], "korthikanti-2022", p, MEGATRON, "step_time_s", m["step_time_s"]))
     return out
 
 
@@ -158,7 +164,7 @@ def mosaic_cases() -> list[Case]:
         p = plan(mdl, cluster(gpu, s["gpus"], inter="roce-200"), dp=s["gpus"], zero=3,
                  mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"], precision=prec,
                  recompute=s["recompute"])
-        out.append(Case(c["id"], "mosaicml", p, TimeOptions(), "tokens_per_s_per_gpu",
+        out.append(Case(c["id"], "mosaicml", p, TimeOptions(runtime="hf"), "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out
 
@@ -174,13 +180,13 @@ def reported_cases() -> list[Case]:
             cl = cluster("a100-sxm-80gb", s["gpus"], per_node=4, inter="ib-edr", nics=4)
             p = plan(mdl, cl, tp=s["tp"], pp=s["pp"], dp=s["dp"], zero=1, mbs=s["mbs"],
                      gbs=s["gbs"], recompute="full", attention="eager", sp=False)
-            out.append(Case(c["id"], "bloom", p, TimeOptions(), "step_time_s", m["step_time_s"],
+            out.append(Case(c["id"], "bloom", p, MEGATRON, "step_time_s", m["step_time_s"],
                             note="OmniPath 100G modelled as IB EDR 100G"))
         elif c["id"] == "mlperf-v3.1-gpt3-nvidia-eos":
             mdl = gpt(12288, 96, 96, 51200, 2048, name="GPT-3 175B")
             p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                      dp=s["dp"], zero=1, gbs=s["gbs"], precision="fp8-mixed")
-            out.append(Case(c["id"], "mlperf", p, TimeOptions(tp_comm_overlap=True),
+            out.append(Case(c["id"], "mlperf", p, MCORE,
                             "step_time_s", m["iteration_time_s"], secondary=True))
         elif c["id"] == "deepseek-v3":
             # DeepSeek-V3 tech report (arXiv:2412.19437) §3: 2048 H800, PP16, EP64, ZeRO-1, no TP,
@@ -192,14 +198,14 @@ def reported_cases() -> list[Case]:
                      gbs=15360, seq=4096, precision="fp8-mixed")
             p = p.model_copy(update={"recipe": p.recipe.model_copy(
                 update={"train_tokens": m["pretrain_tokens"]})})
-            out.append(Case(c["id"], "deepseek", p, TimeOptions(ep_comm_overlap=True), "gpu_hours",
+            out.append(Case(c["id"], "deepseek", p, TimeOptions(ep_comm_overlap=True, runtime="megatron"), "gpu_hours",
                             m["gpu_hours_full_training_H800"], secondary=True,
                             note="total GPU-hours incl. context extension and post-training"))
         elif c["id"] == "megascale-175b-secondary":
             mdl = gpt(12288, 96, 96, 51200, 2048, name="GPT-3 175B")
             p = plan(mdl, cluster("a100-sxm-80gb", s["gpus"], inter="roce-200"), tp=s["tp"],
                      pp=s["pp"], dp=s["dp"], zero=1, gbs=s["gbs"])
-            out.append(Case(c["id"], "megascale", p, TimeOptions(tp_comm_overlap=True),
+            out.append(Case(c["id"], "megascale", p, MCORE,
                             "step_time_s", m["iteration_time_s"], secondary=True))
     return out
 

@@ -116,6 +116,7 @@ TIME_OPTIONS: list[Callable] = [
     click.option("--tp-comm-overlap", is_flag=True, default=None, help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
     click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
     click.option("--ep-comm-overlap", is_flag=True, default=None, help="the runtime hides the MoE all-to-all behind compute (DualPipe)"),
+    click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) or megatron (fused) [hf]"),
 ]
 
 
@@ -133,4 +134,5 @@ def time_options_from_kwargs(kwargs: dict[str, Any]):
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
                        tp_comm_overlap=bool(kwargs.pop("tp_comm_overlap", None)),
                        overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None),
-                       ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)))
+                       ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)),
+                       runtime=kwargs.pop("runtime", None) or "hf")

@@ -25,12 +25,14 @@ def _job(kw: dict[str, Any]):
     given = {k: v for k, v in kw.items() if v not in (None, (), False)}
     tpo = given.pop("tp_comm_overlap", False)
     epo = given.pop("ep_comm_overlap", False)
-    if not given and not tpo and not epo:
+    runtime = given.pop("runtime", None)
+    if not given and not tpo and not epo and runtime is None:
         return EXAMPLE_JOB, True
     from ..estimate.options import TimeOptions
 
-    if tpo or epo:
-        given["time_options"] = TimeOptions(tp_comm_overlap=tpo, ep_comm_overlap=epo)
+    if tpo or epo or runtime:
+        given["time_options"] = TimeOptions(tp_comm_overlap=tpo, ep_comm_overlap=epo,
+                                            runtime=runtime or "hf")
     from pydantic import ValidationError
 
     from .._spec import spec_error
@@ -123,6 +125,9 @@ def register(main: click.Group) -> None:
     @click.option("--top", type=int, help="plans to show [10]")
     @click.option("--tp-comm-overlap", is_flag=True, default=False,
                   help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)")
+    @click.option("--runtime", type=click.Choice(["hf", "megatron"]),
+                  help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) "
+                  "or megatron (fused kernels) [hf]")
     @click.option("--ep-comm-overlap", is_flag=True, default=False,
                   help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)")
     @cost_options

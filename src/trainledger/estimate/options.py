@@ -46,6 +46,10 @@ class TimeOptions(Spec):
     ep_comm_overlap: bool = Field(
         False, description="runtime hides the EP all-to-all behind compute (DeepSeek-V3 DualPipe)"
     )
+    runtime: Literal["hf", "megatron"] = Field(
+        "hf", description="small-op kernels: hf = PyTorch eager + transformers modules (unfused "
+        "RMSNorm/RoPE/SwiGLU), megatron = fused kernels (Megatron-LM, Transformer Engine)"
+    )
     scaling: bool = Field(True, description="add predicted scaling efficiency over GPU counts")
 
 

@@ -317,7 +317,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     links = link_efficiency()
     dtype = matmul_dtype(plan)
     peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
-    work = stage_work(plan, eff, peak_mm, peak16, dtype)
+    work = stage_work(plan, eff, peak_mm, peak16, dtype, opts.runtime)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
     c = _micro_batch_comm(plan, topo, work, opts, links)
     t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload
@@ -335,7 +335,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     step = sum(bd.values())
-    notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml"]
+    notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml; kernels: {opts.runtime} "
+             "runtime (--runtime hf|megatron)"]
     if flops.hardware < flops.model:
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")

@@ -5,8 +5,8 @@ Everything here is the *compute* side of the step; communication and overlap are
 s tokens, split s/c by context parallelism) through the layers of the busiest pipeline stage.
 
 Streaming-kernel bytes per token per layer (16-bit activations, 2 bytes/element; counted from the
-kernels a Megatron-/HF-style layer launches, Korthikanti et al. 2022, arXiv:2205.05198, §4.1 lists
-the same tensors for memory):
+kernels a layer launches, Korthikanti et al. 2022, arXiv:2205.05198, §4.1 lists the same tensors
+for memory). With fused kernels (runtime "megatron"; "hf" see KERNEL_BYTES):
     forward : norms 4h each, 2 residual adds 6h each, activation 6f (gated) / 4f (plain),
               RoPE 4(q+kv), dropout 5h per dropout when p > 0
     backward: norms 6h each, residual grads 6h each, activation 10f / 6f, RoPE, dropout 3h each
@@ -30,9 +30,21 @@ from .compute import (Gemm, layer_kinds, lm_head_gemm, lora_gemms, recompute_fra
                       skips_masked_blocks, uses_flash)
 from .efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
 
+#: Streaming bytes per element of the layer's small ops, (forward, backward), by runtime.
+#: "megatron": fused kernels (Transformer Engine / Apex: one pass per norm, fused RoPE, fused
+#: bias-SwiGLU). "hf": PyTorch eager with transformers' modules — RMSNorm composed of up-cast,
+#: pow, mean, rsqrt, mul, down-cast and weight-mul kernels (~40 bytes per element forward), RoPE
+#: from mul/rotate_half/cat/add (~20), SiLU and the gate product as separate kernels (10); torch's
+#: LayerNorm and GELU are single kernels in both.
+KERNEL_BYTES: dict[str, dict[str, tuple[float, float]]] = {
+    "megatron": {"rmsnorm": (4, 6), "layernorm": (4, 6), "gated": (6, 10), "plain": (4, 6),
+                 "rope": (4, 4)},
+    "hf": {"rmsnorm": (40, 60), "layernorm": (4, 6), "gated": (10, 16), "plain": (4, 6),
+           "rope": (20, 20)},
+}
 #: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
 #: backward launches about twice as many. Fixed cost per kernel from the family file.
-KERNELS_PER_LAYER_FWD = 20
+KERNELS_PER_LAYER_FWD = {"megatron": 20, "hf": 40}
 XENT_BYTES_PER_VOCAB = 32.0
 
 
@@ -76,19 +88,22 @@ def _split_router(gemms: tuple[Gemm, ...]) -> tuple[tuple[Gemm, ...], tuple[Gemm
             tuple(g for g in gemms if g.name == "router"))
 
 
-def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float) -> tuple[float, float]:
+def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
+                       runtime: str = "hf") -> tuple[float, float]:
     """Streaming bytes per token of one layer, forward and backward, on one GPU."""
     m, r, lay = plan.model, plan.recipe, plan.layout
     tp = lay.tp
     h_sh = m.hidden_size / tp if (lay.sp and tp > 1) else m.hidden_size
     f = kind_ffn / tp
     gated = m.mlp_type == "gated"
-    fwd = m.norms_per_layer * 4 * h_sh + 12 * h_sh + (6 if gated else 4) * f * moe_k
-    bwd = m.norms_per_layer * 6 * h_sh + 12 * h_sh + (10 if gated else 6) * f * moe_k
+    k = KERNEL_BYTES[runtime]
+    norm = k["rmsnorm"] if m.norm_type == "rmsnorm" else k["layernorm"]
+    act = k["gated"] if gated else k["plain"]
+    fwd = m.norms_per_layer * norm[0] * h_sh + 12 * h_sh + act[0] * f * moe_k
+    bwd = m.norms_per_layer * norm[1] * h_sh + 12 * h_sh + act[1] * f * moe_k
     if m.position_embedding == "rope":
-        rope = 4 * (m.q_dim + m.kv_dim) / tp
-        fwd += rope
-        bwd += rope
+        fwd += k["rope"][0] * (m.q_dim + m.kv_dim) / tp
+        bwd += k["rope"][1] * (m.q_dim + m.kv_dim) / tp
     if r.dropout > 0:
         fwd += 2 * 5 * h_sh
         bwd += 2 * 3 * h_sh
@@ -102,7 +117,7 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float) -> tuple[float
 
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
-               matmul_dtype: str) -> StageWork:
+               matmul_dtype: str, runtime: str = "hf") -> StageWork:
     """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage."""
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
@@ -136,14 +151,14 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
         moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
-        fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k)
+        fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k, runtime)
         ew += nl * tokens * (fwd_b * (1 + rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
     # lm_head + loss on the last stage (the first holds only an embedding lookup)
     head = lm_head_gemm(m)
     head_w = (1.0 if frozen else 2.0) if training else 0.0
     mm += _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) * (1 + head_w)
     ew += tokens * XENT_BYTES_PER_VOCAB * m.vocab_size / tp / (hbm * eff.hbm)
-    kernels = stage_layers * KERNELS_PER_LAYER_FWD * (1 + (2 if training else 0) + rc)
+    kernels = stage_layers * KERNELS_PER_LAYER_FWD[runtime] * (1 + (2 if training else 0) + rc)
     return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
 
 
