@@ -107,3 +107,21 @@ def test_cli_plan_bad_gpu_is_one_line_error():
     r = CliRunner().invoke(main, ["plan", "--gpu", "h1000"])
     assert r.exit_code != 0
     assert "unknown gpu" in r.output.lower() and "Traceback" not in r.output
+
+
+def test_cli_plan_takes_token_budget_and_seq_len_from_corpus_stats(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": "word " * (100 + 37 * i)}) + "\n" for i in range(200)))
+    runner = CliRunner()
+    stats = runner.invoke(main, ["corpus", str(data), "--seq-len", "2048", "--json"])
+    assert stats.exit_code == 0, stats.output
+    path = tmp_path / "stats.json"
+    path.write_text(stats.stdout if hasattr(stats, "stdout") else stats.output)
+    hints = json.loads(path.read_text())
+    r = runner.invoke(main, ["plan", "--corpus", str(path), "--epochs", "2", "--gpu", "h100-sxm",
+                             "--max-gpus", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.output)["job"]
+    assert job["seq_len"] == 2048
+    assert job["tokens"] > 2 * 200 * 100  # two epochs of at least 100 words per sample
+    assert hints["seq_len"] == 2048

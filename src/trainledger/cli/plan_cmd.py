@@ -23,6 +23,13 @@ def _job(kw: dict[str, Any]):
     from ..search import EXAMPLE_JOB, Job
 
     given = {k: v for k, v in kw.items() if v not in (None, (), False)}
+    corpus, epochs = given.pop("corpus", None), given.pop("epochs", None)
+    if corpus:
+        from ..corpus.recommend import plan_hints
+
+        hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
+        given.setdefault("seq_len", hints["seq_len"])
+        given.setdefault("tokens", float(hints["tokens"]) * (epochs or 1.0))
     tpo = given.pop("tp_comm_overlap", False)
     epo = given.pop("ep_comm_overlap", False)
     runtime = given.pop("runtime", None)
@@ -63,13 +70,14 @@ def _plans_table(plans: list[dict[str, Any]]) -> str:
     for i, p in enumerate(plans, 1):
         e = p["estimate"]
         cost = f"${e['cost_usd']:,.0f}" if e.get("cost_usd") is not None else "-"
-        days = f"{e['days']:.2f}" if "days" in e else "-"
-        gpuh = f"{e['gpu_hours']:,.0f}" if "gpu_hours" in e else "-"
+        days = fmt_seconds(e["total_s"]) if "total_s" in e else "-"
+        gpuh = "-" if "gpu_hours" not in e else (
+            f"{e['gpu_hours']:,.0f}" if e["gpu_hours"] >= 10 else f"{e['gpu_hours']:.2g}")
         rows.append([f"{i}{'*' if p['pareto'] else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
                      f"{e['memory_gib']:.1f}/{e['usable_gib']:.0f}", f"{e['step_time_s']:.2f}",
                      f"{e['tokens_per_s_per_gpu']:,.0f}", f"{100 * e['mfu']:.0f}%", days, gpuh, cost])
     return table(rows, ["#", "gpu", "gpus", "layout", "GiB used/usable", "step s", "tok/s/GPU", "MFU",
-                        "days", "GPU-h", "cost"], align="llrllrrrrrr")
+                        "time", "GPU-h", "cost"], align="llrllrrrrrr")
 
 
 def _render(res: dict[str, Any], example: bool) -> None:
@@ -114,6 +122,9 @@ def register(main: click.Group) -> None:
     @click.option("--seq-len", type=int, help="sequence length [4096]")
     @click.option("--global-batch", type=int, help="samples per optimizer step [~1M tokens]")
     @click.option("--tokens", callback=_count, help="token budget, e.g. 20B")
+    @click.option("--corpus", type=click.Path(dir_okay=False),
+                  help="stats JSON of `trainledger corpus --json`: sets --seq-len and --tokens")
+    @click.option("--epochs", type=float, help="passes over the --corpus data [1]")
     @click.option("--deadline-days", type=float, help="wall-clock deadline in days")
     @click.option("--max-gpus", type=int, help="GPU budget (largest count searched) [1024]")
     @click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]")
