@@ -96,3 +96,21 @@ def test_measured_throughput_cases_loose_bound():
     assert statistics.median(errs.values()) < 0.15
     megatron = [e for k, e in errs.items() if k.startswith(("megatron", "korthikanti"))]
     assert max(megatron) < 0.25
+
+
+@pytest.mark.parametrize("case_id,mfu", [
+    ("korthikanti-22B-sequence_parallel", 41.5), ("korthikanti-175B-sequence_parallel", 51.4),
+    ("korthikanti-530B-sequence_parallel", 56.0), ("korthikanti-1T-sequence_parallel", 56.3),
+])
+def test_model_flops_reproduce_korthikanti_mfu_at_the_measured_step_time(case_id, mfu):
+    """Korthikanti et al. 2022 Table 5 / Megatron-LM README 2022: MFU of the SP+selective runs.
+
+    Our model FLOPs divided by the measured step time and 8·p·312 TFLOP/s give the published MFU.
+    """
+    bench = _bench()
+    if not bench.GT.exists():
+        pytest.skip("ground-truth tables not available")
+    case = next(c for c in bench.korthikanti_cases() if c.id == case_id)
+    f = step_flops(case.plan)
+    n = case.plan.cluster.world_size
+    assert 100 * f.model / (case.measured * n * 312e12) == pytest.approx(mfu, abs=0.5)
