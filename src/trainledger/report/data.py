@@ -156,8 +156,9 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
         data.verify = verify_section(verify_result)
     if missing:
         data.notes.append(missing)
+    why = {"time": "run time and cost of the run: not estimated (give a token budget)"}
     for sec in ("compute", "time", "energy", "cost", "io", "checkpoint", "host"):
         if sec not in est:
-            data.notes.append(f"{sec}: not estimated")
+            data.notes.append(why.get(sec, f"{sec}: not estimated"))
     return data
 

@@ -144,6 +144,10 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     async def index() -> Response:
         return page("index.html")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)
+
     @app.get("/static/app.js", include_in_schema=False)
     async def app_js() -> Response:
         return page("app.js")

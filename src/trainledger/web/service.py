@@ -171,8 +171,9 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]}
-                for s in build_document(data) if s["id"] not in ("sheet",)]
+    order = ("summary", "gpus", "memory", "time", "risks", "notes")
+    docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
+    sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return {"title": data.title, "fits": bool(mem.get("fits")),
             "verdict": "FITS" if mem.get("fits") else "DOES NOT FIT",
             "summary": [list(x) for x in summary(data.estimate)], "sections": sections,
