@@ -47,6 +47,10 @@ if not GT.exists():
 MEGATRON = TimeOptions(runtime="megatron")
 MCORE = TimeOptions(runtime="megatron", tp_comm_overlap=True)
 
+#: Llama 2 model-card GPU-hour cases -> bundled presets
+LLAMA2 = {"llama2-7B-gpu-hours": "llama-2-7b", "llama2-13B-gpu-hours": "llama-2-13b",
+          "llama2-70B-gpu-hours": "llama-2-70b"}
+
 #: SC21 Table 1 (Narayanan et al. 2021, arXiv:2104.04473): attention heads by hidden size.
 SC21_HEADS = {2304: 24, 3072: 32, 4096: 32, 6144: 48, 8192: 64, 10240: 80, 12288: 96,
               16384: 128, 20480: 128, 25600: 160}
@@ -188,6 +192,15 @@ def reported_cases() -> list[Case]:
                      dp=s["dp"], zero=1, gbs=s["gbs"], precision="fp8-mixed")
             out.append(Case(c["id"], "mlperf", p, MCORE,
                             "step_time_s", m["iteration_time_s"], secondary=True))
+        elif c["id"] in LLAMA2:
+            # Layout not published: assumed FSDP (ZeRO-3) over 1024 A100-80GB, 4M-token batches
+            # (1024 x 4096), flash attention, fused kernels. GPU-hours include failures/restarts.
+            mdl = load_model(LLAMA2[c["id"]])
+            p = plan(mdl, cluster("a100-sxm-80gb", 1024, inter="ib-hdr"), dp=1024, zero=3,
+                     gbs=1024, seq=4096, recompute="none")
+            p = p.model_copy(update={"recipe": p.recipe.model_copy(update={"train_tokens": s["tokens"]})})
+            out.append(Case(c["id"], "llama2", p, MEGATRON, "gpu_hours", m["gpu_hours"],
+                            secondary=True, note="layout assumed; GPU-hours include restarts"))
         elif c["id"] == "deepseek-v3":
             # DeepSeek-V3 tech report (arXiv:2412.19437) §3: 2048 H800, PP16, EP64, ZeRO-1, no TP,
             # FP8, DualPipe overlapping the all-to-all, seq 4096, batch up to 15360 sequences.
