@@ -154,3 +154,17 @@ def test_every_efficiency_file_is_complete_and_every_catalog_gpu_has_a_family():
     for g in all_gpus():
         fam = gpu_efficiency(g.architecture).family
         assert fam != "default" or "gaudi" in g.architecture.lower(), g.name
+
+
+def test_text_rendering_shows_every_breakdown_part():
+    from trainledger.cli.time_render import compute_lines, time_lines
+
+    p = plan(tokens=1e9, global_batch=64, pp=2, dp=4)
+    c = estimate_compute(p)
+    lines = "\n".join(compute_lines(c.to_dict()))
+    for part in c.breakdown:
+        assert part in lines
+    assert "MFU" in lines and "HFU" in lines and "6·N·T" in lines
+    t = estimate_time(p, c, scaling_curve(p))
+    text = "\n".join(time_lines(t.to_dict()))
+    assert "GPU-hours" in text and "efficiency" in text
