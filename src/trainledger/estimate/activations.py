@@ -73,6 +73,8 @@ class LayerBytes:
     layer_input: float  # what full recomputation keeps: the layer input (R·h)
     cache_extra: float  # fp32 K copy the DynamicCache keeps during forward (use_cache)
     first_layer_saving: float  # LoRA: layer 0's first norm saves nothing (its input needs no grad)
+    core_drop: float = 0.0  # selective recompute: what the checkpointed attention core no longer saves
+    core_keep: float = 0.0  # ... and the core inputs the checkpoint keeps instead (q, k after RoPE, v)
 
     def total(self, s_attended: float) -> float:
         return self.replicated + self.sharded + self.per_s * s_attended
@@ -130,13 +132,18 @@ def _first_moe(m: ModelSpec) -> int:
     return next(i for i in range(m.num_layers) if m.is_moe_layer(i))
 
 
-def _attention(x: _Layer, attention: str) -> tuple[float, float, float]:
-    """(replicated, sharded, per attended position) bytes per token of self-attention."""
+def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, float, float, float]:
+    """(replicated, sharded, per attended position, core_drop, core_keep) bytes per token.
+
+    ``masked``: transformers passes SDPA an explicit mask (sliding window shorter than the
+    sequence): GQA then repeats k and v (``repeat_kv``) and every layer keeps a c-byte mask.
+    """
     m, f = x.m, x.flow
     c, R = f.c, f.R
     a, q, kv = m.num_heads, m.q_dim, m.kv_dim
     if m.mla is not None:
-        return _mla(x, attention)
+        rep, sh, per_s = _mla(x, attention)
+        return rep, sh, per_s, 0.0, 0.0
     if getattr(m, "fused_qkv", False):
         rep = x.inputs(m.hidden_size, R, ("self_attn.qkv_proj",))
     else:
@@ -147,12 +154,18 @@ def _attention(x: _Layer, attention: str) -> tuple[float, float, float]:
         sh += x.norm(q + kv, c, groups)
     sh += x.inputs(q, c, ("self_attn.o_proj",), already_saved=True)  # the SDPA/bmm output
     out = c * q
+    grouped = a > m.num_kv_heads
+    rope = R if f.autocast else c  # q, k after RoPE with R-byte cos/sin
+    keep = rope * (q + kv) + c * kv
     if attention == "eager":
-        grouped = a > m.num_kv_heads
         k_saved = c * q if grouped else c * kv
         probs_copy = c * a if c != FP32 else 0
-        return rep, sh + c * q + 2 * k_saved + out, FP32 * a + probs_copy
-    return rep, sh + c * q + 2 * c * kv + out + FP32 * a, 0.0
+        core = c * q + 2 * k_saved
+        return rep, sh + core + out, FP32 * a + probs_copy, core, keep
+    k_saved = c * q if (masked and grouped) else c * kv
+    core = c * q + 2 * k_saved + FP32 * a
+    per_s = c if masked else 0.0  # each layer's SDPA keeps its own c-byte copy of the mask
+    return rep, sh + core + out, per_s, core, keep
 
 
 def _mla(x: _Layer, attention: str) -> tuple[float, float, float]:
@@ -209,12 +222,12 @@ def _moe(x: _Layer) -> tuple[float, float]:
 
 @lru_cache(maxsize=4096)
 def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
-                lora: LoraShape | None = None) -> LayerBytes:
+                lora: LoraShape | None = None, masked: bool = False) -> LayerBytes:
     """Saved activation bytes per token of one decoder layer (see module docstring)."""
     x = _Layer(m, flow, lora, moe_layer)
     h, R = m.hidden_size, flow.R
     norms = 2 * x.norm(h, R)
-    rep_a, sh_a, per_s = _attention(x, attention)
+    rep_a, sh_a, per_s, drop, keep = _attention(x, attention, masked)
     if moe_layer:
         rep_m, sh_m = _moe(x)
     else:
@@ -222,7 +235,8 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     cache_extra = R * m.kv_dim if (flow.autocast and R != flow.c and m.mla is None) else 0.0
     first = 0.0 if lora is None else FP32 * h + FP32
     return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
-                      layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first)
+                      layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,
+                      core_drop=drop, core_keep=keep)
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,

@@ -47,6 +47,26 @@ SOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+#: breakdown term -> the category ``trainledger.verify.memtrace`` files the same bytes under
+#: (used to compare an estimate with a measurement term by term).
+MEASURED_CATEGORY: dict[str, str] = {
+    "weights": "weights", "master_weights": "weights", "gradients": "gradients",
+    "optimizer_states": "optimizer_states", "optimizer_temporaries": "optimizer_temporaries",
+    "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
+    "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
+    "ddp_buckets": "other", "zero_buffers": "other", "other": "activations",
+}
+
+
+def by_measured_category(breakdown: dict[str, int]) -> dict[str, int]:
+    """Fold an estimate's breakdown into the measurement's categories."""
+    out: dict[str, int] = {}
+    for k, v in breakdown.items():
+        cat = MEASURED_CATEGORY.get(k, "other")
+        out[cat] = out.get(cat, 0) + v
+    return out
+
+
 @dataclass
 class MemoryEstimate:
     """The memory section of an Estimate (bytes per GPU)."""
@@ -133,14 +153,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, dict[str, float]]]
 
     for j in (0, n - 1):
         keep = (n - j) / n
-        if recompute:
-            acts = x.ckpt * keep + (x.acts - x.ckpt) * keep + x.act_layer
-            copies = x.copies_layer
-        else:
-            acts, copies = x.acts * keep, (x.copies - x.copies_head) * keep
+        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
+        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
         points.append(("backward", dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
                                         activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
-    end = dict(base, gradients=x.grads, other=x.inputs + x.grad_flow)
+    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
     points += [("backward", end), ("optimizer", opt)]
     return points

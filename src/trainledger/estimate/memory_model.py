@@ -21,6 +21,7 @@ appear, so the backward curve between its two ends is monotone and its maximum i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..plan import Plan
 from ..units import DTYPE_BYTES
@@ -67,6 +68,7 @@ class Parts:
     layer_grads: float = 0.0  # gradients of one decoder layer
     bwd_work: float = 0.0  # working set of one layer's backward (gradients of its widest tensors)
     n_layers: int = 0
+    emb_grad_transient: float = 0.0  # tied embeddings: the embedding's new gradient and the sum
     mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
 
 
@@ -76,9 +78,9 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
     pol = r.policy
     c = _COMPUTE[pol["compute"]]
     w = DTYPE_BYTES[pol["weights"]]
-    if r.method == "qlora":
+    if r.method == "qlora":  # bnb 4-bit base, other weights in the 16-bit compute dtype
         w_emb = 2.0 if c == 2 else 4.0
-        return Flow(c=c, R=int(max(w_emb, c)), autocast=False), w_emb, 4.0
+        return Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed")), w_emb, 4.0
     autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
     R = int(max(w, c))
     train_w = 4.0 if r.method == "lora" else w
@@ -92,6 +94,33 @@ def _layers_on_stage(plan: Plan) -> tuple[int, int]:
     n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
     n_moe = min(n, -(-n_moe_total // p)) if n_moe_total else 0
     return n, n_moe
+
+
+def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
+    """Decoder layers on the busiest stage by (MoE layer, explicit SDPA mask)."""
+    m, r = plan.model, plan.recipe
+    n_layers, n_moe = _layers_on_stage(plan)
+    win = m.sliding_window
+    n_masked = 0
+    if win is not None and r.seq_len > win:
+        n_masked = _count_sliding(m) * n_layers // m.num_layers
+    kinds: dict[tuple[bool, bool], int] = {}
+    dense = n_layers - n_moe
+    # a stage's MoE and sliding layers are spread alike: split the masked ones proportionally
+    for moe_layer, count in ((False, dense), (True, n_moe)):
+        if count <= 0:
+            continue
+        masked = round(n_masked * count / n_layers)
+        if masked:
+            kinds[(moe_layer, True)] = masked
+        if count - masked:
+            kinds[(moe_layer, False)] = count - masked
+    return kinds
+
+
+@lru_cache(maxsize=1024)
+def _count_sliding(m) -> int:
+    return sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i))
 
 
 def inflight_microbatches(plan: Plan) -> float:
@@ -177,9 +206,13 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.grads = grads / N if lay.zero >= 2 else grads
     temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
-    if flow.autocast:  # every Linear weight once, LoRA adapters included
+    if flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
+        parts.copies = P_t * flow.c
+        parts.copies_head = 0.0
+    elif flow.autocast:  # every Linear weight once, LoRA adapters included
         parts.copies = (linear + (P_t if lora else 0.0) - (_unsaved_first(m) / t if lora else 0.0)) * flow.c
         parts.copies_head = head_lin * flow.c
+    if flow.autocast:
         parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
     if training and lay.dp_size > 1 and lay.zero <= 1:
         parts.ddp = grads  # DDP buckets: a flat copy of every gradient (gradient_as_bucket_view=False)
@@ -192,6 +225,10 @@ def model_states(plan: Plan, parts: Parts) -> None:
         parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
         if flow.autocast:
             parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
+        if not sh.lm_head and lay.pp == 1:
+            # tied: lm_head's gradient is already in .grad when the embedding backward yields a
+            # second V×h gradient; AccumulateGrad adds them out of place (measured, torch 2.13)
+            parts.emb_grad_transient = 2 * head_lin * g_bytes / (N if lay.zero >= 2 else 1)
     offload(plan, parts)
 
 
@@ -221,14 +258,12 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     lora = None
     if r.method in ("lora", "qlora"):
         lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0)
-    s_att = r.seq_len if not m.sliding_window else r.seq_len
+    s_att = r.seq_len
     per_layer = []
-    for moe_layer, count in ((False, n_layers - n_moe), (True, n_moe)):
-        if count <= 0:
-            continue
-        lb = layer_bytes(m, flow, r.attention, moe_layer, lora)
+    for (moe_layer, masked), count in _layer_kinds(plan).items():
+        lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
-        sel = full - lb.per_s * s_att / t
+        sel = full - (lb.per_s * s_att + lb.core_drop - lb.core_keep) / t
         per_layer.append((count, lb, full, sel))
     inflight = inflight_microbatches(plan)
     acts = 0.0
@@ -252,7 +287,9 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
         acts -= per_layer[0][1].first_layer_saving * T
     parts.acts = acts * inflight
     parts.ckpt = ckpt * inflight
-    parts.act_layer = act_layer if r.recompute == "full" else 0.0
+    if r.recompute == "selective":  # the attention core of one layer, rematerialized
+        act_layer = max(((lb.per_s * s_att + lb.core_drop - lb.core_keep) / t) * T for _, lb, _, _ in per_layer)
+    parts.act_layer = act_layer if r.recompute != "none" else 0.0
     parts.n_layers = n_layers
     width = m.moe.top_k * m.moe.expert_intermediate_size if (m.moe and n_moe) else m.intermediate_size
     mlp_saved = 4 * flow.c * width / t  # freed by the time attention backward runs
