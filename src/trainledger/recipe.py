@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator
 
 from ._spec import Spec
 
@@ -61,11 +61,13 @@ class Recipe(Spec):
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
     grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
 
-    @model_validator(mode="after")
-    def _check(self) -> "Recipe":
-        if self.method == "qlora" and self.precision in ("fp32",):
-            pass  # QLoRA with fp32 compute is legal (slow) — nothing to reject
-        return self
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets_as_set(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """LoRA targets are a set of module names: sorted and de-duplicated, so equal sets compare equal."""
+        if not v:
+            raise ValueError("name at least one module for LoRA to wrap")
+        return tuple(sorted(set(v)))
 
     @property
     def policy(self) -> dict[str, str]:

@@ -299,8 +299,9 @@ def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None
         res.set("precision", "bf16-mixed", where)
     elif d.get("fp16"):
         res.set("precision", "fp16-mixed", where)
-    if "gradient_checkpointing" in d:
-        res.set("recompute", "full" if d["gradient_checkpointing"] else "none", where)
+    for key in ("gradient_checkpointing", "activation_checkpointing"):  # the latter: transformers >= 5
+        if key in d:
+            res.set("recompute", "full" if d[key] else "none", where)
     if "optim" in d:
         o = str(d["optim"])
         mapped = OPTIM_FROM_HF.get(o)
@@ -322,8 +323,8 @@ def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None
         if "offload" in words:
             res.set("offload", "params", where)
     used = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
-            "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "optim_args",
-            "max_length", "max_seq_length", "max_steps", "fsdp", "fsdp_config", "deepspeed"}
+            "gradient_checkpointing", "gradient_checkpointing_kwargs", "activation_checkpointing",
+            "activation_checkpointing_kwargs", "optim", "optim_args", "max_length", "max_seq_length", "max_steps", "fsdp", "fsdp_config", "deepspeed"}
     _ignored(res, where, (keys & known) - used)
 
 
