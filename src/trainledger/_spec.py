@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import SpecError
+from .safety import clip
 
 
 class Spec(BaseModel):
@@ -19,10 +20,7 @@ def spec_error(exc: ValidationError, where: str) -> SpecError:
     for err in exc.errors()[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
         msg = err.get("msg", "invalid")
-        value = err.get("input")
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
+        shown = clip(err.get("input"))  # bounded: a megabyte string or a deep list stays short
         parts.append(f"{loc}: {msg} (got {shown})")
     more = "" if len(exc.errors()) <= 5 else f"; and {len(exc.errors()) - 5} more"
     return SpecError(f"{where}: " + "; ".join(parts) + more)

@@ -30,20 +30,23 @@ def _catalog_dir(kind: str) -> Path:
 
 
 def read_data_file(path: Path) -> Any:
-    """Read a YAML or JSON file with a size limit, raising SpecError naming the file."""
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
-    if size > MAX_FILE_BYTES:
-        raise SpecError(f"{path}: {size} bytes is too large for a config file (limit {MAX_FILE_BYTES})")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """Read a YAML or JSON file with a size limit, raising SpecError naming the file.
+
+    Only regular files are read, at most MAX_FILE_BYTES, and the parsed data is bounded in depth
+    and size (:mod:`trainledger.safety`: no FIFO/device hangs, no YAML alias bombs).
+    """
+    from .safety import check_tree, read_text
+
+    text = read_text(path, MAX_FILE_BYTES)
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as exc:
-        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({exc})") from None
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # ValueError: JSON, ints > 4300 digits
+        raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} "
+                        f"({' '.join(str(exc).split())[:200]})") from None
+    return check_tree(data, str(path))
 
 
 @lru_cache(maxsize=None)
@@ -73,9 +76,11 @@ def suggest(name: str, choices: list[str], n: int = 4) -> str:
 
 def _resolve(kind: str, name_or_path: str | Path) -> Path:
     s = str(name_or_path)
+    from .safety import clip, is_file
+
     p = Path(s).expanduser()
-    if p.suffix in (".yaml", ".yml", ".json") or p.is_file():
-        if not p.is_file():
+    if p.suffix in (".yaml", ".yml", ".json") or is_file(p):
+        if not is_file(p):
             raise CatalogError(f"{p}: no such file (a {kind.rstrip('s')} is a catalog name or a "
                                f".yaml/.json file)")
         return p
@@ -84,7 +89,7 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
     if key in entries:
         return entries[key]
     singular = kind.rstrip("s")
-    raise CatalogError(f"unknown {singular} {s!r}.{suggest(s, list(entries))} "
+    raise CatalogError(f"unknown {singular} {clip(s, 80)}.{suggest(s[:200], list(entries))} "
                        f"(`trainledger {kind}` lists them; a .yaml file path works too)")
 
 

@@ -23,6 +23,7 @@ from .catalog import _entries, read_data_file
 from .errors import CatalogError, SpecError, did_you_mean
 from .families import FAMILIES, FAMILY_DEFAULTS, Cfg
 from .model import ModelSpec
+from .safety import clip, is_dir, path_exists, shorten
 
 SUPPORTED_FAMILIES: tuple[str, ...] = tuple(FAMILIES)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
@@ -52,9 +53,9 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
     if mt == "gemma3":
         cfg, mt = _text_config(cfg, name), "gemma3_text"
         notes = ("text model only: the vision tower and projector of gemma3 are not counted",)
-    if mt not in FAMILIES:
+    if not isinstance(mt, str) or mt not in FAMILIES:
         hint = "" if isinstance(mt, str) and mt else " (the field is missing)"
-        raise SpecError(f"{name}: model_type {mt!r} is not supported{hint}; supported: "
+        raise SpecError(f"{name}: model_type {clip(mt)} is not supported{hint}; supported: "
                         f"{', '.join(SUPPORTED_FAMILIES)}, gemma3. For another architecture write a "
                         "config with \"model_type\": \"generic\" and its dimensions.")
     fields = FAMILIES[mt](Cfg(cfg, name, FAMILY_DEFAULTS.get(mt)))
@@ -84,10 +85,10 @@ def preset_sources() -> dict[str, str]:
 
 
 def _read_config(path: Path) -> Any:
-    if path.is_dir():
+    if is_dir(path):
         path = path / "config.json"
-    if not path.exists():
-        raise SpecError(f"{path}: no such file")
+    if not path_exists(path):
+        raise SpecError(f"{shorten(str(path))}: no such file")
     return read_data_file(path), str(path)
 
 
@@ -121,7 +122,7 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
     s = str(ref).strip()
     p = Path(s)
     presets = _entries("models")
-    if p.suffix == ".json" or p.exists():
+    if p.suffix == ".json" or path_exists(p):
         data, name = _read_config(p)
         source = None
     elif s.lower() in presets:
@@ -133,7 +134,7 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
         hub = _hub_config_path(s) if HUB_ID.match(s) else None
         if hub is None:
             choices = list(presets) + list(preset_sources())
-            raise CatalogError(f"unknown model {s!r}.{did_you_mean(s, choices)} Give a preset "
+            raise CatalogError(f"unknown model {clip(s, 80)}.{did_you_mean(s[:200], choices)} Give a preset "
                                "(`trainledger models`), a config.json path, or a Hub id that is cached "
                                "locally or reachable.")
         data, name = _read_config(hub)
@@ -141,7 +142,7 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
     if isinstance(data, dict):
         src = data.pop("_source", None)
         source = source or (src if isinstance(src, str) else None)
-    return data, name, source or (name if p.suffix == ".json" or p.exists() else None)
+    return data, name, source or (name if p.suffix == ".json" or path_exists(p) else None)
 
 
 def load_hf_config(ref: str | Path) -> dict[str, Any]:

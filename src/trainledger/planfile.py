@@ -22,6 +22,7 @@ from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
 from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .safety import check_tree, clip, path_exists, read_text, shorten
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -71,12 +72,12 @@ class PlanInputs(Spec):
 def load_plan_file(path: str | Path) -> dict[str, Any]:
     """Read a plan file (YAML, TOML or JSON) into a flat dict of PlanInputs keys."""
     p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{p}: no such plan file")
+    if not path_exists(p):
+        raise SpecError(f"{shorten(str(p))}: no such plan file")
     if p.suffix == ".toml":
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8", errors="replace"))
-        except tomllib.TOMLDecodeError as exc:
+            data = check_tree(tomllib.loads(read_text(p, what="plan file")), str(p))
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise SpecError(f"{p}: not valid TOML ({exc})") from None
     else:
         data = read_data_file(p)
@@ -85,7 +86,7 @@ def load_plan_file(path: str | Path) -> dict[str, Any]:
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(data) - set(PlanInputs.model_fields))
     if unknown:
-        raise SpecError(f"{p}: unknown keys {unknown}; accepted: {', '.join(PlanInputs.model_fields)}")
+        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)}; accepted: {', '.join(PlanInputs.model_fields)}")
     return data
 
 
