@@ -101,6 +101,7 @@ class PriceCatalog:
     clouds: dict[str, CloudPrices]
     servers: list[ServerPrice]
     facility: Facility
+    _quotes: dict[str, list[Quote]] = field(default_factory=dict, repr=False)
 
     def default(self, key: str) -> FacilityValue:
         try:
@@ -132,10 +133,12 @@ class PriceCatalog:
         return Quote(provider, tier, p.usd_per_gpu_hour, f"{cloud.source} (checked {cloud.checked})", detail)
 
     def quotes_for(self, gpu: str) -> list[Quote]:
-        """Every catalog price for ``gpu``, cheapest first."""
-        out = [self.quote(gpu, prov, tier) for prov, c in self.clouds.items()
-               for tier in c.gpus.get(gpu, {})]
-        return sorted(out, key=lambda q: q.usd_per_gpu_hour)
+        """Every catalog price for ``gpu``, cheapest first (cached: the catalog does not change)."""
+        if gpu not in self._quotes:
+            out = [self.quote(gpu, prov, tier) for prov, c in self.clouds.items()
+                   for tier in c.gpus.get(gpu, {})]
+            self._quotes[gpu] = sorted(out, key=lambda q: q.usd_per_gpu_hour)
+        return list(self._quotes[gpu])
 
     def server_for(self, gpu: str) -> ServerPrice | None:
         for s in self.servers:
@@ -169,6 +172,7 @@ def _read_items(path: Path) -> list[CloudPrices | ServerPrice | Facility]:
 
 
 def _merge(cat: PriceCatalog, item: CloudPrices | ServerPrice | Facility) -> None:
+    cat._quotes.clear()
     if isinstance(item, CloudPrices):
         key = item.provider.lower()
         old = cat.clouds.get(key)
