@@ -87,10 +87,6 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     mt = cfg.pop("model_type", None)
     if not mt:
         raise VerifyError("config has no model_type; cannot build the model")
-    for k in list(cfg):
-        if k.endswith("dropout") or k.endswith("pdrop") or k == "dropout":
-            if isinstance(cfg[k], (int, float)) and k != "classifier_dropout":
-                cfg[k] = recipe.dropout
     for k in ("torch_dtype", "dtype", "quantization_config"):
         cfg.pop(k, None)
     try:
@@ -98,6 +94,10 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     except ValueError as exc:
         raise VerifyError(f"transformers {transformers.__version__} cannot build model_type {mt!r}: {exc}") \
             from None
+    for k, v in config.to_dict().items():  # every dropout probability, set or defaulted
+        if (k.endswith("dropout") or k.endswith("pdrop")) and isinstance(v, (int, float)) \
+                and not isinstance(v, bool) and k != "classifier_dropout":
+            setattr(config, k, recipe.dropout)
     config.use_cache = not recipe.is_training
     return config
 
@@ -171,7 +171,11 @@ def _apply_lora(model: Any, recipe: Recipe) -> Any:
 
 def _apply_recompute(model: Any, recipe: Recipe, attn: str, notes: list[str]) -> None:
     if recipe.recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         if recipe.recompute_layers is not None:
             layers = _decoder_layers(model)
             for i, layer in enumerate(layers):
@@ -270,7 +274,8 @@ def _fake_data_dependent_mode() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Mode(TorchDispatchMode):
-        """Answer data-dependent scalar reads of fake tensors: all() -> True, any() -> False.
+        """Answer data-dependent scalar reads of fake tensors: all() -> True, any() -> False,
+        GradScaler's found_inf -> 0.
 
         The only reads a decoder's forward makes are "is every token unpadded / is the batch
         unpacked" checks; for the measurement's full, unpadded batches they are ``all(...) ==
@@ -294,6 +299,8 @@ def _fake_data_dependent_mode() -> type:
             if func is torch.ops.aten._grouped_mm.default and args[0].dtype != torch.bfloat16:
                 return self._grouped_mm(func, args, kwargs)
             out = func(*args, **kwargs)
+            if func is torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default:
+                self._origin[args[1].untyped_storage()._cdata] = "found_inf"
             name = func._overloadpacket.__name__
             if name in ("all", "any") and isinstance(out, torch.Tensor) and out.dim() == 0:
                 self._origin[out.untyped_storage()._cdata] = name
@@ -316,6 +323,8 @@ def _fake_data_dependent_mode() -> type:
                 return True
             if op == "any":
                 return False
+            if op == "found_inf":  # GradScaler: fake gradients are finite
+                return 0.0
             raise VerifyError("the model reads a data-dependent value that a fake run cannot know "
                               f"({t.dtype} scalar); measure it with --device cpu or cuda")
 

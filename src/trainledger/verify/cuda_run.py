@@ -82,6 +82,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     tracker.reset_peaks()
     runner.on_grads = lambda grads: tracker.label(grads, "gradients")
     runner.on_states = lambda opt: tracker.label(_states(opt), "optimizer_states")
+    runner.on_cache = lambda tensors: tracker.label(tensors, "kv_cache")
     try:
         with tracker:
             runner.step(tracker.phase)

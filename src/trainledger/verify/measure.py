@@ -42,9 +42,14 @@ Where CPU/fake runs differ from CUDA (each run lists the ones that apply in ``m.
   CUDA's lists on top of CPU autocast (:mod:`trainledger.verify.autocast_cuda`); only ops called
   from inside C++ composite ops keep CPU's policy. Llama-style models upcast explicitly and are
   unaffected either way.
-* SDPA kernel: CPU picks its flash kernel (any dtype); CUDA picks flash for fp16/bf16 and the
-  memory-efficient kernel for fp32, whose logsumexp is padded to a multiple of 32 queries.
-  With dropout > 0 the CPU falls back to the math kernel, which materializes b×a×s×s scores.
+* SDPA kernel: CPU runs its flash kernel for every dtype (saves output + fp32 logsumexp b×a×s,
+  GQA without repeating K/V). CUDA (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) tries
+  cuDNN first on Hopper/Blackwell with cuDNN > 9.15, then flash (fp16/bf16 only), then
+  memory-efficient (also fp32; logsumexp padded to a multiple of 32 queries), all GQA-capable and
+  saving the same output + logsumexp, so the saved activations agree up to that padding; their
+  backward kernels allocate scratch internally (e.g. flash's fp32 dq accumulator and expanded
+  dK/dV for GQA) that no dispatch-level tracker sees. With dropout > 0 the CPU falls back to the
+  math kernel, which materializes b×a×s×s scores (CUDA's flash/cuDNN do not).
 * kernel-internal scratch (flash backward's fp32 dq accumulator, cuBLAS workspaces) is invisible
   to a dispatch-level tracker; CUDA counts it while the kernel runs.
 * the caching allocator may book up to 1 MiB more for a fresh >= 10 MiB segment it does not split.
@@ -71,8 +76,9 @@ NOTE_AUTOCAST_EMULATED = ("CUDA's autocast fp32 op lists applied on top of CPU a
                           "softmax, pow, sum, exp ... in fp32); ops called inside C++ composites keep CPU's policy")
 NOTE_TRACKER_SCOPE = ("kernel-internal scratch buffers (e.g. flash-attention backward's fp32 dq "
                       "accumulator, cuBLAS workspace) are not seen; CUDA counts them while the kernel runs")
-NOTE_SDPA_CPU = ("SDPA on CPU uses its flash kernel for every dtype; CUDA uses flash for bf16/fp16 "
-                 "and memory-efficient attention for fp32 (logsumexp padded to 32 queries)")
+NOTE_SDPA_CPU = ("SDPA on CPU uses its flash kernel for every dtype; CUDA uses cuDNN/flash for bf16/fp16 "
+                 "and memory-efficient attention for fp32 (logsumexp padded to 32 queries); their "
+                 "backward scratch (dq accumulator, expanded GQA dK/dV) is not counted here")
 NOTE_DROPOUT_CPU = "attention dropout > 0: CPU SDPA falls back to the math kernel (b×a×s×s scores)"
 NOTE_STEP_COUNTERS = "AdamW step counters are host tensors in a CUDA run: not counted"
 
@@ -195,6 +201,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
         tracker.reset_peaks()
         runner.on_grads = lambda grads: tracker.label(grads, "gradients")
         runner.on_states = lambda opt: tracker.label(_states(opt), "optimizer_states")
+        runner.on_cache = lambda tensors: tracker.label(tensors, "kv_cache")
         t0 = time.perf_counter()
         with tracker:
             runner.step(tracker.phase)

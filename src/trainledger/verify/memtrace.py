@@ -45,11 +45,12 @@ CUDA_MIN_BLOCK_BYTES = 512
 #:   logits                  tensors whose last dim is the vocabulary size (and their fp32 upcasts,
 #:                           log-softmax outputs and gradients)
 #:   optimizer_temporaries   allocated during the optimizer phase and not optimizer states
+#:   kv_cache                inference: key/value tensors held by the model's cache after a forward
 #:   activations             everything else allocated during forward or backward
 #:   other                   everything else (buffers, inputs, tensors made between phases)
 CATEGORIES: tuple[str, ...] = (
     "weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-    "optimizer_temporaries", "activations", "other",
+    "optimizer_temporaries", "kv_cache", "activations", "other",
 )
 
 #: Phases of one training step, in order.
@@ -246,12 +247,12 @@ class MemoryTracker(TorchDispatchMode):
                 if rec is not None and rec.category == "weights" and src.dtype != out.dtype:
                     return "autocast_weight_copies"
         if self.vocab_size and out.dim() >= 2 and out.shape[-1] == self.vocab_size and ph in (
-            "forward", "backward"
+            "forward", "backward", "decode"
         ):
             return "logits"
         if ph == "optimizer":
             return "optimizer_temporaries"
-        if ph in ("forward", "backward"):
+        if ph in ("forward", "backward", "decode"):
             return "activations"
         return "other"
 

@@ -28,6 +28,7 @@ decode forwards; phases ``forward`` (prefill) and ``decode``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -136,6 +137,20 @@ def optimizer_state_tensors(optimizer: Any) -> list[Any]:
     return out
 
 
+def cache_tensors(cache: Any) -> list[Any]:
+    """The key/value tensors a transformers Cache holds (DynamicCache layers or legacy lists)."""
+    import torch
+
+    out: list[Any] = []
+    for layer in getattr(cache, "layers", []) or []:
+        out.extend(v for v in vars(layer).values() if isinstance(v, torch.Tensor))
+    for name in ("key_cache", "value_cache"):
+        for t in getattr(cache, name, []) or []:
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
 def autocast_context(recipe: Recipe, device_type: str, cuda_policy: bool = False) -> contextlib.ExitStack:
     """torch.autocast for the mixed policies (nothing otherwise).
 
@@ -178,6 +193,7 @@ class StepRunner:
         self._gen = torch.Generator().manual_seed(seed)
         self.on_grads: Callable[[list[Any]], None] = lambda grads: None
         self.on_states: Callable[[Any], None] = lambda opt: None
+        self.on_cache: Callable[[list[Any]], None] = lambda tensors: None
 
     def _ids(self, length: int) -> Any:
         import torch
@@ -225,19 +241,23 @@ class StepRunner:
 
         r = self.recipe
         amp = autocast_context(r, self.built.tensor_device, self.cuda_autocast)
+        # transformers >= 5.2x names the cache argument ``cache``; older ones ``past_key_values``
+        arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with torch.no_grad(), amp:
             with phase("forward"):
                 ids = self._ids(r.seq_len)
                 cache = DynamicCache(config=self.built.config)
-                out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{arg: cache})
                 cache = out.past_key_values
                 del out, ids
+            self.on_cache(cache_tensors(cache))
             for _ in range(r.generate_len):
                 with phase("decode"):
                     ids = self._ids(1)
-                    out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{arg: cache})
                     cache = out.past_key_values
                     del out, ids
+                self.on_cache(cache_tensors(cache))
             del cache
 
     def step(self, phase: PhaseFn = no_phase) -> None:
