@@ -96,6 +96,8 @@ def test_error_is_shown_next_to_its_field(page, server_url):
     expect(page.locator("#err-tp")).to_contain_text("does not divide 8 GPUs")
     expect(page.locator("#f-tp")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#verdict")).to_have_text("Fix the highlighted input")
+    expect(page.locator("#results")).to_have_attribute("data-stale", "1")
+    page.locator("#err-tp").scroll_into_view_if_needed()
     shot(page, "04-error-next-to-field")
     page.fill("#f-tp", "2")
     wait_verdict(page)

@@ -224,9 +224,15 @@ def range_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         hi = lo + abs(lo) * 0.1 + 1e-9
     raw = (hi - lo) / n
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     first = math.floor(lo / step) * step
     return [first + i * step for i in range(int(math.ceil((hi - first) / step)) + 1)]
+
+
+def tick_format(ticks: Sequence[float]) -> str:
+    """A format with just enough decimals to tell the ticks apart."""
+    step = (ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    return "{:,.%df}" % max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else "{:,g}"
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
@@ -256,7 +262,7 @@ def scatter(title: str, points: Sequence[dict], x_unit: str, y_unit: str) -> str
     def Y(v: float) -> float:
         return MT + 14 + plot_h * (1 - (v - yt[0]) / (yt[-1] - yt[0]))
 
-    body = _yaxis(yt, Y, y_unit, "{:,.4g}")
+    body = _yaxis(yt, Y, y_unit, tick_format(yt))
     for v in log_ticks(xlo, xhi):
         body.append(_line(X(v), MT + 14, X(v), H - MB, GRID))
         body.append(_t(X(v), H - MB + 16, f"{v:,.4g}", 9, "middle"))

@@ -36,10 +36,14 @@ dt{font-weight:600}dd{margin:0}code,pre{font-family:ui-monospace,Menlo,Consolas,
 
 
 def _cell(v: Any) -> str:
+    """A table cell: commands as code, `backticked` spans as inline code, the rest escaped."""
     s = str(v)
-    if s.startswith("trainledger ") or s.startswith("`"):
-        return f"<code>{escape(s.strip('`'))}</code>"
-    return escape(s)
+    if s.startswith("trainledger "):
+        return f"<code>{escape(s)}</code>"
+    parts = s.split("`")
+    if len(parts) % 2 == 0:  # unbalanced: show as is
+        return escape(s)
+    return "".join(f"<code>{escape(p)}</code>" if i % 2 else escape(p) for i, p in enumerate(parts))
 
 
 def _html_block(b: tuple) -> str:

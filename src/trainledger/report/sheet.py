@@ -57,6 +57,14 @@ FLAG_FIELDS = ("model", "gpu", "gpus", "gpus_per_node", "network", "method", "pr
                "lora_rank", "tokens", "dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "headroom")
 
 
+def _count(v: float) -> str:
+    """A token count as the CLI reads it: 2000000000 -> 2B (exact multiples only)."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if v >= size and v % size == 0:
+            return f"{int(v // size)}{unit}"
+    return f"{int(v)}" if float(v).is_integer() else f"{v:g}"
+
+
 def plan_flags(inputs: PlanInputs) -> str:
     """The `estimate`-style flags that reproduce ``inputs`` (non-default values only)."""
     default = PlanInputs()
@@ -65,7 +73,8 @@ def plan_flags(inputs: PlanInputs) -> str:
         v = getattr(inputs, f)
         if v is None or (v == getattr(default, f) and f not in ("model", "gpu", "gpus")):
             continue
-        parts.append(f"--{f.replace('_', '-')} {v:g}" if isinstance(v, float) else f"--{f.replace('_', '-')} {v}")
+        text = _count(v) if f == "tokens" else f"{v:g}" if isinstance(v, float) else str(v)
+        parts.append(f"--{f.replace('_', '-')} {text}")
     if inputs.lora_targets != default.lora_targets:
         parts.append("--lora-targets " + ",".join(inputs.lora_targets))
     return " ".join(parts)

@@ -169,6 +169,7 @@ async function update() {
     if (mine !== seq) return;
     clearErrors();
     show(view);
+    $("#results").dataset.stale = "0";
   } catch (err) {
     if (err.name === "AbortError" || mine !== seq) return;
     clearErrors();
@@ -176,6 +177,7 @@ async function update() {
     const v = $("#verdict");
     v.textContent = "Fix the highlighted input";
     v.dataset.fits = "";
+    $("#results").dataset.stale = "1";  // figures below are from the last valid inputs
   } finally {
     if (mine === seq) $("#results").setAttribute("aria-busy", "false");
   }
