@@ -52,7 +52,9 @@ Where CPU/fake runs differ from CUDA (each run lists the ones that apply in ``m.
   math kernel, which materializes b×a×s×s scores (CUDA's flash/cuDNN do not).
 * kernel-internal scratch (flash backward's fp32 dq accumulator, cuBLAS workspaces) is invisible
   to a dispatch-level tracker; CUDA counts it while the kernel runs.
-* the caching allocator may book up to 1 MiB more for a fresh >= 10 MiB segment it does not split.
+* the caching allocator books a whole large-pool block when splitting it would leave <= 1 MiB
+  (c10/cuda/CUDACachingAllocator.cpp ``should_split``), so a tensor > 1 MiB may count up to 1 MiB
+  more on CUDA than its 512-byte-rounded size; the count depends on the cache's state.
 * AdamW's step counters live on the host in a CUDA run (non-fused): they are dropped from the
   count here. Fused AdamW keeps them on the device (counted).
 """
@@ -79,6 +81,8 @@ NOTE_TRACKER_SCOPE = ("kernel-internal scratch buffers (e.g. flash-attention bac
 NOTE_SDPA_CPU = ("SDPA on CPU uses its flash kernel for every dtype; CUDA uses cuDNN/flash for bf16/fp16 "
                  "and memory-efficient attention for fp32 (logsumexp padded to 32 queries); their "
                  "backward scratch (dq accumulator, expanded GQA dK/dV) is not counted here")
+NOTE_ALLOCATOR = ("sizes rounded to CUDA's 512-byte blocks; CUDA may book up to 1 MiB more per tensor "
+                  "> 1 MiB when it hands out an unsplit large block")
 NOTE_DROPOUT_CPU = "attention dropout > 0: CPU SDPA falls back to the math kernel (b×a×s×s scores)"
 NOTE_STEP_COUNTERS = "AdamW step counters are host tensors in a CUDA run: not counted"
 
@@ -243,7 +247,7 @@ def register_state(tracker: Any, runner: Any) -> None:
 
 def tracked_notes(built: Any, recipe: Recipe, cuda_autocast: bool = True) -> list[str]:
     """The CPU-vs-CUDA differences that apply to this run."""
-    notes = [NOTE_TRACKER_SCOPE]
+    notes = [NOTE_TRACKER_SCOPE, NOTE_ALLOCATOR]
     if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda":
         notes.append(NOTE_AUTOCAST_EMULATED if cuda_autocast else NOTE_AUTOCAST_CPU)
     if recipe.attention != "eager":

@@ -15,9 +15,10 @@ What it cannot see (documented differences from ``torch.cuda.max_memory_allocate
 
 * scratch memory that one ATen kernel allocates and frees inside itself (for example the fp32
   ``dq_accum`` buffer of the CUDA flash-attention backward, cuBLAS/cuBLASLt workspaces);
-* the caching allocator's occasional whole-segment blocks: a request >= 10 MiB served from a fresh
-  segment (rounded to 2 MiB) is not split when the remainder is <= 1 MiB, so CUDA may count up to
-  1 MiB more for that tensor (``get_allocation_size`` / ``should_split`` in the same file).
+* the caching allocator's unsplit large blocks: a large-pool block (requests > 1 MiB) is split
+  only when more than 1 MiB would be left over (``should_split``: ``remaining > kSmallSize``), and a
+  fresh segment for a request >= 10 MiB is rounded up to 2 MiB (``get_allocation_size``), so CUDA
+  may book up to 1 MiB more than the 512-byte-rounded size for such a tensor.
 
 Categories (the keys of every breakdown) are listed in :data:`CATEGORIES`; see their docstring.
 """
