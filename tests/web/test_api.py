@@ -167,3 +167,32 @@ def test_openapi_schema_lists_the_api(client):
             "/api/export"} <= set(spec["paths"])
     props = spec["components"]["schemas"]["WebInputs"]["properties"]
     assert "corpus" not in props and props["gpus"]["maximum"] > 1
+
+
+def test_serve_command_defaults_to_loopback(monkeypatch):
+    from click.testing import CliRunner
+
+    import trainledger.web as web
+    from trainledger.cli import main
+
+    calls = []
+    monkeypatch.setattr(web, "serve", lambda host, port: calls.append((host, port)))
+    r = CliRunner().invoke(main, ["serve"])
+    assert r.exit_code == 0 and calls == [("127.0.0.1", 8765)]
+    assert "http://127.0.0.1:8765/" in r.output
+    r = CliRunner().invoke(main, ["serve", "--host", "0.0.0.0", "--port", "9000"])
+    assert calls[-1] == ("0.0.0.0", 9000) and "warning: serving on 0.0.0.0" in r.output
+    assert web.loopback_hosts("127.0.0.1", 1) and web.loopback_hosts("0.0.0.0", 1) is None
+
+
+def test_missing_web_extra_names_the_pip_command(monkeypatch):
+    import sys
+
+    from click.testing import CliRunner
+
+    from trainledger.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn -> ImportError
+    r = CliRunner().invoke(main, ["serve", "--port", "0"])
+    assert r.exit_code != 0
+    assert "pip install 'trainledger[web]'" in r.output and "Traceback" not in r.output
