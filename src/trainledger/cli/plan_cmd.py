@@ -87,6 +87,11 @@ def _render(res: dict[str, Any], example: bool) -> None:
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}), seq {job['seq_len']}, "
                f"{tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
+    to = job["time_options"]
+    click.echo(f"time model: {to['runtime']} runtime kernels, TP comm "
+               f"{'overlapped' if to['tp_comm_overlap'] else 'exposed'}, MoE all-to-all "
+               f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
+               "(--runtime, --tp-comm-overlap, --ep-comm-overlap)")
     click.echo(f"searched {res['evaluated']:,} layouts in {fmt_seconds(res['elapsed_s'])} "
                f"({res['plans_per_s']:,.0f}/s); {len(res['rejected'])} candidates rejected\n")
     if res["plans"]:
