@@ -14,6 +14,7 @@ import csv
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,7 @@ def open_binary(source: Source, opts: CorpusOptions) -> io.BufferedReader:
     return io.BufferedReader(_CappedStream(inner, limit, source.path), buffer_size=_READ_BUFFER)
 
 
-_TRUNCATION_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, OSError)
+_TRUNCATION_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, OSError, zlib.error)
 
 
 def _truncation_errors() -> tuple[type[BaseException], ...]:
@@ -207,7 +208,7 @@ def parse_json_line(text: str) -> Any:
     """A JSON record, or a RecordError for malformed JSON."""
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
         return RecordError("malformed", f"not valid JSON ({exc})")
 
 
@@ -245,7 +246,7 @@ def _iter_json(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
     except UnicodeDecodeError as exc:
         raise CorpusError(f"{unit.source.path}: not valid UTF-8 at byte {exc.start}; "
                           "pass --encoding-errors replace") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CorpusError(f"{unit.source.path}: not valid JSON ({exc})") from None
     for i, rec in enumerate(json_records(doc, unit.source.path)):
         if i % unit.stride == unit.start:
