@@ -34,8 +34,16 @@ def _summary(result: dict[str, Any]) -> str:
         return f"efficiency {result.get('efficiency', 0):.2f} ({result['verdict']})"
     if "n_measurements" in result:
         return f"fitted from {result['n_measurements']} measurement(s)"
+    from ..units import fmt_rate
+
     if "peak" in result:
-        return ", ".join(f"{op} {v['busbw_bytes_per_s'] / 1e9:.2f} GB/s" for op, v in result["peak"].items())
+        return "peak busbw " + ", ".join(f"{op} {fmt_rate(v['busbw_bytes_per_s'])}" for op, v in result["peak"].items())
+    if "storage" in result:
+        st = result["storage"]
+        return f"read {fmt_rate(st['seq_read_bytes_per_s'])}, {st['random_4k_iops']:,.0f} IOPS"
+    if "findings" in result and "gpu" in result:
+        fails = sum(f["level"] == "fail" for f in result["findings"] or [])
+        return f"{len(result['gpu'].get('gpus', []))} GPU(s), {fails} failing finding(s)"
     return ""
 
 
