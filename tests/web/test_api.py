@@ -165,6 +165,10 @@ def test_openapi_schema_lists_the_api(client):
     spec = client.get("/openapi.json").json()
     assert {"/api/presets", "/api/gpus", "/api/options", "/api/estimate", "/api/plan", "/api/report",
             "/api/export"} <= set(spec["paths"])
+    for path in ("/api/estimate", "/api/plan", "/api/report", "/api/export"):
+        responses = spec["paths"][path]["post"]["responses"]
+        for code in ("400", "422", "413", "503"):  # errors are documented as they are sent
+            assert responses[code]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
     props = spec["components"]["schemas"]["WebInputs"]["properties"]
     assert "corpus" not in props and props["gpus"]["maximum"] > 1
 

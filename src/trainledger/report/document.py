@@ -63,9 +63,11 @@ def summary(est: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("step time", "not estimated"))
     rows.append(("training time", days(t.get("total_s")) + (f" ({t['gpu_hours']:,.0f} GPU-hours)"
                                                             if t.get("gpu_hours") else "")))
-    rows.append(("cloud cost", usd(cost.get("cloud_usd")) + (f" ({cost.get('provider')} {cost.get('pricing')}, "
-                                                            f"${cost['usd_per_gpu_hour']:.2f}/GPU-h)"
-                                                            if cost.get("usd_per_gpu_hour") else "")))
+    price = (f"{cost.get('provider')} {cost.get('pricing')}, ${cost['usd_per_gpu_hour']:.2f}/GPU-h"
+             if cost.get("usd_per_gpu_hour") else "no catalog price for this GPU")
+    if cost.get("cloud_usd") is None and not t.get("total_s"):
+        price = "give a token budget; " + price
+    rows.append(("cloud cost", f"{usd(cost.get('cloud_usd'))} ({price})"))
     if e.get("kwh") is not None:
         rows.append(("energy", f"{e['kwh']:,.0f} kWh"))
     return rows

@@ -107,10 +107,11 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     from fastapi.responses import JSONResponse, Response
 
     from . import service
-    from .schemas import EstimateRequest, ExportRequest, PlanRequest, ReportRequest
+    from .schemas import ERROR_RESPONSES, EstimateRequest, ExportRequest, PlanRequest, ReportRequest
 
     app = FastAPI(title="trainledger", version=_version(), docs_url=None, redoc_url=None,
-                  description="What hardware an LLM training job needs: estimate, plan, report, export.")
+                  description="What hardware an LLM training job needs: estimate, plan, report, export.",
+                  responses=ERROR_RESPONSES)
     limiter = anyio.CapacityLimiter(WORKERS)
     pages = {name: _static(name) for name in STATIC}
 

@@ -108,3 +108,18 @@ class ExportRequest(Spec):
 
     inputs: WebInputs = WebInputs()
     format: str = Field(max_length=20, pattern=r"^[a-z-]+$", description="torchrun, accelerate, deepspeed, ...")
+
+
+class ErrorBody(Spec):
+    """Every 4xx/5xx answer of the API: the message and the form field that caused it (or null)."""
+
+    error: str
+    field: str | None = None
+
+
+#: the error answers every API route documents in the OpenAPI schema.
+ERROR_RESPONSES: dict[int | str, dict] = {
+    code: {"model": ErrorBody, "description": what} for code, what in (
+        (400, "the inputs cannot be planned as given"), (413, "request body too large"),
+        (422, "a field is out of range or of the wrong type"), (503, "the request took too long"))
+}
