@@ -268,3 +268,70 @@ def test_cuda_autocast_changes_gpt2_not_llama():
             for c in (False, True)]
     assert llama[0] == llama[1]
     assert gpt2[1] > gpt2[0]
+
+
+def test_timeline_keeps_the_peak():
+    m = measure_memory_from_config(TINY_LLAMA, Recipe(seq_len=32, micro_batch=2), device="fake")
+    assert 0 < len(m.timeline) <= 400
+    assert max(b for _, b in m.timeline) == m.peak_allocated_bytes
+    phases = [p for p, _ in m.timeline]
+    assert phases.index("forward") < phases.index("backward") < phases.index("optimizer")
+
+
+class _FakeCuda:
+    """Stand-ins for torch.cuda's counters so the CUDA code path runs on a CPU machine."""
+
+    def __init__(self):
+        self.allocated, self.peak, self.resets = 1000, 1000, 0
+
+    def install(self, monkeypatch):
+        c = torch.cuda
+        monkeypatch.setattr(c, "synchronize", lambda *a, **k: None)
+        monkeypatch.setattr(c, "reset_peak_memory_stats", self._reset)
+        monkeypatch.setattr(c, "max_memory_allocated", lambda *a, **k: self._bump())
+        monkeypatch.setattr(c, "max_memory_reserved", lambda *a, **k: self.peak + 4096)
+        monkeypatch.setattr(c, "memory_allocated", lambda *a, **k: self.allocated)
+        monkeypatch.setattr(c, "empty_cache", lambda *a, **k: None)
+
+    def _reset(self, *a, **k):
+        self.resets += 1
+        self.peak = self.allocated
+
+    def _bump(self):
+        self.peak += 512  # each phase "allocates" one more block
+        return self.peak
+
+
+def test_cuda_path_control_flow_without_a_gpu(monkeypatch):
+    from trainledger.verify.build import build_model
+    from trainledger.verify.cuda_run import run_cuda
+
+    recipe = Recipe(precision="fp32", optimizer="sgd", seq_len=16, micro_batch=1)
+    built = build_model(TINY_LLAMA, recipe, device="cpu")
+    fc = _FakeCuda()
+    fc.install(monkeypatch)
+    m = run_cuda(built, recipe, steps=2, seed=0)
+    assert not m.oom and m.device == "cuda"
+    assert set(m.phase_peaks) == {"forward", "backward", "optimizer", "zero_grad"}
+    assert m.peak_allocated_bytes == max(m.phase_peaks.values())
+    assert m.peak_reserved_bytes == m.peak_allocated_bytes + 4096
+    assert m.step_time_s > 0 and m.backward_forward_ratio > 0
+    assert fc.resets >= 8  # reset_peak_memory_stats before every phase of both steps
+
+
+def test_cuda_oom_is_a_result(monkeypatch):
+    from trainledger.verify.build import build_model
+    from trainledger.verify.cuda_run import run_cuda
+
+    recipe = Recipe(precision="fp32", optimizer="sgd", seq_len=16, micro_batch=1)
+    built = build_model(TINY_LLAMA, recipe, device="cpu")
+    _FakeCuda().install(monkeypatch)
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(torch.Tensor, "backward", oom)
+    m = run_cuda(built, recipe, steps=2, seed=0)
+    assert m.oom and m.oom_phase == "backward"
+    assert m.oom_message.startswith("does not fit: failed at backward with")
+    assert "GiB allocated" in m.oom_message

@@ -93,6 +93,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     m.categories_at_peak = rep.categories_at_peak
     m.phase_categories = rep.phase_categories
     m.tracker_peak_bytes = rep.peak_bytes
+    m.timeline = rep.timeline
     m.notes.extend(runner.notes)
     m.notes.append(f"tracker cross-check: tracked peak {rep.peak_bytes} B vs cuda {m.peak_allocated_bytes} B; "
                    + tracked_notes(built, recipe, False)[0])

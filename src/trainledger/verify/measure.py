@@ -13,6 +13,7 @@ Public API (stable; the estimator's accuracy tests code against it)::
     m.categories_at_peak     # {category: bytes live at the global peak}; keys = memtrace.CATEGORIES
     m.phase_categories       # {phase: {category: bytes live at that phase's peak}}
     m.start_bytes            # live bytes when the measured step began (weights, states, ...)
+    m.timeline               # [(phase, live bytes)], <= 400 points, peaks kept (for a chart)
     m.step_time_s, m.forward_time_s, m.backward_time_s, m.backward_forward_ratio  (cuda: timed;
                              # cpu: wall time with the tracker on; fake: None)
     m.oom, m.oom_phase, m.oom_message   # cuda: an out-of-memory is a result, not a crash
@@ -107,6 +108,7 @@ class MemoryMeasurement:
     oom_phase: str | None = None
     oom_message: str | None = None
     tracker_peak_bytes: int | None = None
+    timeline: list[tuple[str, int]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
@@ -219,7 +221,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
         categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
         device=built.device, start_bytes=rep.start_bytes,
         step_time_s=None if built.device == "fake" else wall, notes=notes,
-        tracker_peak_bytes=rep.peak_bytes,
+        tracker_peak_bytes=rep.peak_bytes, timeline=rep.timeline,
     )
 
 

@@ -120,7 +120,7 @@ class TrackerReport:
     end_bytes: int
     late_registered: int = 0
     storages_seen: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
+    timeline: list[tuple[str, int]] = field(default_factory=list)
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -153,6 +153,7 @@ class MemoryTracker(TorchDispatchMode):
         self._live: dict[int, _Storage] = {}  # storage _cdata -> record
         self._all: dict[int, _Storage] = {}  # sid -> record (kept for breakdowns)
         self._events: list[tuple[int, int]] = []  # (sid, +bytes / -bytes)
+        self._trace: list[tuple[str | None, int]] = []  # (phase, live bytes) after each event
         self._next_sid = 0
         self.current_bytes = 0
         self.current_phase: str | None = None
@@ -228,6 +229,7 @@ class MemoryTracker(TorchDispatchMode):
     def _add(self, sid: int, delta: int) -> None:
         self._events.append((sid, delta))
         self.current_bytes += delta
+        self._trace.append((self.current_phase, self.current_bytes))
         if delta <= 0:
             return
         idx = len(self._events) - 1
@@ -334,6 +336,22 @@ class MemoryTracker(TorchDispatchMode):
                                  shape=r.shape, dtype=r.dtype))
         return sorted(rows, key=lambda d: (-int(d["bytes"]), int(d["sid"])))
 
+    def timeline(self, max_points: int = 400) -> list[tuple[str, int]]:
+        """Live bytes over the window as (phase, bytes) points, at most ``max_points``.
+
+        The window is cut into equal runs of events; each run keeps its largest value, so every
+        peak survives the downsampling.
+        """
+        trace = self._trace[self._start_event + 1:]
+        if not trace:
+            return []
+        step = max(1, -(-len(trace) // max_points))
+        out = []
+        for i in range(0, len(trace), step):
+            ph, nb = max(trace[i:i + step], key=lambda t: t[1])
+            out.append((ph or "", nb))
+        return out
+
     def report(self) -> TrackerReport:
         """Peaks and category breakdowns since the last :meth:`reset_peaks`."""
         phases = {k: v.bytes for k, v in self.phase_peak.items()}
@@ -350,6 +368,7 @@ class MemoryTracker(TorchDispatchMode):
             end_bytes=self.current_bytes,
             late_registered=self.late_registered,
             storages_seen=self._next_sid,
+            timeline=self.timeline(),
         )
 
 
