@@ -109,11 +109,26 @@ def test_plan_hints_and_plan_inputs(corpus, tok_path, tmp_path):
         parse_inputs({"corpus": str(tmp_path / "other.json")})
 
 
-def test_estimate_accepts_corpus(corpus, tok_path, tmp_path):
-    pytest.importorskip("trainledger.cli.estimate_cmd")
+def test_plan_command_takes_seq_len_and_tokens_from_corpus(corpus, tok_path, tmp_path):
+    if "plan" not in main.commands:
+        pytest.skip("plan command not present")
     path, _ = corpus
     stats_file = tmp_path / "stats.json"
     stats_file.write_text(invoke("corpus", path, "--tokenizer", tok_path, "--json", "-q").stdout)
-    r = invoke("estimate", "--corpus", stats_file, "--json")
+    hints = plan_hints(stats_file)
+    r = invoke("plan", "--corpus", stats_file, "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--max-gpus", 8,
+               "--json")
     assert r.exit_code == 0, r.output
-    assert str(json.loads(stats_file.read_text())["seq_len"]) in r.stdout
+    job = json.loads(r.stdout)["job"]
+    assert job["seq_len"] == hints["seq_len"] and job["tokens"] == hints["tokens"]
+
+
+def test_estimate_accepts_corpus(corpus, tok_path, tmp_path):
+    if "estimate" not in main.commands:
+        pytest.skip("estimate command not present")
+    path, _ = corpus
+    stats_file = tmp_path / "stats.json"
+    stats_file.write_text(invoke("corpus", path, "--tokenizer", tok_path, "--json", "-q").stdout)
+    r = invoke("estimate", "--corpus", stats_file, "--model", "llama-3.2-1b", "--json")
+    assert r.exit_code == 0, r.output
+    assert str(plan_hints(stats_file)["seq_len"]) in r.stdout
