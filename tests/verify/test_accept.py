@@ -144,3 +144,14 @@ def test_hung_rank_times_out():
     rep, dt = fault("hang:1:optimizer", collective_timeout_s=4)
     assert rep["ok"] is False and dt < 90
     assert "rank 1 stopped during 'optimizer step 0'" in rep["error"]
+
+
+@pytest.mark.gpu
+def test_accept_on_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    n = min(2, torch.cuda.device_count())
+    inputs = parse_inputs({**TINY, "precision": "bf16-mixed", "gpus": n})
+    rep = A.run_accept(inputs, "cuda", n, 1, 1, timeout_s=300)
+    assert rep["ok"] is True, A.render(rep)

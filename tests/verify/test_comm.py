@@ -146,3 +146,21 @@ def test_launch_deadline_kills_the_group():
     t0 = time.monotonic()
     rc, timed_out, _tail, _ = run_bounded(["sh", "-c", "sleep 30 & sleep 30; wait"], timeout_s=1)
     assert timed_out and time.monotonic() - t0 < 15
+
+
+def test_cuda_without_a_gpu_is_one_clear_line():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    r = CliRunner().invoke(main, ["verify", "comm", "--device", "cuda", "--no-ledger"])
+    assert r.exit_code == 1 and "torch sees no CUDA GPU" in r.output
+
+
+@pytest.mark.gpu
+def test_cuda_copy_and_collectives():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    n = min(2, torch.cuda.device_count())
+    d = C.finish(C.run_comm(n, "cuda", 64 * MIB, timeout_s=300), C.reference_link("cuda", n, None, "h100-sxm"))
+    assert d["ok"] and d["backend"] == "nccl"
+    op = "copy" if n == 1 else "all_reduce"
+    assert d["peak"][op]["busbw_bytes_per_s"] > 1e9

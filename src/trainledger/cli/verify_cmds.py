@@ -36,9 +36,14 @@ def _progress(msg: str) -> None:
     click.echo(f"[trainledger] {msg}", err=True)
 
 
-def _need_torch() -> None:
+def _need_torch(device: str | None = None) -> None:
     if importlib.util.find_spec("torch") is None:
         raise MissingDependency(f"trainledger verify needs torch; install it with: {INSTALL}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise VerifyError("--device cuda: torch sees no CUDA GPU on this machine; use --device cpu")
 
 
 def ledger_options(func):
@@ -111,7 +116,7 @@ def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
 @ledger_options
 def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, **kwargs: Any) -> None:
     """Run real training steps of the plan and compare peak memory with the estimate, term by term."""
-    _need_torch()
+    _need_torch(device)
     from ..estimate import estimate
     from ..planfile import build_plan
     from ..verify.compare import compare_memory, compare_time, render_memory
@@ -152,7 +157,7 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
 def comm_cmd(nproc: int, device: str, max_size: str, min_size: str, link: str | None, gpu: str | None,
              timeout_s: float, collective_timeout: float, as_json: bool, **kwargs: Any) -> None:
     """Correctness of all_reduce/all_gather/reduce_scatter/all_to_all, then algbw/busbw per size."""
-    _need_torch()
+    _need_torch(device)
     from ..verify import comm
     from ..verify.launch import in_torchrun
 
@@ -184,7 +189,7 @@ def comm_cmd(nproc: int, device: str, max_size: str, min_size: str, link: str | 
 def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collective_timeout: float,
                 as_json: bool, **kwargs: Any) -> None:
     """Step time at 1, 2, 4 ... N ranks under DP/FSDP and the scaling efficiency."""
-    _need_torch()
+    _need_torch(device)
     from ..planfile import build_plan
     from ..verify import scaling
 
@@ -250,7 +255,7 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
                workdir: str | None, timeout_s: float, collective_timeout: float, as_json: bool,
                **kwargs: Any) -> None:
     """The delivery acceptance run: train, checkpoint, restore in fresh processes, compare."""
-    _need_torch()
+    _need_torch(device)
     from ..planfile import build_plan
     from ..verify import accept
 
