@@ -132,3 +132,25 @@ def render(fitted: Mapping[str, Any]) -> str:
         shown = "n/a (no measurement has it)" if v is None else f"{v:.4g}"
         lines.append(f"  {name:<28} {shown}  (n={t['n']})")
     return "\n".join(lines)
+
+
+def finish_estimate(estimate: Mapping[str, Any], *, calibrated: bool = False, store: bool = True,
+                    ledger_path: str | None = None, command: str = "estimate") -> dict[str, Any]:
+    """The estimate command's hook: apply the calibration when asked, store the estimate.
+
+    ``estimate`` is ``Estimate.to_dict()`` (its ``plan`` block is stored as the record's plan).
+    Without ``calibrated`` the result still says ``calibration: {calibrated: false}``, so every
+    estimate output states whether it is calibrated. Returns the (possibly calibrated) dict.
+    """
+    from .ledger import fingerprint
+
+    env = fingerprint()
+    with Ledger(ledger_path) as led:
+        if calibrated:
+            out = apply(estimate, env, led)
+        else:
+            out = apply_terms(estimate, None, env["env_id"])
+            out["calibration"]["reason"] = "not asked (--calibrated applies this environment's calibration)"
+        if store:
+            out["ledger_id"] = led.add("estimate", command, out, env=env, plan=out.get("plan"))
+    return out

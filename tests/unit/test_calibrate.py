@@ -97,3 +97,19 @@ def test_cli_calibrate(tmp_path):
     assert d["n_measurements"] == 1 and d["terms"]["runtime_overhead_fraction"]["value"] == pytest.approx(0.1)
     r = CliRunner().invoke(main, ["calibrate", "--ledger", str(db), "--env", env["env_id"]])
     assert r.exit_code == 0 and "from 1 measurement(s)" in r.output and "runtime_overhead_fraction" in r.output
+
+
+def test_finish_estimate_hook(tmp_path):
+    db = str(tmp_path / "l.db")
+    est = {"plan": {"model": "m"}, "memory": {"peak_allocated_bytes": 1000}}
+    raw = calibrate.finish_estimate(est, ledger_path=db)
+    assert raw["calibration"]["calibrated"] is False and "not asked" in raw["calibration"]["reason"]
+    env = fingerprint()
+    with Ledger(db) as led:
+        assert led.get(raw["ledger_id"]).kind == "estimate" and led.get(raw["ledger_id"]).plan == {"model": "m"}
+        led.add("measurement", "verify memory", {"measured": {"device": "cpu", "peak_allocated_bytes": 150},
+                                                 "predicted": {"peak_allocated_bytes": 100}}, env=env)
+        calibrate.calibrate(led, env)
+    cal = calibrate.finish_estimate(est, calibrated=True, store=False, ledger_path=db)
+    assert cal["calibration"]["calibrated"] is True and cal["calibration"]["n_measurements"] == 1
+    assert cal["memory"]["calibrated_peak_allocated_bytes"] == 1500 and "ledger_id" not in cal
