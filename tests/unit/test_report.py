@@ -274,3 +274,23 @@ def test_report_modules_do_not_import_torch_or_fastapi():
             "print(sorted(m for m in ('torch', 'fastapi', 'uvicorn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_report_from_a_real_cpu_measurement():
+    """The verify section on a real `measure_memory` result (tiny model, CPU, exact tensor accounting)."""
+    pytest.importorskip("torch")
+    from trainledger.verify.measure import measure_memory
+
+    inputs = PlanInputs(model="tiny-llama-debug", seq_len=128)
+    plan = build_plan(inputs)
+    measured = measure_memory(plan, device="cpu").to_dict()
+    predicted = estimate(plan).to_dict()["memory"]
+    data = build_report(inputs, verify_result={"measured": measured, "predicted": predicted}, sweeps_on=False)
+    err = (predicted["peak_allocated_bytes"] - measured["peak_allocated_bytes"]) / measured["peak_allocated_bytes"]
+    assert data.verify["peak_relative_error"] == pytest.approx(err)
+    assert data.verify["within_tolerance"] == (abs(err) <= 0.05)
+    text = render(data, "txt")
+    from trainledger.units import fmt_bytes
+
+    assert f"peak allocated          {fmt_bytes(measured['peak_allocated_bytes'])}" in text
+    assert render(data, "html").count("<svg") == 3  # timeline, step time, measured vs predicted

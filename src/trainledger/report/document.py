@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import GIB, fmt_params, fmt_seconds
+from ..units import GIB, fmt_bytes, fmt_params, fmt_seconds
 from . import charts
 
 Block = tuple
@@ -224,18 +224,28 @@ def plans_blocks(pr: dict[str, Any]) -> list[Block]:
     return out
 
 
+def _scale(top: float) -> tuple[str, float]:
+    """GiB, MiB or KiB, whichever shows ``top`` bytes with digits to spare (tiny CPU-verified models)."""
+    for unit, size in (("GiB", GIB), ("MiB", 1 << 20)):
+        if top >= size:
+            return unit, size
+    return "KiB", 1 << 10
+
+
 def verify_blocks(v: dict[str, Any]) -> list[Block]:
-    rows = [(r["name"], (r.get("measured") or 0) / GIB, (r.get("predicted") or 0) / GIB) for r in v["categories"]]
+    top = max([max(r.get("measured") or 0, r.get("predicted") or 0) for r in v["categories"]] + [0])
+    unit, size = _scale(top)
+    rows = [(r["name"], (r.get("measured") or 0) / size, (r.get("predicted") or 0) / size) for r in v["categories"]]
     head = (f"measured on {v.get('device')}: peak allocated off by {pct(v.get('peak_relative_error'))} "
             f"({'within' if v.get('within_tolerance') else 'OUTSIDE'} the {pct(v.get('tolerance'))} acceptance band)")
     if v.get("oom"):
         head = "the measured run ran out of memory: " + head
-    table = [[r["name"], gib(r.get("measured")), gib(r.get("predicted")), pct(r.get("relative_error"))]
+    table = [[r["name"], fmt_bytes(r.get("measured")), fmt_bytes(r.get("predicted")), pct(r.get("relative_error"))]
              for r in v["categories"] + v["totals"]]
     out: list[Block] = [("p", head)]
     if rows:
         out.append(("svg", charts.grouped_bars("Measured vs predicted memory per term (at the peak)", rows,
-                                               ("measured", "predicted"))))
+                                               ("measured", "predicted"), unit)))
     out.append(("table", ["term", "measured", "predicted", "error"], table))
     return out
 
