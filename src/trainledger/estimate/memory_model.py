@@ -283,7 +283,7 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
             acts += count * (sel if r.recompute == "selective" else full) * T
             if opts.use_cache:
                 cache += count * lb.cache_extra / t * T
-    if lora is not None and per_layer:
+    if lora is not None and per_layer and r.recompute != "full":
         acts -= per_layer[0][1].first_layer_saving * T
     parts.acts = acts * inflight
     parts.ckpt = ckpt * inflight
