@@ -121,7 +121,7 @@ class MemoryEstimate:
                 f"{gib(self.budget_bytes):.2f} GiB usable")
 
 
-def _training_points(plan: Plan, x: Parts) -> list[tuple[str, dict[str, float]]]:
+def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     """The moments of a steady-state training step, each as term -> bytes.
 
     Backward is walked at both ends of the layer loop: memory changes linearly with the number j
@@ -146,7 +146,8 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, dict[str, float]]]
     b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
               autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
               logits=x.logits_grad, other=x.inputs)
-    points = [("forward", fwd), ("backward", b0), ("backward", b1)]
+    points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
+              ("backward", "lm_head backward", b1)]
 
     def grads_after(j: int) -> float:
         return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
@@ -155,16 +156,17 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, dict[str, float]]]
         keep = (n - j) / n
         acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
         copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
-        points.append(("backward", dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
-                                        activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+        label = "last layer backward" if j == 0 else "first layer backward"
+        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
+                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
     end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
-    points += [("backward", end), ("optimizer", opt)]
+    points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
     return points
 
 
-def _inference_points(x: Parts) -> list[tuple[str, dict[str, float]]]:
-    return [("forward", {"weights": x.weights, "kv_cache": x.kv_cache, "activations": x.infer_work,
+def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
+    return [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_cache, "activations": x.infer_work,
                          "other": x.inputs})]
 
 
@@ -180,10 +182,10 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     else:
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
-    totals = [(ph, sum(d.values())) for ph, d in points]
+    totals = [(ph, sum(d.values())) for ph, _, d in points]
     i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
     peak_phase = totals[i_peak][0]
-    breakdown = {k: int(v) for k, v in points[i_peak][1].items() if v > 0}
+    breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
     peak = sum(breakdown.values())
     phases: dict[str, int] = {}
     for ph, tot in totals:
@@ -194,8 +196,10 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
-    idle = int(sum(v for k, v in points[-1][1].items() if k not in ("gradients", "optimizer_temporaries")))
-    timeline = [("step start", idle)] + [(ph, int(tot)) for ph, tot in totals] + [("step end", idle)]
+    idle = int(sum(v for k, v in points[-1][2].items() if k not in ("gradients", "optimizer_temporaries")))
+    timeline = [("step start", idle)] + [(label, int(sum(d.values()))) for _, label, d in points]
+    if plan.recipe.is_training:
+        timeline.append(("after zero_grad", idle))
     terms = [Term(name=k, value=v, unit="bytes", source=SOURCES[k][0], assumptions=SOURCES[k][1])
              for k, v in breakdown.items()]
     runtime_terms = {"allocator_reserve": reserved - peak, "cuda_context": context,
