@@ -97,6 +97,9 @@ def test_cli_accept_fsdp_two_gloo_ranks(tmp_path):
     rep = json.loads(out.read_text())
     assert rep["ok"] is True and [i["status"] for i in rep["items"]] == ["pass"] * len(A.ITEMS)
     assert rep["run"]["sharded"] is True and rep["run"]["losses_after"] == rep["restore"]["losses_after"]
+    # the interface later benchmarks read: measured (CUDA allocator numbers; None on CPU) and predicted
+    assert rep["measured"]["peak_allocated_bytes"] is None and rep["measured"]["device"] == "cpu"
+    assert rep["predicted"]["peak_allocated_bytes"] > 0 and "breakdown" in rep["predicted"]
     # every rank trained 3 steps x 2 micro-batches x 2 samples x 32 tokens on its own shard
     assert [x["tokens"] for x in rep["run"]["ranks"]] == [3 * 2 * 2 * 32] * 2
     assert len({x["checksum"] for x in rep["run"]["ranks"]}) == 2
@@ -155,3 +158,5 @@ def test_accept_on_cuda():
     inputs = parse_inputs({**TINY, "precision": "bf16-mixed", "gpus": n})
     rep = A.run_accept(inputs, "cuda", n, 1, 1, timeout_s=300)
     assert rep["ok"] is True, A.render(rep)
+    m = rep["measured"]
+    assert m["peak_allocated_bytes"] > 0 and set(m["phase_peaks"]) == {"forward", "backward", "optimizer"}

@@ -128,6 +128,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         status.enter("gather")
         ranks: list[Any] = [None] * world
         dist.all_gather_object(ranks, _rank_summary(tr, first + after, rank))
+        mems: list[Any] = [None] * world
+        dist.all_gather_object(mems, tr.memory.to_dict())
+        info["memory_per_rank"] = mems
         info.update({"losses_before": [s["loss"] for s in first], "losses_after": [s["loss"] for s in after],
                      "grad_norms": [s["grad_norm"] for s in first + after], "ranks": ranks})
         status.done()

@@ -20,6 +20,47 @@ from ..hfconfig import load_hf_config
 from ..planfile import build_plan, parse_inputs
 
 
+class PhasePeaks:
+    """Per-phase peak allocated/reserved bytes from CUDA's caching allocator (no-op on CPU).
+
+    ``torch.cuda.reset_peak_memory_stats`` at every phase start, ``max_memory_allocated`` at its
+    end; the maximum over all steps is kept.
+    """
+
+    def __init__(self, device: str) -> None:
+        self.on = device == "cuda"
+        self.allocated: dict[str, int] = {}
+        self.reserved: dict[str, int] = {}
+        self.phase: str | None = None
+
+    def enter(self, phase: str) -> None:
+        self.close()
+        if self.on:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        self.phase = phase
+
+    def close(self) -> None:
+        if self.on and self.phase:
+            import torch
+
+            a, r = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+            self.allocated[self.phase] = max(self.allocated.get(self.phase, 0), a)
+            self.reserved[self.phase] = max(self.reserved.get(self.phase, 0), r)
+        self.phase = None
+
+    def to_dict(self) -> dict[str, Any]:
+        self.close()
+        if not self.on:
+            return {"peak_allocated_bytes": None, "device": "cpu",
+                    "note": "CPU has no allocator statistics; `verify memory --device cpu` measures tensors"}
+        peak_phase = max(self.allocated, key=self.allocated.get) if self.allocated else None
+        return {"peak_allocated_bytes": max(self.allocated.values(), default=0),
+                "peak_reserved_bytes": max(self.reserved.values(), default=0), "peak_phase": peak_phase,
+                "phase_peaks": dict(self.allocated), "phase_reserved": dict(self.reserved), "device": "cuda"}
+
+
 def _seed(*parts: int) -> int:
     h = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(h[:6], "little")
@@ -50,6 +91,7 @@ class DistTrainer:
         self.scaler = torch.amp.GradScaler(device) if self.recipe.precision == "fp16-mixed" else None
         self.vocab = self.built.vocab_size
         self.n_params = sum(p.numel() for p in self.raw.parameters())
+        self.memory = PhasePeaks(device)
 
     def _wrap(self, model: Any) -> Any:
         if self.world == 1:
@@ -95,19 +137,23 @@ class DistTrainer:
 
         r = self.recipe
         total = 0.0
+        mem = self.memory
         for micro in range(r.grad_accum):
             if status:
                 status.enter(f"forward step {step}")
             last = micro == r.grad_accum - 1
             sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
             with sync:
+                mem.enter("forward")
                 loss = self.loss_of(self.model, self.batch(step, micro)) / r.grad_accum
                 total += float(loss.detach())
                 if status:
                     status.enter(f"backward step {step}")
+                mem.enter("backward")
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
         if status:
             status.enter(f"optimizer step {step}")
+        mem.enter("optimizer")
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         clip = r.grad_clip if r.grad_clip is not None else math.inf
@@ -119,6 +165,7 @@ class DistTrainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        mem.close()
         return {"step": step, "loss": total, "grad_norm": norm,
                 "tokens": r.grad_accum * r.micro_batch * r.seq_len}
 

@@ -116,7 +116,29 @@ def run_accept(inputs: Any, device: str = "cpu", nproc: int = 2, steps_before: i
             shutil.rmtree(work, ignore_errors=True)
 
 
+def measured_memory(first: dict | None) -> dict[str, Any] | None:
+    """The rank with the highest peak of the uninterrupted run (CUDA allocator numbers)."""
+    if not first or not first.get("memory_per_rank"):
+        return None
+    ranks = first["memory_per_rank"]
+    best = max(range(len(ranks)), key=lambda i: ranks[i].get("peak_allocated_bytes") or 0)
+    return {**ranks[best], "rank": best}
+
+
+def predicted_memory(plan: Any) -> dict[str, Any] | None:
+    """The estimate's memory section for the plan (None when the estimator cannot run it)."""
+    from ..errors import TrainledgerError
+    from ..estimate import estimate
+
+    try:
+        return estimate(plan).memory.to_dict()
+    except TrainledgerError as exc:
+        return {"error": str(exc)}
+
+
 def _finish(report: dict[str, Any], plan: Any, first: dict | None, second: dict | None) -> dict[str, Any]:
+    report["measured"] = measured_memory(first)
+    report["predicted"] = predicted_memory(plan)
     items = build_items(plan, first, second, report.get("error"), report.get("failed_phase"))
     report["items"] = items
     report["ok"] = all(i["status"] == "pass" for i in items)
@@ -209,6 +231,12 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"acceptance run: {report['plan']['model']}, {report['nproc']} {report['device']} rank(s)"]
     for i in report["items"]:
         lines.append(f"  {i['status'].upper():<7} {i['item']:<27} {i['detail']}")
+    m, p = report.get("measured"), report.get("predicted") or {}
+    if m and m.get("peak_allocated_bytes") is not None:
+        from ..units import fmt_bytes
+
+        lines.append(f"  memory: peak {fmt_bytes(m['peak_allocated_bytes'])} allocated in {m.get('peak_phase')} "
+                     f"(rank {m['rank']}); predicted {fmt_bytes(p.get('peak_allocated_bytes') or 0)}")
     if report.get("fault"):
         lines.append(f"  fault injected: {report['fault']}")
     lines.append("verdict: " + ("PASS" if report["ok"] else "FAIL"))
