@@ -62,3 +62,18 @@ def test_plan_ranks_by_cost_with_the_users_price():
         assert p["estimate"]["usd_per_gpu_hour"] == 2.0
         assert p["estimate"]["cost_usd"] == pytest.approx(2.0 * p["estimate"]["gpu_hours"])
     assert costs == sorted(costs)
+
+
+def test_estimate_command_takes_the_flags_and_prints_the_ledger():
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpus", "16", "--zero", "3", "--tokens", "2e8",
+            "--price-per-gpu-hour", "2.0", "--pue", "1.2", "--server-price", "300000"]
+    res = CliRunner().invoke(main, args + ["--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["cost"]["cloud_usd"] == pytest.approx(2.0 * d["time"]["gpu_hours"])
+    assert d["energy"]["inputs"]["pue"] == 1.2
+    assert d["cost"]["inputs"]["owned"]["server_price_usd"] == 300000
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0, text.output
+    for word in ("energy", "cloud", "owned", "data", "checkpoint", "host RAM", "links"):
+        assert f"\n{word}" in text.output, word

@@ -81,15 +81,18 @@ def _usd(x: float | None) -> str:
 def ledger_lines(extra: dict[str, Any]) -> list[str]:
     """Plain-text lines for the energy, cost, io, host and checkpoint sections (those present)."""
     out: list[str] = []
-    e, c, io, h, ck = (extra.get(k) for k in ("energy", "cost", "io", "host", "checkpoint"))
+    e, c, io, h, ck, ic = (extra.get(k) for k in ("energy", "cost", "io", "host", "checkpoint", "interconnect"))
     if e is not None:
         kwh = e.get("kwh")
         out.append(f"energy      {'n/a' if kwh is None else f'{kwh:,.0f} kWh'} (facility {e.get('facility_power_kw'):,.1f} kW, "
                    f"PUE {e.inputs.get('pue'):g}, {e.inputs.get('gpu_power_w'):,.0f} W/GPU"
                    + (f", {e.get('co2_kg') / 1000:,.1f} t CO2)" if e.get("co2_kg") else ")"))
     if c is not None:
-        out.append(f"cloud       {_usd(c.get('cloud_usd'))} = {c.get('cloud_trace', 'n/a')} "
-                   f"({c.get('provider')} {c.get('pricing')})")
+        if c.get("cloud_usd") is not None:
+            out.append(f"cloud       {_usd(c['cloud_usd'])} = {c['cloud_trace']} ({c.get('provider')} {c.get('pricing')})")
+        elif c.get("cloud_usd_per_hour") is not None:
+            out.append(f"cloud       ${c['cloud_usd_per_hour']:,.2f} per hour at ${c['usd_per_gpu_hour']:,.4g}/GPU-h "
+                       f"({c.get('provider')} {c.get('pricing')}); give --tokens for the run")
         if c.get("owned_usd_per_month") is not None:
             be = c.get("break_even_month")
             out.append(f"owned       {_usd(c.get('owned_usd'))} for the run, {_usd(c.get('owned_usd_per_month'))}/month; "
@@ -106,4 +109,12 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                    f"{'' if h['ram_fits'] else ' (DOES NOT FIT)'}"
                    + ("" if h.get("offload_bandwidth_bytes_per_s") is None else
                       f"; offload needs {_rate(h['offload_bandwidth_bytes_per_s'])} host bandwidth"))
+    if ic is not None and ic.get("groups"):
+        parts = [f"{k} {g['bytes_per_step'] / 1e9:,.1f} GB/step"
+                 + ("" if g["utilization"] is None else f" = {g['utilization']:.0%} of {g['link']}")
+                 for k, g in ic["groups"].items()]
+        out.append("links       " + ", ".join(parts) + ("" if ic.get("ok") else " (TOO SLOW)"))
+    for name, sec in extra.items():
+        if name in ("energy", "cost", "io", "host", "checkpoint", "interconnect"):
+            out += [f"  note ({name}): {n}" for n in getattr(sec, "notes", [])]
     return out

@@ -213,6 +213,8 @@ def cost_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
                          "provider": quote.provider if quote else options.provider, "pricing": options.pricing,
                          "cloud_usd_per_million_tokens": None, "owned_usd_per_month": None,
                          "cloud_usd_per_month": None, "break_even_month": None}
+    if quote is not None:
+        v["cloud_usd_per_hour"] = n * quote.usd_per_gpu_hour
     inputs: dict[str, Any] = {"gpu_hours": run.gpu_hours, "gpus": n,
                               "price": {**quote.detail, "source": quote.source} if quote else None}
     if not run.gpu_hours:
