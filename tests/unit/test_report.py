@@ -159,7 +159,15 @@ def test_gpu_count_curve_matches_direct_estimates(reports):
 def test_without_token_budget_the_curve_says_it_assumed_one(reports):
     cs = reports["7b-lora-1x4090"].count_sweep
     assert cs["tokens_assumed"]
-    assert "assumed: no token budget given" in render(reports["7b-lora-1x4090"], "html")
+    html = render(reports["7b-lora-1x4090"], "html")
+    assert "assumed: no token budget given" in html
+    # a GPU without a catalog price: the curve trades days against GPU-hours instead of dollars
+    priced = estimate(build_plan(PLANS["7b-lora-1x4090"].model_copy(update={"tokens": 1e9}))).to_dict()
+    assert cs["cost_key"] == ("cost_usd" if priced["cost"]["cloud_usd"] is not None else "gpu_hours")
+    if cs["cost_key"] == "gpu_hours":
+        assert "Time and GPU-hours (no catalog price) vs GPU count" in html
+        assert not any(p["pareto"] for p in cs["points"] if not p.get("fits"))
+        assert any(p["pareto"] for p in cs["points"]) == any(p.get("fits") for p in cs["points"])
 
 
 def test_acceptance_sheet_topology_and_thresholds(reports):

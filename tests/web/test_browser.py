@@ -75,6 +75,11 @@ def test_choose_preset_change_gpu_verdict_flips(page, server_url):
     assert q["gpu"] == ["rtx-4090"] and q["model"] == ["llama-3.2-1b"]
     shot(page, "02-gpu-rtx4090-verdict-flipped")
     page.locator("#view-gpus").screenshot(path=str(artifacts_dir() / "03-candidate-gpus-chart.png"))
+    for sid in ("memory", "seq", "mb", "time", "scaling"):
+        expect(page.locator(f"#view-{sid} svg")).to_have_count(1)
+    expect(page.locator("#view-sheet")).to_contain_text("trainledger verify memory --model llama-3.2-1b --gpu rtx-4090")
+    expect(page.locator("#view-risks")).to_contain_text("Recompute the plan when")
+    page.screenshot(path=str(artifacts_dir() / "10-full-page.png"), full_page=True)
     no_csp_violations(page)
 
 

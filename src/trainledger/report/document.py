@@ -181,23 +181,25 @@ def step_table(est: dict[str, Any]) -> Block:
 
 
 def count_chart(cs: dict[str, Any]) -> str:
-    pts = [{"x": p["total_s"] / 86400, "y": p["cost_usd"], "label": f"{p['gpus']} GPUs", "front": p.get("pareto"),
+    key = cs.get("cost_key", "cost_usd")
+    pts = [{"x": p["total_s"] / 86400, "y": p[key], "label": f"{p['gpus']} GPUs", "front": p.get("pareto"),
             "bad": not p.get("fits")} for p in cs["points"]
-           if not p.get("error") and p.get("total_s") is not None and p.get("cost_usd") is not None]
+           if not p.get("error") and p.get("total_s") is not None and p.get(key) is not None]
     tok = f"{fmt_params(cs['tokens'])} tokens" + (" (assumed: no token budget given)" if cs["tokens_assumed"] else "")
-    return charts.scatter(f"Time and cloud cost vs GPU count, {tok}", pts, "days", "USD")
+    what, unit = ("cloud cost", "USD") if key == "cost_usd" else ("GPU-hours (no catalog price)", "GPU-hours")
+    return charts.scatter(f"Time and {what} vs GPU count, {tok}", pts, "days", unit)
 
 
 def count_table(cs: dict[str, Any]) -> Block:
     rows = []
     for p in cs["points"]:
         if p.get("error"):
-            rows.append([str(p["gpus"]), "-", "-", "-", "-", "invalid: " + p["error"]])
+            rows.append([str(p["gpus"]), "-", "-", "-", "-", "-", "invalid: " + p["error"]])
             continue
-        rows.append([str(p["gpus"]), days(p.get("total_s")), usd(p.get("cost_usd")),
+        rows.append([str(p["gpus"]), days(p.get("total_s")), usd(p.get("cost_usd")), f"{p.get('gpu_hours') or 0:,.1f}",
                      "fits" if p.get("fits") else "does not fit", "yes" if p.get("pareto") else "",
                      f"dp {p['layout']['dp']} tp {p['layout']['tp']} pp {p['layout']['pp']} ZeRO {p['layout']['zero']}"])
-    return ("table", ["GPUs", "time", "cloud cost", "memory", "Pareto", "layout"], rows)
+    return ("table", ["GPUs", "time", "cloud cost", "GPU-hours", "memory", "Pareto", "layout"], rows)
 
 
 def plans_blocks(pr: dict[str, Any]) -> list[Block]:

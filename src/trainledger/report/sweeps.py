@@ -214,13 +214,17 @@ def gpu_count_sweep(inputs: PlanInputs, counts: Iterable[int] | None = None,
                     options: EstimateOptions | None = None) -> dict[str, Any]:
     """Run time and cloud cost of the job at each GPU count (same GPU, TP/PP, ZeRO), Pareto-marked.
 
-    Without a token budget the curve is for :data:`ASSUMED_TOKENS` tokens (``tokens_assumed``).
+    Without a token budget the curve is for :data:`ASSUMED_TOKENS` tokens (``tokens_assumed``);
+    without a catalog price for the GPU the cost axis is GPU-hours (``cost_key``).
     """
     tokens = inputs.tokens or ASSUMED_TOKENS
     xs = list(counts) if counts is not None else gpu_count_values(inputs.gpus, inputs.gpus_per_node or 8)
     opts = quiet_options(options)
     pts = [_count_point(inputs, n, model, opts, tokens) for n in xs]
-    for p, front in zip(pts, pareto_front(pts)):
+    ok = [p for p in pts if not p.get("error")]
+    # without a catalog price for this GPU, cost is counted in GPU-hours
+    cost_key = "cost_usd" if ok and all(p.get("cost_usd") is not None for p in ok) else "gpu_hours"
+    for p, front in zip(pts, pareto_front(pts, ("total_s", cost_key))):
         p["pareto"] = front
     return {"tokens": tokens, "tokens_assumed": inputs.tokens is None, "current": inputs.gpus,
-            "points": pts}
+            "cost_key": cost_key, "points": pts}

@@ -163,15 +163,11 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     """The live panel: verdict, headline figures, charts and tables of one plan."""
     inputs, model = resolve(req.inputs, req.config_json)
     try:
-        data = build_report(inputs, estimate_options(req), model=model, compare_gpus=_compare(req), sweeps_on=False)
-        from ..report.sweeps import gpu_comparison
-
-        data.gpu_compare = gpu_comparison(inputs, list(dict.fromkeys([inputs.gpu, *_compare(req)])), model,
-                                          estimate_options(req))
+        data = build_report(inputs, estimate_options(req), model=model, compare_gpus=_compare(req))
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    order = ("summary", "gpus", "memory", "time", "risks", "notes")
+    order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return {"title": data.title, "fits": bool(mem.get("fits")),
