@@ -29,7 +29,7 @@ from .schemas import EstimateRequest, ExportRequest, PlanRequest, ReportRequest,
 #: fields a library error message may name, in the words it uses, -> the form field.
 _FIELD_WORDS = (
     ("config.json", "config_json"), ("model_type", "config_json"), ("unknown model", "model"),
-    ("unknown gpu", "gpu"), ("network", "network"), ("tp·", "tp"), ("tp=", "tp"), ("pp=", "pp"), ("cp=", "cp"),
+    ("unknown gpu", "gpu"), ("network", "network"), ("dp·tp", "dp"), ("tp·", "tp"), ("tp=", "tp"), ("pp=", "pp"), ("cp=", "cp"),
     ("ep=", "ep"), ("vp", "vp"), ("zero", "zero"), ("global batch", "global_batch"),
     ("micro-batch", "micro_batch"), ("seq_len", "seq_len"), ("gpus-per-node", "gpus_per_node"),
     ("whole nodes", "gpus_per_node"), ("dp", "dp"), ("world size", "gpus"), ("gpus", "gpus"),
