@@ -206,13 +206,15 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.grads = grads / N if lay.zero >= 2 else grads
     temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
-    if flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
+    if lay.zero == 3:
+        pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
+    elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
         parts.copies = P_t * flow.c
         parts.copies_head = 0.0
     elif flow.autocast:  # every Linear weight once, LoRA adapters included
         parts.copies = (linear + (P_t if lora else 0.0) - (_unsaved_first(m) / t if lora else 0.0)) * flow.c
         parts.copies_head = head_lin * flow.c
-    if flow.autocast:
+    if parts.copies:
         parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
     if training and lay.dp_size > 1 and lay.zero <= 1:
         parts.ddp = grads  # DDP buckets: a flat copy of every gradient (gradient_as_bucket_view=False)
