@@ -168,7 +168,9 @@ def test_inference_kv_cache_exact():
     fwd = m.phase_categories["forward"]
     assert fwd["gradients"] == fwd["optimizer_states"] == 0
     L_, b, k, s, d = 2, 2, 2, 64, 16
-    assert fwd["kv_cache"] == L_ * 2 * r512(b * k * s * d * 2)  # L × (K, V) × b·k·s·d in bf16
+    kv = L_ * 2 * r512(b * k * s * d * 2)  # L × (K, V) × b·k·s·d in bf16
+    assert m.kv_cache_bytes == kv and m.peak_phase == "forward"  # the cache is whole at the peak
+    assert fwd["activations"] >= kv  # the cache is counted inside the activations category
     assert fwd["logits"] == 0  # generate-style prefill keeps only the last position's logits
     assert set(m.phase_peaks) == {"forward", "decode"} and m.peak_phase == "forward"
 

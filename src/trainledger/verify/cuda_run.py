@@ -82,7 +82,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     tracker.reset_peaks()
     runner.on_grads = lambda grads: tracker.label(grads, "gradients")
     runner.on_states = lambda opt: tracker.label(_states(opt), "optimizer_states")
-    runner.on_cache = lambda tensors: tracker.label(tensors, "kv_cache")
+    runner.on_cache = lambda tensors: tracker.tag(tensors, "kv_cache")
     try:
         with tracker:
             runner.step(tracker.phase)
@@ -94,6 +94,8 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     m.phase_categories = rep.phase_categories
     m.tracker_peak_bytes = rep.peak_bytes
     m.timeline = rep.timeline
+    if not recipe.is_training:
+        m.kv_cache_bytes = rep.tags_at_peak.get("kv_cache", 0)
     m.notes.extend(runner.notes)
     m.notes.append(f"tracker cross-check: tracked peak {rep.peak_bytes} B vs cuda {m.peak_allocated_bytes} B; "
                    + tracked_notes(built, recipe, False)[0])

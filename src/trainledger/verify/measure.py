@@ -14,6 +14,7 @@ Public API (stable; the estimator's accuracy tests code against it)::
     m.phase_categories       # {phase: {category: bytes live at that phase's peak}}
     m.start_bytes            # live bytes when the measured step began (weights, states, ...)
     m.timeline               # [(phase, live bytes)], <= 400 points, peaks kept (for a chart)
+    m.kv_cache_bytes         # inference: KV-cache bytes live at the peak (part of "activations")
     m.step_time_s, m.forward_time_s, m.backward_time_s, m.backward_forward_ratio  (cuda: timed;
                              # cpu: wall time with the tracker on; fake: None)
     m.oom, m.oom_phase, m.oom_message   # cuda: an out-of-memory is a result, not a crash
@@ -109,6 +110,7 @@ class MemoryMeasurement:
     oom_message: str | None = None
     tracker_peak_bytes: int | None = None
     timeline: list[tuple[str, int]] = field(default_factory=list)
+    kv_cache_bytes: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
@@ -207,7 +209,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
         tracker.reset_peaks()
         runner.on_grads = lambda grads: tracker.label(grads, "gradients")
         runner.on_states = lambda opt: tracker.label(_states(opt), "optimizer_states")
-        runner.on_cache = lambda tensors: tracker.label(tensors, "kv_cache")
+        runner.on_cache = lambda tensors: tracker.tag(tensors, "kv_cache")
         t0 = time.perf_counter()
         with tracker:
             runner.step(tracker.phase)
@@ -222,6 +224,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
         device=built.device, start_bytes=rep.start_bytes,
         step_time_s=None if built.device == "fake" else wall, notes=notes,
         tracker_peak_bytes=rep.peak_bytes, timeline=rep.timeline,
+        kv_cache_bytes=rep.tags_at_peak.get("kv_cache") if not recipe.is_training else None,
     )
 
 

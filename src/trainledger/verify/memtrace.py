@@ -46,12 +46,12 @@ CUDA_MIN_BLOCK_BYTES = 512
 #:   logits                  tensors whose last dim is the vocabulary size (and their fp32 upcasts,
 #:                           log-softmax outputs and gradients)
 #:   optimizer_temporaries   allocated during the optimizer phase and not optimizer states
-#:   kv_cache                inference: key/value tensors held by the model's cache after a forward
-#:   activations             everything else allocated during forward or backward
+#:   activations             everything else allocated during forward, backward or decode
+#:                           (in inference this includes the KV cache; see ``tag``)
 #:   other                   everything else (buffers, inputs, tensors made between phases)
 CATEGORIES: tuple[str, ...] = (
     "weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-    "optimizer_temporaries", "kv_cache", "activations", "other",
+    "optimizer_temporaries", "activations", "other",
 )
 
 #: Phases of one training step, in order.
@@ -88,6 +88,7 @@ class _Storage:
     kind: str  # category decided at allocation
     label: str | None = None  # category learnt later (gradients, optimizer_states, weights)
     ref: weakref.ref | None = None
+    tag: str | None = None  # a sub-part of the category worth reporting (e.g. "kv_cache")
     op: str = ""  # the op that allocated it ("" when registered), for diagnostics
     phase: str | None = None
     shape: tuple[int, ...] = ()
@@ -121,6 +122,7 @@ class TrackerReport:
     late_registered: int = 0
     storages_seen: int = 0
     timeline: list[tuple[str, int]] = field(default_factory=list)
+    tags_at_peak: dict[str, int] = field(default_factory=dict)
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -204,6 +206,13 @@ class MemoryTracker(TorchDispatchMode):
     def label(self, tensors: Iterable[torch.Tensor | None], category: str) -> None:
         """Re-label live tensors: their storages count as ``category`` for their whole life."""
         self.register(tensors, category)
+
+    def tag(self, tensors: Iterable[torch.Tensor | None], name: str) -> None:
+        """Mark live tensors' storages with ``name`` (kept in their category; see bytes_by_tag)."""
+        for t in tensors:
+            if self._counted(t):
+                self._record(t.untyped_storage(), "other" if self.current_phase is None else
+                             "activations").tag = name
 
     def ignore(self, tensors: Iterable[torch.Tensor | None]) -> None:
         """Never count these storages (e.g. optimizer step counters CUDA keeps on the host)."""
@@ -321,6 +330,20 @@ class MemoryTracker(TorchDispatchMode):
                 out[self._all[sid].category] += nb
         return out
 
+    def bytes_by_tag(self, event: int | None = None) -> dict[str, int]:
+        """Live bytes per tag after event ``event`` (default: now)."""
+        if event is None:
+            event = len(self._events) - 1
+        live: dict[int, int] = {}
+        for sid, delta in self._events[: event + 1]:
+            live[sid] = live.get(sid, 0) + delta
+        out: dict[str, int] = {}
+        for sid, nb in live.items():
+            tag = self._all[sid].tag
+            if nb and tag:
+                out[tag] = out.get(tag, 0) + nb
+        return out
+
     def live_storages(self, event: int | None = None) -> list[dict[str, object]]:
         """The storages live after event ``event`` (default: now), largest first (diagnostics)."""
         if event is None:
@@ -369,6 +392,7 @@ class MemoryTracker(TorchDispatchMode):
             late_registered=self.late_registered,
             storages_seen=self._next_sid,
             timeline=self.timeline(),
+            tags_at_peak=self.bytes_by_tag(self.peak.event),
         )
 
 
