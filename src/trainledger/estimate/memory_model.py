@@ -29,7 +29,7 @@ from .activations import FP32, INT64, Flow, LoraShape, layer_bytes
 from .memory_states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
 )
-from ..modules import lora_params
+from ..modules import lora_params as _lora_params_uncached
 from .options import MemoryOptions
 
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
@@ -165,6 +165,13 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     return P, linear, layers - layer_norms, head_linear / t, n_layers
 
 
+@lru_cache(maxsize=4096)
+def lora_params(m, targets: tuple[str, ...], rank: int) -> int:
+    """Trainable LoRA parameters (trainledger.modules.lora_params), cached per model."""
+    return _lora_params_uncached(m, targets, rank)
+
+
+@lru_cache(maxsize=1024)
 def _unsaved_first(m) -> float:
     """LoRA: layer 0's frozen input projections read the embedding output, which needs no
     gradient, so their autocast weight copies are not saved (freed right after use)."""
