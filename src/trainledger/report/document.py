@@ -185,9 +185,17 @@ def count_chart(cs: dict[str, Any]) -> str:
     pts = [{"x": p["total_s"] / 86400, "y": p[key], "label": f"{p['gpus']} GPUs", "front": p.get("pareto"),
             "bad": not p.get("fits")} for p in cs["points"]
            if not p.get("error") and p.get("total_s") is not None and p.get(key) is not None]
-    tok = f"{fmt_params(cs['tokens'])} tokens" + (" (assumed: no token budget given)" if cs["tokens_assumed"] else "")
-    what, unit = ("cloud cost", "USD") if key == "cost_usd" else ("GPU-hours (no catalog price)", "GPU-hours")
+    tok = f"{fmt_params(cs['tokens'])} tokens" + (" (assumed)" if cs["tokens_assumed"] else "")
+    what, unit = ("cloud cost", "USD") if key == "cost_usd" else ("GPU-hours", "GPU-hours")
     return charts.scatter(f"Time and {what} vs GPU count, {tok}", pts, "days", unit)
+
+
+def count_note(cs: dict[str, Any]) -> str:
+    parts = [f"Same GPU, TP/PP and ZeRO at each count; {fmt_params(cs['tokens'])} tokens"
+             + (" (assumed: no token budget given)" if cs["tokens_assumed"] else "") + "."]
+    if cs.get("cost_key") == "gpu_hours":
+        parts.append("No catalog price for this GPU: cost is shown in GPU-hours.")
+    return " ".join(parts)
 
 
 def count_table(cs: dict[str, Any]) -> Block:
@@ -285,7 +293,8 @@ def build_document(d: Any) -> list[Section]:
                  "blocks": [("svg", sc), step_table(est)] if sc else [("p", "step time: not estimated")]})
     if d.count_sweep:
         secs.append({"id": "scaling", "title": "Time and cost vs GPU count",
-                     "blocks": [("svg", count_chart(d.count_sweep)), count_table(d.count_sweep)]})
+                     "blocks": [("p", count_note(d.count_sweep)), ("svg", count_chart(d.count_sweep)),
+                                count_table(d.count_sweep)]})
     if d.plan_result:
         secs.append({"id": "plans", "title": "Planner results", "blocks": plans_blocks(d.plan_result)})
     if d.verify:
