@@ -2,8 +2,8 @@
 
 Every suggestion is computed by re-running the memory estimate on a modified plan; the order is
 the usual order of cost (speed or quality given up): fused optimizer, smaller micro-batch with more
-accumulation, full recomputation, ZeRO stages, 8-bit optimizer states, optimizer offload, LoRA,
-QLoRA, then more GPUs with ZeRO-3.
+accumulation, full recomputation, 16-bit weights, ZeRO stages, 8-bit optimizer states, optimizer
+offload, LoRA, QLoRA, then more GPUs with ZeRO-3.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
                                        "grad_accum": r.grad_accum * (r.micro_batch // nb)}))
     if training and r.recompute != "full":
         yield "full recomputation (--recompute full)", lambda: _with(plan, {"recompute": "full"})
+    if training and r.precision in ("fp32", "bf16-mixed", "fp16-mixed") and r.method != "qlora":
+        yield "16-bit weights, no autocast copies (--precision bf16)", lambda: _with(plan, {"precision": "bf16"})
     if training and lay.dp_size > 1:
         for z in range(lay.zero + 1, 4):
             yield f"ZeRO-{z} over {lay.zero_shards} ranks (--zero {z})", (
