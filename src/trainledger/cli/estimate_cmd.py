@@ -13,7 +13,7 @@ import click
 from ..estimate import EstimateOptions, estimate
 from ..units import fmt_bytes, gib
 from .output import echo_json, table
-from .options import plan_from_options, plan_options
+from .options import plan_from_options, plan_options, time_options, time_options_from_kwargs
 
 
 def register(main: click.Group) -> None:
@@ -28,6 +28,7 @@ def _cost_options(func: Any) -> Any:
 
 @click.command("estimate")
 @plan_options
+@time_options
 @_cost_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output (all sections)")
 def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
@@ -39,8 +40,9 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     from .cost_opts import cost_options_from_kwargs
 
     cost = cost_options_from_kwargs(kwargs)
+    tm = time_options_from_kwargs(kwargs)  # --mfu, --matmul-efficiency, --runtime, overlaps
     plan = plan_from_options(kwargs)
-    est = estimate(plan, EstimateOptions(cost=cost))
+    est = estimate(plan, EstimateOptions(cost=cost, time=tm))
     d = est.to_dict()
     if as_json:
         echo_json(d)
