@@ -168,3 +168,24 @@ def test_text_rendering_shows_every_breakdown_part():
     t = estimate_time(p, c, scaling_curve(p))
     text = "\n".join(time_lines(t.to_dict()))
     assert "GPU-hours" in text and "efficiency" in text
+
+
+def test_cli_estimate_json_has_compute_and_time_sections_and_takes_time_flags():
+    import json
+
+    from click.testing import CliRunner
+
+    from trainledger.cli import main
+
+    args = ["estimate", "--model", "llama-3.1-8b", "--gpus", "8", "--zero", "3",
+            "--global-batch", "32", "--tokens", "1B", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for key in ("model_flops_per_step", "step_time_s", "tokens_per_s_per_gpu", "mfu", "breakdown"):
+        assert key in d["compute"]
+    assert d["time"]["total_s"] > 0 and d["time"]["gpu_hours"] > 0
+    forced = json.loads(CliRunner().invoke(main, args + ["--mfu", "0.3"]).output)
+    assert forced["compute"]["mfu"] == pytest.approx(0.3)
+    fused = json.loads(CliRunner().invoke(main, args + ["--runtime", "megatron"]).output)
+    assert fused["compute"]["step_time_s"] < d["compute"]["step_time_s"]
