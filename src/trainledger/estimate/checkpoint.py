@@ -83,20 +83,40 @@ def _default(options_value: Any, prices: PriceCatalog, key: str, flag: str) -> t
     return d.value, d.source
 
 
+def _sizes(plan: Plan, prices: PriceCatalog) -> dict[str, Any]:
+    """Trainable parameters, bytes per parameter, full/shard/export sizes of one checkpoint."""
+    lay = plan.layout
+    n_train = trainable_params(plan)
+    b = state_bytes_per_param(plan)
+    export_b, export_src = _default(None, prices, "export_dtype_bytes", "")
+    return {"n_train": n_train, "b": b, "export_b": export_b, "export_src": export_src,
+            "full": checkpoint_bytes(n_train, b["weights"], b["master"], b["optimizer"]),
+            "shard": shard_bytes(n_train, b["weights"], b["master"] + b["optimizer"], tp=lay.tp, pp=lay.pp,
+                                 zero=lay.zero, zero_shards=lay.zero_shards),
+            "export": n_train * export_b, "merged": plan.model.params.total * export_b}
+
+
+def _terms(z: dict[str, Any], wr_s: float, interval: float, i_src: str, kept: float, k_src: str,
+           mtbf_s: float) -> list[Term]:
+    return [
+        Term("full_bytes", z["full"], "bytes", "N·(w + m + o), precision policy and optimizer of the recipe",
+             "one replica; RNG, scheduler and data-loader state are a few KiB and left out", dict(z["b"])),
+        Term("write_s", wr_s, "s", "full / (writer nodes × storage write bandwidth per node)",
+             "synchronous save; all writer nodes stream at their full storage bandwidth"),
+        Term("weights_export_bytes", z["export"], "bytes", z["export_src"], "weights only, for release or inference"),
+        Term("interval_s", interval, "s", i_src), Term("checkpoints_kept", kept, "count", k_src),
+        Term("mtbf_s", mtbf_s, "s", "Dubey et al. 2024 (Llama 3), §3.3.4: 419 unexpected interruptions "
+             "in 54 days on 16,384 GPUs, scaled to this job's GPU count"),
+    ]
+
+
 def checkpoint_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                        time: Any = None, prices: PriceCatalog | None = None) -> Section:
     """The ``checkpoint`` section: full and per-shard size, export size, write time, storage, share."""
     prices = prices or load_prices(options.prices_file)
     lay, c = plan.layout, plan.cluster
-    n_train = trainable_params(plan)
-    b = state_bytes_per_param(plan)
-    full = checkpoint_bytes(n_train, b["weights"], b["master"], b["optimizer"])
-    shard = shard_bytes(n_train, b["weights"], b["master"] + b["optimizer"], tp=lay.tp, pp=lay.pp,
-                        zero=lay.zero, zero_shards=lay.zero_shards)
-    export_b, export_src = _default(None, prices, "export_dtype_bytes", "")
-    lora = plan.recipe.method in ("lora", "qlora")
-    export = n_train * export_b
-    merged = plan.model.params.total * export_b
+    z = _sizes(plan, prices)
+    full, lora = z["full"], plan.recipe.method in ("lora", "qlora")
     write_gb = options.storage_write_gb_per_s or c.storage.write_gb_per_s
     n_w = writer_nodes(c.nodes, c.gpus_per_node, lay.tp, lay.pp, lay.zero)
     wr_s = write_time_s(full, n_w, write_gb * GB) if full else 0.0
@@ -105,9 +125,9 @@ def checkpoint_section(plan: Plan, options: CostOptions, memory: Any = None, com
     mtbf_s = 3600.0 / (FAILURES_PER_GPU_HOUR * c.world_size)
     run = run_figures(plan, compute, time)
     v: dict[str, Any] = {
-        "full_bytes": full, "shard_bytes": shard, "shards": _shards(plan), "bytes_per_writer_node": full / n_w, "weights_export_bytes": export,
-        "merged_export_bytes": merged if lora else None, "write_s": wr_s,
-        "storage_bytes": int(kept) * full + export, "checkpoints_kept": int(kept),
+        "full_bytes": full, "shard_bytes": z["shard"], "shards": _shards(plan), "bytes_per_writer_node": full / n_w,
+        "weights_export_bytes": z["export"], "merged_export_bytes": z["merged"] if lora else None, "write_s": wr_s,
+        "storage_bytes": int(kept) * full + z["export"], "checkpoints_kept": int(kept),
         "interval_s": interval, "time_share": checkpoint_time_share(wr_s, interval) if full else 0.0,
         "checkpoints_per_run": None, "run_write_s": None,
         "young_interval_s": young_interval_s(wr_s, mtbf_s) if wr_s else None, "mtbf_s": mtbf_s,
@@ -115,27 +135,16 @@ def checkpoint_section(plan: Plan, options: CostOptions, memory: Any = None, com
     if run.run_s:
         v["checkpoints_per_run"] = math.floor(run.run_s / interval)
         v["run_write_s"] = v["checkpoints_per_run"] * wr_s
-    inputs = {"trainable_params": n_train, "bytes_per_param": b, "tp": lay.tp, "pp": lay.pp,
+    inputs = {"trainable_params": z["n_train"], "bytes_per_param": z["b"], "tp": lay.tp, "pp": lay.pp,
               "zero": lay.zero, "zero_shards": lay.zero_shards, "writer_nodes": n_w,
-              "storage_write_gb_per_s_per_node": write_gb, "export_dtype_bytes": export_b,
-              "run_s": run.run_s}
-    terms = [
-        Term("full_bytes", full, "bytes", "N·(w + m + o), precision policy and optimizer of the recipe",
-             "one replica; RNG, scheduler and data-loader state are a few KiB and left out", dict(b)),
-        Term("write_s", wr_s, "s", "full / (writer nodes × storage write bandwidth per node)",
-             "synchronous save; all writer nodes stream at their full storage bandwidth"),
-        Term("weights_export_bytes", export, "bytes", export_src, "weights only, for release or inference"),
-        Term("interval_s", interval, "s", i_src), Term("checkpoints_kept", kept, "count", k_src),
-        Term("mtbf_s", mtbf_s, "s", "Dubey et al. 2024 (Llama 3), §3.3.4: 419 unexpected interruptions "
-             "in 54 days on 16,384 GPUs, scaled to this job's GPU count"),
-    ]
+              "storage_write_gb_per_s_per_node": write_gb, "export_dtype_bytes": z["export_b"], "run_s": run.run_s}
     notes = []
     if lora:
         notes.append("LoRA: the checkpoint holds the adapters and their optimizer states; the frozen base "
                      "weights are not rewritten (merged_export_bytes is the size after merging)")
     if plan.recipe.method == "inference":
         notes.append("inference: nothing is trained, no training checkpoint")
-    return Section(values=v, inputs=inputs, terms=terms, notes=notes)
+    return Section(values=v, inputs=inputs, terms=_terms(z, wr_s, interval, i_src, kept, k_src, mtbf_s), notes=notes)
 
 
 def _shards(plan: Plan) -> int:

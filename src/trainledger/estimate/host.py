@@ -24,7 +24,7 @@ from typing import Any
 
 from ..plan import Plan
 from ..units import GB
-from ._common import Section, run_figures, state_bytes_per_param, trainable_params
+from ._common import RunFigures, Section, run_figures, state_bytes_per_param, trainable_params
 from .options import CostOptions
 from .prices import PriceCatalog, load_prices
 from .terms import Term
@@ -67,6 +67,20 @@ def _params_per_gpu(plan: Plan, n_train: int) -> float:
     return n_train / (lay.tp * lay.pp * shards)
 
 
+def _offload_bandwidth(plan: Plan, params_per_node: float, b: dict[str, float], run: RunFigures,
+                       v: dict[str, Any], terms: list[Term]) -> None:
+    """Host traffic of the CPU optimizer step per node, and the bandwidth that fits it in one step."""
+    traffic = params_per_node * offload_traffic_bytes_per_param(b["optimizer"], b["weights"])
+    v["offload_traffic_bytes_per_step"] = traffic
+    v["offload_step_s"] = traffic / v["host_bandwidth_bytes_per_s"]
+    if run.step_time_s:
+        need = traffic / run.step_time_s
+        v["offload_bandwidth_bytes_per_s"] = need
+        v["bandwidth_ok"] = need <= v["host_bandwidth_bytes_per_s"]
+    terms.append(Term("offload_traffic_bytes_per_step", traffic, "bytes",
+                      "host reads/writes of the CPU optimizer step plus PCIe copies"))
+
+
 def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                  time: Any = None, prices: PriceCatalog | None = None,
                  checkpoint: Section | None = None) -> Section:
@@ -99,18 +113,9 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
              Term("dataloader_workers_bytes", parts["dataloader_workers_bytes"], "bytes", rss.source),
              Term("checkpoint_staging_bytes", staging, "bytes", "checkpoint section: bytes per writer node",
                   "async save stages a node's shards in host RAM before writing")]
-    notes = []
+    notes: list[str] = []
     if lay.offload != "none":
-        traffic = g * per_gpu * offload_traffic_bytes_per_param(b["optimizer"], b["weights"])
-        v["offload_traffic_bytes_per_step"] = traffic
-        v["offload_step_s"] = traffic / v["host_bandwidth_bytes_per_s"]
-        run = run_figures(plan, compute, time)
-        if run.step_time_s:
-            need = traffic / run.step_time_s
-            v["offload_bandwidth_bytes_per_s"] = need
-            v["bandwidth_ok"] = need <= v["host_bandwidth_bytes_per_s"]
-        terms.append(Term("offload_traffic_bytes_per_step", traffic, "bytes",
-                          "host reads/writes of the CPU optimizer step plus PCIe copies"))
+        _offload_bandwidth(plan, g * per_gpu, b, run_figures(plan, compute, time), v, terms)
     if not v["ram_fits"]:
         notes.append(f"host RAM: {total / 2**30:,.0f} GiB needed per node, "
                      f"{c.host_ram_bytes / 2**30:,.0f} GiB installed")
