@@ -74,6 +74,10 @@ def _rate(bytes_per_s: float) -> str:
     return fmt_rate(bytes_per_s) if bytes_per_s >= 1e6 else f"{bytes_per_s / 1e3:,.1f} kB/s"
 
 
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 10 else f"{x:,.2f}"
+
+
 def _usd(x: float | None) -> str:
     return "n/a" if x is None else f"${x:,.0f}" if abs(x) >= 100 else f"${x:,.2f}"
 
@@ -83,10 +87,10 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
     out: list[str] = []
     e, c, io, h, ck, ic = (extra.get(k) for k in ("energy", "cost", "io", "host", "checkpoint", "interconnect"))
     if e is not None:
-        kwh = e.get("kwh")
-        out.append(f"energy      {'n/a' if kwh is None else f'{kwh:,.0f} kWh'} (facility {e.get('facility_power_kw'):,.1f} kW, "
-                   f"PUE {e.inputs.get('pue'):g}, {e.inputs.get('gpu_power_w'):,.0f} W/GPU"
-                   + (f", {e.get('co2_kg') / 1000:,.1f} t CO2)" if e.get("co2_kg") else ")"))
+        kwh, co2 = e.get("kwh"), e.get("co2_kg")
+        co2_text = "" if co2 is None else f", {co2 / 1000:,.1f} t CO2" if co2 >= 1000 else f", {co2:,.1f} kg CO2"
+        out.append(f"energy      {'n/a' if kwh is None else _num(kwh) + ' kWh'} (facility {e.get('facility_power_kw'):,.1f} kW, "
+                   f"PUE {e.inputs.get('pue'):g}, {e.inputs.get('gpu_power_w'):,.0f} W/GPU{co2_text})")
     if c is not None:
         if c.get("cloud_usd") is not None:
             out.append(f"cloud       {_usd(c['cloud_usd'])} = {c['cloud_trace']} ({c.get('provider')} {c.get('pricing')})")
@@ -95,8 +99,10 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                        f"({c.get('provider')} {c.get('pricing')}); give --tokens for the run")
         if c.get("owned_usd_per_month") is not None:
             be = c.get("break_even_month")
+            be_text = ("n/a (no cloud price)" if c.get("cloud_usd_per_month") is None
+                       else "never" if be is None else f"{be:.1f} months")
             out.append(f"owned       {_usd(c.get('owned_usd'))} for the run, {_usd(c.get('owned_usd_per_month'))}/month; "
-                       f"break-even vs cloud: {'never' if be is None else f'{be:.1f} months'}")
+                       f"break-even vs cloud: {be_text}")
     if io is not None and io.get("read_bytes_per_s") is not None:
         out.append(f"data        {_rate(io['read_bytes_per_s_per_node'])} and {io['iops_per_node']:,.0f} IOPS per node"
                    f"{', STARVED: ' + '; '.join(io['reasons']) if io.get('starved') else ' (storage keeps up)'}")
