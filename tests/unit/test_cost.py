@@ -163,7 +163,7 @@ def test_default_is_the_cheapest_catalog_price_of_the_tier():
     assert q.usd_per_gpu_hour == min(on_demand) and q.tier == "on-demand"
     assert usd_per_gpu_hour("h100-sxm", CostOptions(provider="aws")) == 12.29
     assert usd_per_gpu_hour("h100-sxm", CostOptions(price_per_gpu_hour=1.0)) == 1.0
-    assert usd_per_gpu_hour("t4") is None  # no catalog price
+    assert usd_per_gpu_hour("rtx-4090") is None  # no catalog price
     plan = _plan()
     sec = cost_section(plan, CostOptions(), time=_time(plan, 10.0))
     assert sec["provider"] == q.provider and sec["cloud_usd"] == pytest.approx(10 * q.usd_per_gpu_hour)
