@@ -99,3 +99,10 @@ def test_without_a_run_length_gives_power_only():
     # 2 nodes x (8 x 700 W + 4600 W) x PUE 1.58 (Uptime Institute 2023 default)
     assert sec["facility_power_kw"] == pytest.approx(2 * (8 * 700 + 4600) * 1.58 / 1000)
     assert sec.notes
+
+
+def test_busy_fraction_from_the_time_models_breakdown():
+    plan = _plan()
+    bd = {"compute": 6.0, "overlap_contention": 1.0, "comm_tp": 1.0, "bubble": 1.5, "data": 0.5}
+    sec = energy_section(plan, CostOptions(), compute=SimpleNamespace(step_time_s=10.0, breakdown=bd))
+    assert sec.to_dict()["inputs"]["busy_fraction"] == pytest.approx(0.7)  # 1 - (1 + 1.5 + 0.5) / 10

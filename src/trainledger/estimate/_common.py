@@ -94,20 +94,25 @@ def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures
                       min(busy or 1.0, 1.0), src)
 
 
-def _busy_fraction(compute: Any, step: float | None) -> tuple[float, str]:
-    """Share of the step the GPUs run compute kernels: (compute + optimizer) / step time.
+#: Parts of the time model's step breakdown during which the GPUs wait rather than compute.
+IDLE_PARTS = ("comm_", "bubble", "data", "offload")
 
-    Read from the time model's step breakdown (``compute.breakdown``: compute, comm_*, bubble,
-    offload, optimizer, data); exposed communication, pipeline bubbles, offload transfers and data
-    waits count as idle. ``compute.busy_fraction`` wins when given; without either, 1.
+
+def _busy_fraction(compute: Any, step: float | None) -> tuple[float, str]:
+    """Share of the step the GPUs run kernels: 1 − (exposed comm + bubble + data + offload) / step.
+
+    Read from the time model's step breakdown (``compute.breakdown``); every other part (compute,
+    optimizer, overlap contention) counts as busy. ``compute.busy_fraction`` wins when given;
+    without either, 1.
     """
     given = _num(compute, "busy_fraction", "gpu_busy_fraction")
     if given:
         return min(given, 1.0), "time model (busy_fraction)"
     bd = getattr(compute, "breakdown", None)
-    if isinstance(bd, dict) and step and bd.get("compute"):
-        busy = (bd.get("compute", 0.0) + bd.get("optimizer", 0.0)) / step
-        return min(busy, 1.0), "time model step breakdown: (compute + optimizer) / step time"
+    if isinstance(bd, dict) and step:
+        idle = sum(v for k, v in bd.items() if k.startswith(IDLE_PARTS))
+        return max(0.0, min(1.0 - idle / step, 1.0)), \
+            "time model step breakdown: 1 - (exposed comm + bubble + data + offload) / step"
     return 1.0, "assumed 1: GPUs busy for the whole step"
 
 
