@@ -337,3 +337,15 @@ def test_cuda_oom_is_a_result(monkeypatch):
     assert m.oom and m.oom_phase == "backward"
     assert m.oom_message.startswith("does not fit: failed at backward with")
     assert "GiB allocated" in m.oom_message
+
+
+def test_family_without_sdpa_falls_back_to_eager():
+    """gemma2 has no SDPA path in transformers (logit soft-capping): measured with eager attention."""
+    gemma2 = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 320,
+              "max_position_embeddings": 128, "sliding_window": 16}
+    recipe = Recipe(seq_len=32, micro_batch=1, precision="fp32", optimizer="sgd")
+    m = measure_memory_from_config(gemma2, recipe, device="fake")
+    assert any("eager" in n for n in m.notes)
+    eager = measure_memory_from_config(gemma2, recipe.model_copy(update={"attention": "eager"}), device="fake")
+    assert m.peak_allocated_bytes == eager.peak_allocated_bytes

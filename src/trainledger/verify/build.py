@@ -84,6 +84,10 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     """A transformers PretrainedConfig from a raw config.json mapping (no remote code)."""
     transformers = require("transformers")
     cfg = {k: v for k, v in hf_config.items() if not str(k).startswith("_") and k != "auto_map"}
+    if cfg.get("model_type") == "gemma3":  # multimodal: measure the language model, as ModelSpec counts it
+        from ..hfconfig import _text_config
+
+        cfg = _text_config(cfg, "config")
     mt = cfg.pop("model_type", None)
     if not mt:
         raise VerifyError("config has no model_type; cannot build the model")
@@ -123,16 +127,15 @@ def build_model(hf_config: dict[str, Any], recipe: Recipe, device: str = "cpu", 
     if recipe.method == "qlora":
         _check_qlora(device)
     notes: list[str] = []
+    if hf_config.get("model_type") == "gemma3":
+        notes.append("gemma3: the language model (text_config) is measured; the vision tower is not built")
     config = make_config(hf_config, recipe)
     attn = attn_implementation(recipe, device, notes)
     dtype = param_dtype(recipe)
     torch.manual_seed(seed)
     where = "meta" if device == "fake" else device
     with torch.device(where):
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=dtype)
-        except ValueError as exc:
-            raise VerifyError(f"cannot build {config.model_type} as a causal LM: {exc}") from None
+        model = _from_config(transformers, config, attn, dtype, notes)
     if recipe.is_training:
         model.train()
         _apply_recompute(model, recipe, attn, notes)
@@ -147,6 +150,22 @@ def build_model(hf_config: dict[str, Any], recipe: Recipe, device: str = "cpu", 
         fake_mode = _fakeify(model)
     return BuiltModel(model=model, config=config, vocab_size=int(config.vocab_size), device=device,
                       fake_mode=fake_mode, notes=notes)
+
+
+def _from_config(transformers: Any, config: Any, attn: str, dtype: Any, notes: list[str]) -> Any:
+    """AutoModelForCausalLM.from_config; a family without SDPA support falls back to eager."""
+    build = transformers.AutoModelForCausalLM.from_config
+    try:
+        return build(config, attn_implementation=attn, dtype=dtype)
+    except ValueError as exc:
+        if attn == "sdpa" and "does not support" in str(exc):
+            notes.append(f"{config.model_type} has no SDPA attention in transformers: measured with eager "
+                         "attention, as transformers runs it by default")
+            try:
+                return build(config, attn_implementation="eager", dtype=dtype)
+            except ValueError as exc2:
+                exc = exc2
+        raise VerifyError(f"cannot build {config.model_type} as a causal LM: {exc}") from None
 
 
 def _check_qlora(device: str) -> None:
