@@ -150,7 +150,7 @@ def finish_estimate(estimate: Mapping[str, Any], *, calibrated: bool = False, st
             out = apply(estimate, env, led)
         else:
             out = apply_terms(estimate, None, env["env_id"])
-            out["calibration"]["reason"] = "not asked (--calibrated applies this environment's calibration)"
+            out["calibration"]["reason"] = "not asked; --calibrated applies this machine's calibration"
         if store:
             out["ledger_id"] = led.add("estimate", command, out, env=env, plan=out.get("plan"))
     return out

@@ -12,6 +12,7 @@ import click
 
 from ..estimate import EstimateOptions, estimate
 from ..units import fmt_bytes, gib
+from .ledger_cmds import calibration_line, estimate_ledger_hook, ledger_flags
 from .output import echo_json, table
 from .options import plan_from_options, plan_options, time_options, time_options_from_kwargs
 
@@ -31,6 +32,7 @@ def _cost_options(func: Any) -> Any:
 @time_options
 @_cost_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output (all sections)")
+@ledger_flags
 def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     """Estimate one job: per-GPU memory term by term (peak phase, fit verdict, what to change
     when it does not fit), then compute, step time and the rest of the ledger.
@@ -43,7 +45,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     tm = time_options_from_kwargs(kwargs)  # --mfu, --matmul-efficiency, --runtime, overlaps
     plan = plan_from_options(kwargs)
     est = estimate(plan, EstimateOptions(cost=cost, time=tm))
-    d = est.to_dict()
+    d = estimate_ledger_hook(est.to_dict(), kwargs)  # --calibrated; store in the ledger
     if as_json:
         echo_json(d)
         return
@@ -62,6 +64,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
         lines = ledger_lines(est.extra)
         if lines:
             click.echo("\n" + "\n".join(lines))
+    click.echo("\n" + calibration_line(d))
 
 
 def _header(p: dict[str, Any]) -> str:

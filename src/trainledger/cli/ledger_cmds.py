@@ -138,3 +138,43 @@ def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool) -> None:
         echo_json(fitted)
     else:
         click.echo(calibrate.render(fitted))
+
+
+def ledger_flags(func: Any) -> Any:
+    """--calibrated / --ledger / --no-ledger for the estimate command."""
+    func = click.option("--no-ledger", is_flag=True, help="do not store this estimate in the ledger")(func)
+    func = click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False), help=LEDGER_HELP)(func)
+    func = click.option("--calibrated", is_flag=True,
+                        help="add this machine's calibration (`trainledger calibrate`) to the estimate")(func)
+    return func
+
+
+def estimate_ledger_hook(d: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Apply the calibration when asked and store the estimate; a ledger problem only warns."""
+    from .. import calibrate
+    from ..errors import LedgerError
+
+    calibrated = kwargs.pop("calibrated", False)
+    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
+    try:
+        return calibrate.finish_estimate(d, calibrated=calibrated, store=not off, ledger_path=path)
+    except LedgerError as exc:
+        click.echo(f"warning: {exc}", err=True)
+        return calibrate.apply_terms(d, None, None)
+
+
+def calibration_line(d: dict[str, Any]) -> str:
+    """'calibration: ...' — whether the estimate is calibrated and from how many measurements."""
+    from ..units import fmt_bytes
+
+    c = d.get("calibration") or {}
+    if not c.get("calibrated"):
+        return f"calibration: not calibrated ({c.get('reason', 'no calibration')})"
+    mem = d.get("memory") or {}
+    extra = ""
+    if mem.get("calibrated_peak_allocated_bytes"):
+        extra = f"; calibrated peak allocated {fmt_bytes(mem['calibrated_peak_allocated_bytes'])}"
+    if mem.get("calibrated_peak_reserved_bytes"):
+        extra += f", reserved {fmt_bytes(mem['calibrated_peak_reserved_bytes'])}"
+    return (f"calibration: calibrated for environment {c['env_id']} from {c['n_measurements']} "
+            f"measurement(s){extra}")
