@@ -113,3 +113,25 @@ def test_finish_estimate_hook(tmp_path):
     cal = calibrate.finish_estimate(est, calibrated=True, store=False, ledger_path=db)
     assert cal["calibration"]["calibrated"] is True and cal["calibration"]["n_measurements"] == 1
     assert cal["memory"]["calibrated_peak_allocated_bytes"] == 1500 and "ledger_id" not in cal
+
+
+def test_estimate_command_is_stored_and_says_whether_calibrated(tmp_path):
+    db = str(tmp_path / "l.db")
+    base = ["estimate", "--model", "tiny-llama-debug", "--seq-len", "64", "--ledger", db]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0, r.output
+    assert "calibration: not calibrated" in r.output
+    r = CliRunner().invoke(main, base + ["--no-ledger", "--json"])
+    assert json.loads(r.output)["calibration"]["calibrated"] is False
+    env = fingerprint()
+    with Ledger(db) as led:
+        assert [x.kind for x in led.list()] == ["estimate"]  # --no-ledger stored nothing
+        peak = led.list()[0].result["memory"]["peak_allocated_bytes"]
+        led.add("measurement", "verify memory", {"measured": {"device": "cpu", "peak_allocated_bytes": 2 * peak},
+                                                 "predicted": {"peak_allocated_bytes": peak}}, env=env)
+        calibrate.calibrate(led, env)
+    d = json.loads(CliRunner().invoke(main, base + ["--calibrated", "--json"]).output)
+    assert d["calibration"]["calibrated"] is True and d["calibration"]["n_measurements"] == 1
+    assert d["memory"]["calibrated_peak_allocated_bytes"] == 2 * d["memory"]["peak_allocated_bytes"]
+    r = CliRunner().invoke(main, base + ["--calibrated"])
+    assert "calibrated for environment" in r.output and "from 1 measurement(s)" in r.output
