@@ -164,3 +164,18 @@ def test_cuda_copy_and_collectives():
     assert d["ok"] and d["backend"] == "nccl"
     op = "copy" if n == 1 else "all_reduce"
     assert d["peak"][op]["busbw_bytes_per_s"] > 1e9
+
+
+@pytest.mark.slow
+def test_cli_inside_users_torchrun_acts_as_one_rank():
+    """Multi-node style: the user starts torchrun; the command sees it and runs as a rank."""
+    import sys
+
+    from trainledger.verify.launch import free_port, run_bounded
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "trainledger",
+           "verify", "comm", "--max-size", "2KiB", "--json", "--no-ledger"]
+    rc, timed_out, out, _ = run_bounded(cmd, timeout_s=120)
+    assert rc == 0 and not timed_out, out
+    assert out.count('"world_size": 2') == 1  # rank 0 prints, rank 1 stays quiet
