@@ -146,7 +146,7 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
 @verify_group.command("comm")
 @click.option("--nproc", type=int, default=2, show_default=True, help="ranks on this node")
 @click.option("--device", type=click.Choice(("cuda", "cpu")), default="cpu", show_default=True)
-@click.option("--max-size", default="64MiB", show_default=True, help="largest message, e.g. 1GiB")
+@click.option("--max-size", help="largest message [1GiB on cuda, 64MiB on cpu]")
 @click.option("--min-size", default="1KiB", show_default=True)
 @click.option("--link", help="catalog network to judge busbw against, e.g. nvlink4")
 @click.option("--gpu", help="catalog GPU whose link (or HBM, on one rank) judges the result")
@@ -154,13 +154,14 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
 @click.option("--collective-timeout", type=float, default=120.0, show_default=True, help="seconds per collective")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @ledger_options
-def comm_cmd(nproc: int, device: str, max_size: str, min_size: str, link: str | None, gpu: str | None,
+def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link: str | None, gpu: str | None,
              timeout_s: float, collective_timeout: float, as_json: bool, **kwargs: Any) -> None:
     """Correctness of all_reduce/all_gather/reduce_scatter/all_to_all, then algbw/busbw per size."""
     _need_torch(device)
     from ..verify import comm
     from ..verify.launch import in_torchrun
 
+    max_size = max_size or ("1GiB" if device == "cuda" else "64MiB")
     top, bottom = parse_bytes(max_size), parse_bytes(min_size)
     if in_torchrun():  # started by the user's torchrun (multi-node): be one rank
         from ..verify import _comm_worker

@@ -83,6 +83,8 @@ def run_accept(inputs: Any, device: str = "cpu", nproc: int = 2, steps_before: i
     from ..planfile import build_plan
 
     plan = build_plan(inputs)
+    if not plan.recipe.is_training:
+        raise VerifyError("the acceptance run trains; method inference has no training step to accept")
     prec = plan.recipe.precision
     o = {"device": device, "nproc": nproc, "steps_before": steps_before, "steps_after": steps_after,
          "accum_rtol": ACCUM_RTOL.get(prec, 5e-2), "collective_timeout_s": collective_timeout_s,
@@ -228,7 +230,8 @@ def build_items(plan: Any, first: dict | None, second: dict | None, error: str |
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"acceptance run: {report['plan']['model']}, {report['nproc']} {report['device']} rank(s)"]
+    lines = [f"acceptance run: {report['plan']['model']}, {report['nproc']} {report['device']} rank(s)"
+             + (f" (the plan has {report['plan']['gpus']} GPUs)" if report["plan"].get("gpus") != report["nproc"] else "")]
     for i in report["items"]:
         lines.append(f"  {i['status'].upper():<7} {i['item']:<27} {i['detail']}")
     m, p = report.get("measured"), report.get("predicted") or {}

@@ -119,8 +119,10 @@ def render_memory(result: dict[str, Any]) -> str:
     t = result.get("time")
     if t:
         pred = fmt_seconds(t["predicted"]) if t.get("predicted") else "n/a"
+        ratio = m.get("backward_forward_ratio")
         lines.append(f"step time: measured {fmt_seconds(t['measured'])}, predicted {pred}"
-                     + (f" ({t['note']})" if t.get("note") else ""))
+                     + (f" ({t['note']})" if t.get("note") else "")
+                     + (f"; backward/forward time {ratio:.2f}" if ratio else ""))
     for n in m.get("notes") or []:
         lines.append(f"  note: {n}")
     return "\n".join(lines)
