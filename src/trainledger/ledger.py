@@ -129,6 +129,9 @@ class Ledger:
                     (str(SCHEMA_VERSION),),
                 )
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):  # I/O, full disk, locked: the file is fine
+                raise LedgerError(f"{self.path}: cannot open the ledger ({exc}); check the free space and "
+                                  "permissions of its folder, or pass --ledger PATH") from None
             raise LedgerError(
                 f"{self.path}: cannot open the ledger ({exc}); move the file away or pass "
                 f"--ledger PATH to use another one"
@@ -161,10 +164,16 @@ class Ledger:
         try:
             yield self._conn
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:  # SQLite already rolled back on SQLITE_FULL / IOERR
+                self._conn.execute("ROLLBACK")
             raise
         else:
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:  # e.g. the disk filled up while the WAL was written
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def add(
         self,

@@ -90,10 +90,22 @@ def execute(units: list[Unit], counter: TokenCounter, opts: CorpusOptions, rate:
         worker = Worker(counter, opts, rate)
         yield from (worker.run(i, u) for i, u in jobs)
         return
-    ctx = _pool_context()
-    with ctx.Pool(min(workers, len(units)), initializer=init_process,
-                  initargs=(counter.state(), opts.model_dump_json(), rate)) as pool:
-        yield from pool.imap(run_unit, jobs, chunksize=1)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # not multiprocessing.Pool: its imap waits forever for the unit of a worker the OS killed (OOM)
+    pool = ProcessPoolExecutor(min(workers, len(units)), mp_context=_pool_context(), initializer=init_process,
+                               initargs=(counter.state(), opts.model_dump_json(), rate))
+    try:
+        yield from pool.map(run_unit, jobs)
+    except BrokenProcessPool:
+        raise CorpusError("a worker process died (killed by the operating system, e.g. out of memory); "
+                          "rerun with fewer --workers or a smaller --max-line-bytes") from None
+    finally:
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:  # stop units still running when the caller stopped early
+            proc.terminate()
 
 
 @dataclass

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, TrainledgerError
 from .document import build_document
 
 FORMATS = ("html", "md", "txt", "json")
@@ -192,10 +192,13 @@ def write_atomic(path: str | Path, text: str) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # a full disk or a read-only folder: one clear line, file intact
+            raise TrainledgerError(f"{p}: cannot write the report ({exc.strerror or exc}); "
+                                   "any previous file there is unchanged") from None
         raise
     return p

@@ -204,11 +204,41 @@ class RankStatus:
         maybe_fault(self.rank, phase)
 
     def error(self, exc: BaseException) -> None:
-        self._write(state="error", error=f"{type(exc).__name__}: {exc}"[:300])
+        self._write(state="error", error=error_line(exc))
 
     def done(self) -> None:
         self.phase = "done"
         self._write(state="done")
+
+
+def _root_causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, its causes/contexts, and the per-rank failures a torch CheckpointException wraps."""
+    out, todo, seen = [], [exc], set()
+    while todo and len(out) < 32:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()
+                     if isinstance(f[0] if isinstance(f, tuple) else f, BaseException)]
+    return out
+
+
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """One line for a rank's failure; a full disk (ENOSPC/EDQUOT/EFBIG) is named as such."""
+    import errno
+
+    for e in _root_causes(exc):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            where = f" writing {e.filename}" if e.filename else ""
+            return f"disk full: {e.strerror or 'no space left on device'}{where}"[:limit]
+        if "No space left on device" in str(e):  # an OSError re-raised as text by another rank
+            return "disk full: No space left on device"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:limit]
 
 
 def parse_fault(spec: str | None) -> tuple[str, int, str] | None:
