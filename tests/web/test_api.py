@@ -78,6 +78,15 @@ def test_errors_are_4xx_and_name_the_field(client, payload, status, field):
     assert SECURITY <= set(r.headers)
 
 
+@pytest.mark.parametrize("price", [5e-324, 1000.0])
+def test_extreme_but_valid_prices_are_answered(client, price):
+    """Found by schemathesis: a denormal price made chart ticks impossible to round (a 500)."""
+    r = client.post("/api/estimate", json={"inputs": {"model": "llama-3.2-1b", "tokens": 1e9},
+                                           "prices": {"price_per_gpu_hour": price}})
+    assert r.status_code == 200, r.text
+    assert r.json()["estimate"]["cost"]["usd_per_gpu_hour"] == price
+
+
 def test_pasted_config_is_parsed_from_the_body_and_never_opened(client, monkeypatch):
     import trainledger.hfconfig as hf
 

@@ -47,13 +47,21 @@ def _svg(title: str, body: list[str], w: int = W, h: int = H) -> str:
             + _t(8, 18, title, 13, weight="bold") + "".join(body) + "</svg>")
 
 
+def _step(raw: float, mults: tuple[float, ...] = (1, 2, 2.5, 5, 10)) -> float | None:
+    """A round step of at least ``raw``; None when ``raw`` is too small or large to round."""
+    if not (1e-300 < raw < 1e300):
+        return None
+    mag = 10 ** math.floor(math.log10(raw))
+    return next((m * mag for m in mults if m * mag >= raw), 10 * mag)
+
+
 def nice_ticks(top: float, n: int = 5) -> list[float]:
     """Round tick values from 0 to at least ``top``."""
-    if top <= 0 or not math.isfinite(top):
+    if not (top > 0 and math.isfinite(top)):
         return [0.0, 1.0]
-    raw = top / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    step = _step(top / n)
+    if step is None:
+        return [0.0, top]
     return [i * step for i in range(int(math.ceil(top / step)) + 1)]
 
 
@@ -222,9 +230,9 @@ def range_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Round ticks covering [lo, hi] (not necessarily from zero)."""
     if hi <= lo:
         hi = lo + abs(lo) * 0.1 + 1e-9
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    step = _step((hi - lo) / n, (1, 2, 5, 10))
+    if step is None:
+        return [lo, hi]
     first = math.floor(lo / step) * step
     return [first + i * step for i in range(int(math.ceil((hi - first) / step)) + 1)]
 
@@ -232,7 +240,10 @@ def range_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def tick_format(ticks: Sequence[float]) -> str:
     """A format with just enough decimals to tell the ticks apart."""
     step = (ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
-    return "{:,.%df}" % max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else "{:,g}"
+    if not (step > 0 and math.isfinite(step)):
+        return "{:,g}"
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return "{:,.%df}" % decimals if decimals <= 6 else "{:.3g}"
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:

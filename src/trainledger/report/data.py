@@ -49,6 +49,7 @@ class ReportData:
 
 
 def _clean(o: Any) -> Any:
+    """Non-finite floats -> None, recursively (JSON has neither NaN nor infinity)."""
     if isinstance(o, float) and not math.isfinite(o):
         return None
     if isinstance(o, dict):

@@ -44,6 +44,13 @@ class WebError(Exception):
         self.field, self.status = field, status
 
 
+def finite(obj: Any) -> Any:
+    """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
+    from ..report.data import _clean
+
+    return _clean(obj)
+
+
 def field_of(message: str) -> str | None:
     low = message.lower()
     return next((f for word, f in _FIELD_WORDS if word in low), None)
@@ -170,10 +177,10 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
-    return {"title": data.title, "fits": bool(mem.get("fits")),
+    return finite({"title": data.title, "fits": bool(mem.get("fits")),
             "verdict": "FITS" if mem.get("fits") else "DOES NOT FIT",
             "summary": [list(x) for x in summary(data.estimate)], "sections": sections,
-            "risks": data.risks, "estimate": data.estimate, "model_label": data.estimate["plan"]["model"]}
+            "risks": data.risks, "estimate": data.estimate, "model_label": data.estimate["plan"]["model"]})
 
 
 def report_file(req: ReportRequest) -> tuple[str, str, str]:
@@ -205,7 +212,8 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     blocks = [_block_json(b) for b in plans_blocks(res)]
-    return {"result": res, "blocks": blocks, "count": len(res["plans"]), "rejected_count": len(res["rejected"])}
+    return finite({"result": res, "blocks": blocks, "count": len(res["plans"]),
+                   "rejected_count": len(res["rejected"])})
 
 
 def export_files(req: ExportRequest) -> dict[str, Any]:
