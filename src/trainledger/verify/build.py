@@ -91,12 +91,16 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     mt = cfg.pop("model_type", None)
     if not mt:
         raise VerifyError("config has no model_type; cannot build the model")
+    if mt == "generic":
+        raise VerifyError("model_type 'generic' is trainledger's dimension-only config: there is no "
+                          "transformers model to run; measure the config.json of a real model family")
     for k in ("torch_dtype", "dtype", "quantization_config"):
         cfg.pop(k, None)
     try:
         config = transformers.AutoConfig.for_model(mt, **cfg)
     except ValueError as exc:
-        raise VerifyError(f"transformers {transformers.__version__} cannot build model_type {mt!r}: {exc}") \
+        first = str(exc).split(". ")[0]
+        raise VerifyError(f"transformers {transformers.__version__} cannot build model_type {mt!r}: {first}") \
             from None
     for k, v in config.to_dict().items():  # every dropout probability, set or defaulted
         if (k.endswith("dropout") or k.endswith("pdrop")) and isinstance(v, (int, float)) \
