@@ -110,7 +110,8 @@ def build_stats(paths: list[str], sources: list[Source], counter: TokenCounter, 
         "sampling": sampling,
         "errors": {"total": sum(tally.errors.values()), "by_kind": dict(tally.errors), "examples": tally.examples},
         "warnings": _warnings(sources, counter, tally, rate),
-        "throughput": _throughput(workers, elapsed, summary["total_tokens"], stats["inputs"]["bytes"]),
+        "throughput": _throughput(workers, elapsed, summary["total_tokens"], stats["inputs"]["bytes"])
+        | {"cpu_s": tally.cpu_s},
     })
     return stats
 

@@ -120,6 +120,7 @@ class Tally:
     blank: int = 0
     chat: int = 0
     replaced: int = 0
+    cpu_s: float = 0.0
     per_source: Counter = field(default_factory=Counter)
     line_base: Counter = field(default_factory=Counter)
 
@@ -136,7 +137,7 @@ class Tally:
         self.counts.update(res.counts)
         self.errors.update(res.errors)
         self.per_source[unit.source_index] += res.records
-        for name in ("records", "samples", "blank", "chat", "replaced"):
+        for name in ("records", "samples", "blank", "chat", "replaced", "cpu_s"):
             setattr(self, name, getattr(self, name) + getattr(res, name))
 
 

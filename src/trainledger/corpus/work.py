@@ -9,6 +9,7 @@ bounded by the number of distinct lengths.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ class UnitResult:
     errors: Counter = field(default_factory=Counter)
     examples: list = field(default_factory=list)
     fatal: tuple | None = None
+    cpu_s: float = 0.0
 
 
 def keep_fraction(seed: int, source_index: int, offset: int, index: int) -> float:
@@ -67,6 +69,7 @@ class Worker:
         self.extractor = TextExtractor(opts.fields)
 
     def run(self, unit_index: int, unit: Unit) -> UnitResult:
+        cpu0 = time.process_time()
         res = UnitResult(unit_index=unit_index, weight=unit.weight)
         pending: dict[bool, list[str]] = {True: [], False: []}
         try:
@@ -77,6 +80,7 @@ class Worker:
             self._error(res, -1, RecordError("unreadable", str(exc)))
         for special in (True, False):
             self._flush(pending, special, res)
+        res.cpu_s = time.process_time() - cpu0
         return res
 
     def _scan(self, unit: Unit, res: UnitResult, pending: dict[bool, list[str]]) -> None:
