@@ -98,7 +98,9 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path):
     (tmp_path / "t.jsonl.gz").write_bytes(data[: len(data) // 2])
     stats = _run([tmp_path / "t.jsonl.gz"])
     assert 10_000 < stats["samples"] < 50_000
-    assert stats["errors"]["by_kind"].get("truncated") == 1
+    assert stats["errors"]["by_kind"] == {"truncated": 1} and stats["records"] == stats["samples"]
+    with pytest.raises(CorpusError, match=r"t\.jsonl\.gz:\d+: file ends early"):
+        _run([tmp_path / "t.jsonl.gz"], on_error="fail")
 
 
 def test_zip_bomb_is_refused(tmp_path):

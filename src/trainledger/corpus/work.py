@@ -90,6 +90,9 @@ class Worker:
             if isinstance(raw, bytes) and not raw.strip():
                 res.blank += 1
                 continue
+            if isinstance(raw, RecordError) and raw.kind == "truncated":  # the file's end, not a record
+                self._error(res, index, raw)
+                break
             res.records += 1
             if self.rate is not None and keep_fraction(self.opts.seed, unit.source_index, offset, index) >= self.rate:
                 continue
