@@ -59,11 +59,16 @@ def _estimate_records(src: Source, opts: CorpusOptions) -> float:
             return float(pa.ipc.open_file(pa.memory_map(src.path, "r")).read_all().num_rows)
         except (pa.ArrowInvalid, OSError):
             return 0.0
-    with open_binary(src, opts) as f:
-        head = f.read(_HEAD_BYTES)
+    try:
+        with open_binary(src, opts) as f:
+            head = f.read(_HEAD_BYTES)
+    except Exception:  # noqa: BLE001 - a broken file is reported by the scan itself
+        return 1.0
     lines = max(head.count(b"\n"), 1)
+    if len(head) < _HEAD_BYTES:  # the whole file
+        return float(lines)
     size = src.size * (_ASSUMED_COMPRESSION if src.compression else 1.0)
-    return size * lines / max(len(head), 1) if len(head) >= _HEAD_BYTES or src.compression else lines
+    return size * lines / len(head)
 
 
 def sample_rate(sources: list[Source], opts: CorpusOptions) -> float | None:
