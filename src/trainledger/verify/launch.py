@@ -167,8 +167,13 @@ def torchrun(module: str, args: list[str], nproc: int, timeout_s: float,
         str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         "--max-restarts", "0", "--monitor-interval", "0.2", "-m", module, *args,
     ]
-    rc, timed_out, tail, elapsed = run_bounded(cmd, timeout_s, env=full_env)
-    status = read_rank_status(status_dir)
+    try:
+        rc, timed_out, tail, elapsed = run_bounded(cmd, timeout_s, env=full_env)
+        status = read_rank_status(status_dir)
+    finally:
+        import shutil
+
+        shutil.rmtree(status_dir, ignore_errors=True)
     return LaunchResult(rc, elapsed, timed_out, tail, status)
 
 
