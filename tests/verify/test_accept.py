@@ -60,6 +60,10 @@ def test_items_from_results():
     bf16 = {i["item"]: i["status"] for i in A.build_items(plan, run_result(param_dtype="bfloat16"), None, "boom")}
     assert bf16["precision"] == "fail" and bf16["restore in a fresh process"] == "fail"
     assert bf16["continued loss"] == "not run"
+    skipped = run_result(grad_accum_check={"ok": None, "rtol": 1e-4, "relative_error": None, "skipped": "too big"})
+    items = A.build_items(plan, skipped, run_result(), None)
+    assert [i["status"] for i in items].count("skip") == 1
+    assert A._finish({}, plan, skipped, run_result())["ok"] is True  # a skipped check is not a failure
     failed = A.build_items(plan, None, None, "rank 1 died", phase="backward step 0")
     assert [i["status"] for i in failed[:4]] == ["not run", "not run", "not run", "fail"]
     assert failed[3]["item"] == "forward/backward" and failed[3]["detail"] == "rank 1 died"
