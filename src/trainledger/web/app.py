@@ -105,6 +105,7 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from . import service
     from .schemas import ERROR_RESPONSES, EstimateRequest, ExportRequest, PlanRequest, ReportRequest
@@ -129,6 +130,12 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     async def _web_error(request: Request, exc: service.WebError) -> JSONResponse:
         return JSONResponse({"error": str(exc), "field": exc.field}, status_code=exc.status)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # framework errors (unparseable body, unknown path, wrong method) in the same {error, field} shape
+        return JSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
@@ -137,6 +144,15 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         field = loc[0] if loc else None
         msg = f"{'.'.join(loc) or 'request'}: {first.get('msg', 'invalid')}"
         return JSONResponse({"error": msg, "field": field}, status_code=422)
+
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own 400 (a body that is not JSON it can parse: 5000-digit numbers, deep
+        # nesting), 404 and 405 in the documented {error, field} shape, not {"detail": ...}
+        return JSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     def page(name: str) -> Response:
         return Response(pages[name], media_type=STATIC[name], headers={"cache-control": "no-cache"})

@@ -7,9 +7,9 @@ the CLI do not exist here, and a pasted config.json travels in the body as text.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from .._spec import Spec
 from ..layout import Offload, PipelineSchedule
@@ -22,7 +22,26 @@ MAX_CONFIG_CHARS = 200_000
 MAX_WEB_GPUS = 4096
 
 
-class WebInputs(Spec):
+#: JSON types as the OpenAPI schema states them: no bool for a number, no "8" for an integer
+STRICT = ConfigDict(frozen=True, extra="forbid", validate_default=True, strict=True)
+
+
+class JsonSpec(Spec):
+    """A strict request body that still reads integers as JSON Schema does: 8.0 is the integer 8."""
+
+    model_config = STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        ints = {k for k, f in cls.model_fields.items() if f.annotation in (int, int | None)}
+        return {k: int(v) if k in ints and type(v) is float and v.is_integer() and abs(v) < 2**63 else v
+                for k, v in data.items()}
+
+
+class WebInputs(JsonSpec):
     """Plan inputs of the web form; names as the CLI flags. Catalog names only, no paths."""
 
     model: str = Field(DEFAULT_MODEL, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
@@ -56,7 +75,7 @@ class WebInputs(Spec):
     headroom: float = Field(0.10, ge=0.0, lt=0.9)
 
 
-class Prices(Spec):
+class Prices(JsonSpec):
     """Cost inputs the page may set (the rest come from the price catalog)."""
 
     provider: str | None = Field(None, max_length=40, pattern=r"^[a-z0-9-]+$",
@@ -83,7 +102,7 @@ class ReportRequest(EstimateRequest):
     checkpoint_dir: str | None = Field(None, max_length=200, description="shown on the acceptance sheet only")
 
 
-class PlanRequest(Spec):
+class PlanRequest(JsonSpec):
     """POST /api/plan: a planner job (see `trainledger plan`)."""
 
     model: str = Field(DEFAULT_MODEL, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")

@@ -109,7 +109,7 @@ def parse_config(text: str) -> ModelSpec:
     """A pasted config.json, parsed in memory (never written, never executed)."""
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, ints over 4300 digits
         raise WebError(f"config.json is not valid JSON: {exc}", "config_json") from None
     if not isinstance(data, dict):
         raise WebError("config.json must be a JSON object with a 'model_type' field", "config_json")
