@@ -145,15 +145,6 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         msg = f"{'.'.join(loc) or 'request'}: {first.get('msg', 'invalid')}"
         return JSONResponse({"error": msg, "field": field}, status_code=422)
 
-    from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI's own 400 (a body that is not JSON it can parse: 5000-digit numbers, deep
-        # nesting), 404 and 405 in the documented {error, field} shape, not {"detail": ...}
-        return JSONResponse({"error": str(exc.detail), "field": None}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
-
     def page(name: str) -> Response:
         return Response(pages[name], media_type=STATIC[name], headers={"cache-control": "no-cache"})
 
