@@ -67,6 +67,9 @@ def test_estimate_matches_the_library_and_the_verdict_flips(client):
     ({"config_json": "{not json"}, 400, "config_json"),
     ({"config_json": json.dumps({"model_type": "evil", "auto_map": {"AutoModel": "x.Y"}})}, 400, "config_json"),
     ({"config_json": "[" * 50_000}, 400, "config_json"),
+    ({"config_json": '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}"}, 400, "config_json"),
+    ({"inputs": {"tp": True}}, 422, "tp"),  # strict JSON types: a boolean is not a degree
+    ({"inputs": {"gpus": "8"}}, 422, "gpus"),
     ({"compare_gpus": ["h100-sxm", "nope"]}, 400, "compare_gpus"),
     ({"prices": {"provider": "acme"}}, 400, "provider"),
 ])
@@ -111,6 +114,21 @@ def test_body_size_limit(client):
     r = client.post("/api/estimate", content=b" " * (MAX_BODY_BYTES + 1), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["field"] is None
     assert SECURITY <= set(r.headers)
+
+
+def test_integral_floats_are_integers(client):
+    """JSON Schema's integer includes 8.0; the strict body models read it as 8."""
+    r = client.post("/api/estimate", json={"inputs": {"model": "llama-3.2-1b", "gpus": 8.0, "zero": 3.0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["estimate"]["plan"]["gpus"] == 8
+    assert client.post("/api/estimate", json={"inputs": {"gpus": 8.5}}).json()["field"] == "gpus"
+
+
+def test_framework_errors_have_the_same_shape(client):
+    r = client.post("/api/estimate", content=b'{"config_json": "\\ud800"', headers={"content-type": "application/json"})
+    assert r.status_code in (400, 422) and set(r.json()) == {"error", "field"}
+    for r in (client.get("/api/nope"), client.put("/api/estimate", json={})):
+        assert r.status_code in (404, 405) and set(r.json()) == {"error", "field"}
 
 
 def test_security_headers_everywhere(client):
