@@ -5,19 +5,25 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test install lint bench clean
 
-$(BIN)/trainledger: pyproject.toml
+# The core install (estimator, planner, CLI) needs no torch.
+$(VENV)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+# Tests need the dev extras: CPU torch==2.13.0, transformers, peft, tokenizers, web, browser driver.
+$(VENV)/.dev: $(VENV)/.core
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# DeepSpeed only to validate exported configs with its own parser; no ops are built, and
 	# --no-build-isolation makes it build against the CPU torch already installed (never a CUDA one).
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation deepspeed==0.19.8
-	@touch $(BIN)/trainledger
+	@touch $@
 
-install: $(BIN)/trainledger
+install: $(VENV)/.dev
 
 ## the main job on built-in defaults: plan the example job
-demo: install
+demo: $(VENV)/.core
 	$(BIN)/trainledger plan
 
 ## the full test suite (what CI runs)
