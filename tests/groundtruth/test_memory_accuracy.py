@@ -63,6 +63,12 @@ CPU_CASES: list[tuple[str, dict]] = [
     ("mistral family (sliding window < s)", dict(model="@mistral-7b-v0.1")),
     ("mistral pure bf16", dict(model="@mistral-7b-v0.1", precision="bf16")),
     ("gemma family", dict(model="@gemma-2b")),
+    ("mixtral family (MoE, no shared expert)", dict(model="@mixtral-8x7b")),
+    ("inference prefill bf16-mixed", dict(model=LL, method="inference")),
+    ("inference prefill eager", dict(model=LL, method="inference", attention="eager")),
+    ("inference MoE prefill", dict(model="tiny-qwen3-moe-debug", method="inference")),
+    ("inference decode 48 tokens", dict(model=LL, method="inference", precision="bf16", seq_len=16,
+                                        micro_batch=4, generate_len=48)),
 ]
 FAKE_CASES: list[tuple[str, dict]] = [
     ("Llama-3.2-1B b1 s2048", dict(model="llama-3.2-1b", seq_len=2048, micro_batch=1)),
@@ -74,6 +80,8 @@ FAKE_CASES: list[tuple[str, dict]] = [
     ("Llama-3.1-8B recompute s1024", dict(model="llama-3.1-8b", seq_len=1024, micro_batch=1,
                                           recompute="full")),
     ("Qwen3-0.6B b1 s1024", dict(model="qwen3-0.6b", seq_len=1024, micro_batch=1)),
+    ("Llama-3.2-1B inference b4 s2048", dict(model="llama-3.2-1b", seq_len=2048, micro_batch=4,
+                                             method="inference", precision="bf16")),
 ]
 DEFAULTS = dict(seq_len=256, micro_batch=2)
 

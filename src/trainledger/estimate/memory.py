@@ -166,8 +166,12 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
 
 
 def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
-    return [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_cache, "activations": x.infer_work,
-                         "other": x.inputs})]
+    pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
+                                    "activations": x.infer_work, "other": x.inputs})]
+    if x.decode_work:
+        pts.append(("decode", "last decode step", {"weights": x.weights, "kv_cache": x.kv_cache,
+                                                   "activations": x.decode_work}))
+    return pts
 
 
 def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:

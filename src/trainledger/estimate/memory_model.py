@@ -61,7 +61,9 @@ class Parts:
     zero_buf: float = 0.0
     grad_flow: float = 0.0  # gradient of the residual stream during backward
     grad_transient: float = 0.0  # c-byte weight grad before its fp32 cast (largest matrix)
-    kv_cache: float = 0.0  # inference
+    kv_cache: float = 0.0  # inference, full context
+    kv_prefill: float = 0.0  # inference, after the prefill
+    decode_work: float = 0.0  # inference, one decode step's transient
     infer_work: float = 0.0  # inference transient of one layer + logits
     host: float = 0.0
     grad_head: float = 0.0  # gradients of lm_head + final norm (first to appear in backward)
@@ -340,37 +342,58 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
 
 
 def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:
-    """Weights + KV cache for batch × context + one layer's transient + last-token logits.
+    """Weights + KV cache for batch × context + the working set of the prefill's widest layer.
 
-    KV cache per token and layer: 2·k·d elements (GQA, Ainslie et al. 2023); MLA caches the
+    KV cache per token and layer: 2·k·d elements (GQA, Ainslie et al. 2023); under autocast the
+    keys are cached after RoPE, i.e. in fp32 (transformers' DynamicCache, measured). MLA caches the
     compressed latent kv_lora_rank + rope dim in a serving engine (DeepSeek-V2, arXiv:2405.04434,
     §2.1.2), while transformers' DynamicCache stores the decompressed a·(d_nope+d_rope) keys and
-    a·d_v values. Sliding-window layers keep at most the window.
+    a·d_v values. Sliding-window layers keep at most the window; ``paged`` rounds the context up
+    to whole blocks (vLLM). Prefill working set (measured, no_grad): the embedding output, the
+    layer input, the mid-layer residual and the norm output (4·R·h per token) and three c-byte
+    f-wide MLP tensors (routed experts: five per routed token in R bytes); eager attention adds the
+    b·a·s×ctx scores (masked c-byte scores, fp32 softmax and its c-byte copy) and the mask.
+    Generation computes logits for the last token only (``logits_to_keep=1``).
     """
     m, r, lay = plan.model, plan.recipe, plan.layout
     flow, _, _ = flow_of(plan)
-    c = flow.c
+    c, R, t = flow.c, flow.R, lay.tp
     ctx = r.seq_len + r.generate_len
     b = r.micro_batch
-    n_layers, _ = _layers_on_stage(plan)
+    n_layers, n_moe = _layers_on_stage(plan)
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
+    k_bytes = R if flow.autocast else c
     if m.mla is not None:
         ml = m.mla
         if opts.kv_cache == "paged":
-            per_tok = ml.kv_lora_rank + ml.qk_rope_head_dim
+            per_tok = (ml.kv_lora_rank + ml.qk_rope_head_dim) * c
         else:
-            per_tok = m.num_heads * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
+            per_tok = m.num_heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
     else:
-        per_tok = 2 * m.kv_dim / lay.tp
-    n_sliding = sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i)) * n_layers / m.num_layers
+        per_tok = m.kv_dim * (c if opts.kv_cache == "paged" else k_bytes) / t + m.kv_dim * c / t
+    n_sliding = _count_sliding(m) * n_layers / m.num_layers
     win = min(ctx, m.sliding_window or ctx)
     tokens = (n_layers - n_sliding) * ctx + n_sliding * win
-    parts.kv_cache = b * tokens * per_tok * c
+    parts.kv_cache = b * tokens * per_tok
+    s_pre = -(-r.seq_len // block_tokens) * block_tokens if opts.kv_cache == "paged" else r.seq_len
+    tokens_pre = (n_layers - n_sliding) * s_pre + n_sliding * min(s_pre, win)
+    parts.kv_prefill = b * tokens_pre * per_tok
+    # decode: DynamicCache appends with torch.cat, so one layer's keys (the larger half under
+    # autocast: fp32) exist twice for a moment
+    k_part = per_tok * k_bytes / (k_bytes + c) if m.mla is None else per_tok / 2
+    parts.decode_work = b * ctx * k_part + b * m.vocab_size * (c + FP32) / t if r.generate_len else 0.0
     T = b * r.seq_len
-    h, f = m.hidden_size, m.intermediate_size
-    work = T * c * (3 * h + 3 * f / lay.tp + 2 * m.q_dim / lay.tp)
-    if r.attention == "eager":
-        work += b * m.num_heads / lay.tp * r.seq_len * ctx * (FP32 + c)
-    parts.infer_work = work + b * m.vocab_size * (c + FP32) / lay.tp
-    parts.inputs = T * INT64 * 2
+    h = m.hidden_size
+    if m.moe and n_moe:  # grouped_mm experts in the residual dtype, per routed token: two gathered
+        mo = m.moe  # copies of the input, then gate|up, act, act·up — or the down output, weighted
+        fe = mo.expert_intermediate_size
+        mlp = mo.top_k * R * max(2 * h + 4 * fe, 4 * h) / t
+        mlp += c * h + FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router cast, softmax, indices
+    else:
+        mlp = 3 * c * m.intermediate_size / t
+    work = T * (4 * R * h + mlp)
+    if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
+        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + c)
+    parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
+    parts.inputs = T * INT64
