@@ -304,3 +304,23 @@ def test_report_from_a_real_cpu_measurement():
 
     assert f"peak allocated          {fmt_bytes(measured['peak_allocated_bytes'])}" in text
     assert render(data, "html").count("<svg") == 3  # timeline, step time, measured vs predicted
+
+
+def test_sheet_for_multi_node_and_amd():
+    from trainledger.report.sheet import acceptance_checks, procurement_sheet
+
+    inputs = PlanInputs(model="llama-3.1-8b", gpu="h100-sxm", gpus=16, zero=3, network="ib-ndr")
+    plan = build_plan(inputs)
+    est = estimate(plan).to_dict()
+    sheet = procurement_sheet(plan, inputs, est)
+    hw = {r["item"]: r for r in sheet["hardware"]}
+    assert "8 x " in hw["node network"]["value"] and "PIX/PXB" in hw["node network"]["check"]
+    comm = next(c for c in acceptance_checks(plan, inputs, est) if " comm " in c["command"])
+    # NDR: 400 Gbit/s = 50 GB/s per NIC, one NIC per GPU; interconnect.yaml: infiniband 0.90 -> 45 GB/s
+    assert "busbw >= 45 GB/s" in comm["pass"] and "--nproc 8" in comm["command"]
+    mi = PlanInputs(model="llama-3.1-8b", gpu="mi300x", gpus=8, zero=3)
+    mplan = build_plan(mi)
+    msheet = procurement_sheet(mplan, mi, estimate(mplan).to_dict())
+    mhw = {r["item"]: r for r in msheet["hardware"]}
+    assert "XGMI between every GPU pair" in mhw["GPU-to-GPU link"]["check"]
+    assert mhw["driver / CUDA"]["value"] == "ROCm >= 6.0"
