@@ -64,6 +64,8 @@ CPU_CASES: list[tuple[str, dict]] = [
     ("mistral pure bf16", dict(model="@mistral-7b-v0.1", precision="bf16")),
     ("gemma family", dict(model="@gemma-2b")),
     ("mixtral family (MoE, no shared expert)", dict(model="@mixtral-8x7b")),
+    ("olmo-2 family (post-norms, full qk-norm)", dict(model="@olmo-2-7b")),
+    ("gemma-3 family (4 norms, sliding window)", dict(model="@gemma-3-1b")),
     ("inference prefill bf16-mixed", dict(model=LL, method="inference")),
     ("inference prefill eager", dict(model=LL, method="inference", attention="eager")),
     ("inference MoE prefill", dict(model="tiny-qwen3-moe-debug", method="inference")),

@@ -40,6 +40,10 @@ INT64 = 8
 KORTHIKANTI_SOURCE = "Korthikanti et al. 2022, arXiv:2205.05198, Table 2 / Eq. 1-2"
 
 
+#: families whose RMSNorm multiplies the weight in fp32 and casts afterwards (saves fp32 x·rsqrt)
+NORM_WEIGHT_IN_FP32 = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3"})
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """Dtypes (bytes per element) that activations take under one precision policy."""
@@ -94,8 +98,10 @@ class _Layer:
         self.lin = lin
 
     def norm(self, width: int, src: int, groups: int = 1) -> float:
-        """RMSNorm: fp32 input (4w), rsqrt (4 per group) and x.to(src) when its weight trains."""
-        return FP32 * width + FP32 * groups + (src * width if self.trainable else 0)
+        """RMSNorm: fp32 input (4w), rsqrt (4 per group) and, when its weight trains, what the
+        weight multiplies: x.to(src) (Llama style) or the fp32 x·rsqrt (Gemma/OLMo-2 style)."""
+        kept = FP32 if self.m.model_type in NORM_WEIGHT_IN_FP32 else src
+        return FP32 * width + FP32 * groups + (kept * width if self.trainable else 0)
 
     def inputs(self, width: int, src: int, readers: tuple[str, ...], already_saved: bool = False) -> float:
         """Saved inputs of the linears in ``readers`` (module paths) reading one tensor of
@@ -226,7 +232,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     """Saved activation bytes per token of one decoder layer (see module docstring)."""
     x = _Layer(m, flow, lora, moe_layer)
     h, R = m.hidden_size, flow.R
-    norms = 2 * x.norm(h, R)
+    norms = m.norms_per_layer * x.norm(h, R)  # pre-norms, and post-norms (Gemma-2/3, OLMo-2)
     rep_a, sh_a, per_s, drop, keep = _attention(x, attention, masked)
     if moe_layer:
         rep_m, sh_m = _moe(x)
