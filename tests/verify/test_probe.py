@@ -131,3 +131,17 @@ def test_probe_on_a_gpu():
     n = len(g["gpus"])
     assert len(g["topology"]) == n and all(row[i] == "X" for i, row in enumerate(g["topology"]))
     assert all(x["memory_total_bytes"] > 0 for x in g["gpus"])
+
+
+@pytest.mark.parametrize("nvml_name,catalog_name", [
+    # names as nvidia-smi / NVML print them
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("NVIDIA L4", "l4"),
+    ("NVIDIA L40S", "l40s"), ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"), ("NVIDIA RTX A6000", "rtx-a6000"),
+    ("NVIDIA Quadro P5000", None),
+])
+def test_catalog_gpu_for(nvml_name, catalog_name):
+    from trainledger import catalog
+
+    assert P.catalog_gpu_for(nvml_name, catalog.names("gpus")) == catalog_name

@@ -106,13 +106,22 @@ def efficiency(peak: dict[str, dict[str, Any]], link_bytes_per_s: float | None) 
 
 
 def reference_link(device: str, world: int, link: str | None, gpu: str | None) -> dict[str, Any] | None:
-    """The catalog bandwidth the sweep is judged against: a network by name, or a GPU's link/HBM."""
+    """The catalog bandwidth the sweep is judged against: a network by name, or a GPU's link/HBM.
+
+    On CUDA without either, the GPU NVML reports is looked up in the catalog.
+    """
     from .. import catalog
 
     if link:
         net = catalog.load_network(link)
         return {"name": net.name, "what": f"{net.display_name}, per direction",
                 "bytes_per_s": net.bytes_per_s}
+    if not gpu and device == "cuda":  # the GPU in this machine, when the catalog knows it
+        from .probe import catalog_gpu_for, probe_gpus
+
+        found = probe_gpus()
+        if found.get("gpus"):
+            gpu = catalog_gpu_for(found["gpus"][0]["name"], catalog.names("gpus"))
     if gpu:
         g = catalog.load_gpu(gpu)
         if world == 1:

@@ -276,17 +276,29 @@ def compare_pcie(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
 def gpu_name_matches(seen: str, catalog_name: str) -> bool:
     """Is the NVML name ``seen`` (e.g. 'NVIDIA H100 80GB HBM3') the catalog GPU (e.g. 'h100-sxm')?
 
-    The model token (first part of the catalog name) must appear in the NVML name, and the
-    form factors PCIe and NVL must agree: NVML names the PCIe and NVL boards ('NVIDIA H100 PCIe',
-    'NVIDIA H100 NVL') but not always the SXM ones ('NVIDIA H100 80GB HBM3').
+    Every part of the catalog name must be a word of the NVML name, except the SXM form factor
+    (NVML does not always print it: 'NVIDIA H100 80GB HBM3' is the SXM board) and a memory size
+    when NVML prints none; PCIe and NVL must agree both ways ('NVIDIA H100 PCIe', 'NVIDIA H100 NVL').
     """
-    norm = "".join(ch for ch in seen.lower() if ch.isalnum())
-    tokens = [t for t in catalog_name.lower().replace("_", "-").split("-") if t]
-    if not tokens or tokens[0] not in norm:
+    import re
+
+    words = set(re.split(r"[^a-z0-9]+", seen.lower())) - {""}
+    tokens = [t for t in re.split(r"[^a-z0-9]+", catalog_name.lower()) if t]
+    if not tokens or tokens[0] not in words:
         return False
-    same_pcie = ("pcie" in tokens) == ("pcie" in norm)
-    same_nvl = ("nvl" in tokens) == ("nvl" in norm.replace(tokens[0], ""))
-    return same_pcie and same_nvl
+    seen_mem = any(re.fullmatch(r"\d+gb", w) for w in words)
+    for t in tokens[1:]:
+        if t.startswith("sxm") or t in ("pcie", "nvl") or (re.fullmatch(r"\d+gb", t) and not seen_mem):
+            continue
+        if t not in words:
+            return False
+    return all((f in tokens) == (f in words) for f in ("pcie", "nvl"))
+
+
+def catalog_gpu_for(nvml_name: str, catalog_names: list[str]) -> str | None:
+    """The catalog GPU an NVML name belongs to; the most specific (longest) matching name wins."""
+    hits = [n for n in catalog_names if gpu_name_matches(nvml_name, n)]
+    return max(hits, key=len) if hits else None
 
 
 def compare_with_plan(found: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, str]]:
