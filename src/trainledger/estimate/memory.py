@@ -229,8 +229,14 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
 def _notes(plan: Plan) -> list[str]:
     r, lay = plan.recipe, plan.layout
     out = []
-    if r.recompute == "selective" and r.attention != "eager":
-        out.append("selective recomputation drops only attention scores; sdpa/flash keep none")
+    if r.recompute == "selective":
+        out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
+                   "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")
+    if r.dropout > 0 and r.method not in ("lora", "qlora"):
+        out.append("dropout > 0: dropout masks and (on CPU) SDPA's math fallback are not modeled")
+    if plan.model.model_type in ("gpt2", "gpt_neox", "phi", "phi3"):
+        out.append(f"{plan.model.model_type}: LayerNorm/Conv1D/fused-projection details are approximated "
+                   "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
         out.append("pipeline: the busiest stage (first for activations, last for logits) is shown")
     if r.precision == "fp8-mixed":
