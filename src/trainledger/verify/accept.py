@@ -173,16 +173,24 @@ def _item_of_phase(phase: str | None) -> str:
 def build_items(plan: Any, first: dict | None, second: dict | None, error: str | None,
                 phase: str | None = None) -> list[dict[str, Any]]:
     """The pass/fail items of an acceptance report from the two runs' results."""
-    r = plan.recipe
-    items: list[dict[str, Any]] = []
     if first is None:
         k = ITEMS.index(_item_of_phase(phase))
-        items += [_item(n, None, "no result: the run failed in a later phase") for n in ITEMS[:k]]
+        items = [_item(n, None, "no result: the run failed in a later phase") for n in ITEMS[:k]]
         items.append(_item(ITEMS[k], False, error or "the run did not finish"))
         return items + [_item(n, None, "not reached") for n in ITEMS[k + 1:]]
-    items.append(_item("load", True, f"{plan.model.name}: {first['params']:,} parameters on "
-                       f"{first['world_size']} {first['device']} rank(s), {first['backend']}, "
-                       f"{'FSDP shards' if first['sharded'] else 'replicas'}, {first['load_seconds']:.1f} s"))
+    items = _run_items(plan, first)
+    if second is None:
+        items.append(_item("restore in a fresh process", False, error or "the restore run did not finish"))
+        return items + [_item(n, None, "not reached") for n in ITEMS[7:]]
+    return items + _restore_items(plan, first, second)
+
+
+def _run_items(plan: Any, first: dict[str, Any]) -> list[dict[str, Any]]:
+    """load, precision, gradient accumulation, forward/backward, optimizer step, checkpoint save."""
+    r = plan.recipe
+    items = [_item("load", True, f"{plan.model.name}: {first['params']:,} parameters on "
+                   f"{first['world_size']} {first['device']} rank(s), {first['backend']}, "
+                   f"{'FSDP shards' if first['sharded'] else 'replicas'}, {first['load_seconds']:.1f} s")]
     want = _TORCH_DTYPE.get(r.policy["weights"], r.policy["weights"])
     items.append(_item("precision", first["param_dtype"] == want,
                        f"{r.precision}: weights {first['param_dtype']} (planned {want}), compute {r.policy['compute']}"))
@@ -200,19 +208,21 @@ def build_items(plan: Any, first: dict | None, second: dict | None, error: str |
     items.append(_item("forward/backward", finite and grads,
                        f"seq {first['seq_len']} x micro-batch {first['micro_batch']}: losses "
                        f"{', '.join(f'{x:.4f}' for x in losses)}; grad norms finite and > 0: {grads}"))
-    items.append(_item("optimizer step", bool(first.get("params_changed_by_step")),
-                       "parameters changed by the first optimizer step" if first.get("params_changed_by_step")
+    changed = bool(first.get("params_changed_by_step"))
+    items.append(_item("optimizer step", changed, "parameters changed by the first optimizer step" if changed
                        else "parameters did not change after an optimizer step"))
     ck = first.get("checkpoint", {})
     items.append(_item("checkpoint save", bool(ck.get("files")),
                        f"{ck.get('files')} file(s), {ck.get('bytes', 0) / 2**20:.1f} MiB in {ck.get('seconds', 0):.2f} s, "
                        "written to a temporary folder with a sha256 manifest, then renamed"))
-    if second is None:
-        items.append(_item("restore in a fresh process", False, error or "the restore run did not finish"))
-        return items + [_item(n, None, "not reached") for n in ITEMS[7:]]
-    items.append(_item("restore in a fresh process", True,
-                       f"manifest verified, checkpoint loaded by {second['world_size']} new process(es)"))
-    ok, how = compare_losses(first["losses_after"], second["losses_after"], LOSS_RTOL.get(r.precision, 1e-2))
+    return items
+
+
+def _restore_items(plan: Any, first: dict[str, Any], second: dict[str, Any]) -> list[dict[str, Any]]:
+    """restore, continued loss, every rank did work, checksums agree."""
+    items = [_item("restore in a fresh process", True,
+                   f"manifest verified, checkpoint loaded by {second['world_size']} new process(es)")]
+    ok, how = compare_losses(first["losses_after"], second["losses_after"], LOSS_RTOL.get(plan.recipe.precision, 1e-2))
     same = [a["checksum"] for a in first["ranks"]] == [b["checksum"] for b in second["ranks"]]
     items.append(_item("continued loss", ok, f"{how}; final parameters {'bit-identical' if same else 'differ'} "
                        f"to the uninterrupted run"))
