@@ -81,3 +81,12 @@ def test_cli_memory_on_cpu(tmp_path):
     assert cats["weights"]["measured"] > 0 and cats["optimizer_states"]["measured"] == 2 * cats["weights"]["measured"]
     r = CliRunner().invoke(main, ["calibrate", "--ledger", str(db), "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["n_measurements"] == 1
+
+
+def test_missing_torch_names_the_extra(monkeypatch):
+    import trainledger.cli.verify_cmds as V
+
+    monkeypatch.setattr(V.importlib.util, "find_spec", lambda name: None)
+    for cmd in (["verify", "memory"], ["verify", "comm"], ["verify", "accept"], ["verify", "scaling"]):
+        r = CliRunner().invoke(main, cmd + ["--no-ledger"])
+        assert r.exit_code == 2 and "pip install 'trainledger[verify]'" in r.output, cmd
