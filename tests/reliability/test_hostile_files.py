@@ -163,3 +163,36 @@ def test_auto_map_ignored_when_building_the_real_model(tmp_path):
     assert not getattr(cfg, "auto_map", None)
     assert not (folder / "PWNED").exists(), "remote code ran"
     assert "modeling_evil" not in sys.modules
+
+
+@pytest.mark.parametrize("name,fname,content", PLAN_CASES[1::2], ids=[c[0] for c in PLAN_CASES[1::2]])
+def test_hostile_plan_file_estimate_cli(tmp_path, name, fname, content):
+    path = write_case(tmp_path, fname, content)
+    assert_clean_cli_error(["estimate", "--plan", str(path)])
+
+
+#: every other file a plan names: corpus stats, prices, a GPU spec — each hostile in its own way
+SIDE_FILES = [
+    ("--corpus", "stats.json", b"[" * 100_000 + b"]" * 100_000),
+    ("--corpus", "stats.json", b'{"kind": "trainledger.corpus.stats", "seq_len": ' + b"9" * 5000 + b"}"),
+    ("--corpus", "stats.json", b"\xff\xfe not json"),
+    ("--prices", "prices.yaml", b"a: &a [x, x]\nb: " + b"[" * 50_000 + b"]" * 50_000 + b"\n"),
+    ("--prices", "prices.yaml", b"!!python/object/apply:os.system ['touch PWNED']\n"),
+    ("--gpu", "gpu.yaml", b"name: evil\nmemory_gib: .inf\n"),
+    ("--gpu", "gpu.yaml", b"- just\n- a list\n"),
+]
+
+
+@pytest.mark.parametrize("flag,fname,content", SIDE_FILES, ids=[f"{f} {c[:20]!r}" for f, _, c in SIDE_FILES])
+def test_hostile_side_files_estimate_cli(tmp_path, flag, fname, content):
+    path = write_case(tmp_path, fname, content)
+    assert_clean_cli_error(["estimate", "-m", "tiny-llama-debug", flag, str(path)], cwd=tmp_path)
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("flag", ["--corpus", "--prices", "--gpu"])
+def test_side_files_that_are_devices_or_fifos(tmp_path, flag):
+    fifo = tmp_path / ("x.json" if flag == "--corpus" else "x.yaml")
+    os.mkfifo(fifo)
+    for ref in (str(fifo), "/dev/zero"):
+        assert_clean_cli_error(["estimate", "-m", "tiny-llama-debug", flag, ref])

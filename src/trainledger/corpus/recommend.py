@@ -45,9 +45,11 @@ def load_stats(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise CorpusError(f"{p}: no such corpus stats file (write one with `trainledger corpus ... --json > {p}`)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as exc:
+    from ..safety import read_text
+
+    try:  # bounded read of a regular file; RecursionError: JSON nested deeper than the parser goes
+        data = json.loads(read_text(p, 64 << 20, what="corpus stats file"))
+    except (ValueError, RecursionError) as exc:
         raise CorpusError(f"{p}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("kind") != STATS_KIND:
         raise CorpusError(f"{p}: not the JSON output of `trainledger corpus --json` (no kind {STATS_KIND!r})")
