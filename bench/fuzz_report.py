@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ["test_props_estimate.py", "test_props_plan.py", "test_hostile_files.py",
+FILES = ["test_props_estimate.py", "test_props_plan.py", "test_props_config.py", "test_hostile_files.py",
          "test_hostile_corpus.py", "test_web_fuzz.py"]
 HOSTILE = {"test_hostile_files.py": "config/plan files, odd paths, remote code",
            "test_hostile_corpus.py": "corpus bombs, giant lines, deep JSON",

