@@ -148,6 +148,10 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
               logits=x.logits_grad, other=x.inputs)
     points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
               ("backward", "lm_head backward", b1)]
+    if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", dict(
+            base, gradients=g_prev, autocast_weight_copies=x.copies, activations=x.acts + x.act_layer,
+            other=x.inputs)))
 
     def grads_after(j: int) -> float:
         return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))

@@ -232,7 +232,7 @@ def model_states(plan: Plan, parts: Parts) -> None:
         gather_b = DTYPE_BYTES["bf16"] if r.precision.endswith("-mixed") else w
         parts.zero_buf = (2 * unit * gather_b if lay.zero == 3 else 0.0) + unit * g_bytes
     if training and not lora:
-        parts.layer_grads = (P - head_lin) / max(n_layers, 1) * g_bytes
+        parts.layer_grads = quantizable / max(n_layers, 1) * g_bytes  # decoder layers only
         parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
         if flow.autocast:
             parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
