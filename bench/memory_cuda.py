@@ -1,0 +1,69 @@
+"""Memory estimate vs torch.cuda on a real GPU (issue 3): run this once whenever a CUDA GPU is at
+hand; it measures real-size configurations with ``torch.cuda.max_memory_allocated/reserved`` and
+writes ``bench/results/memory_cuda_<gpu>.json`` (commit it). The reserve/context terms of
+``catalog/runtime/cuda.yaml`` are calibrated from those files.
+
+Usage: python bench/memory_cuda.py [--gpu h200] [--only SUBSTRING]   (needs torch with CUDA)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from trainledger.estimate.memory import estimate_memory
+from trainledger.planfile import PlanInputs, build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES: list[tuple[str, dict]] = [
+    ("Qwen2.5-0.5B bf16-mixed s2048", dict(model="qwen2.5-0.5b", seq_len=2048, micro_batch=4)),
+    ("Qwen2.5-1.5B bf16-mixed s2048", dict(model="qwen2.5-1.5b", seq_len=2048, micro_batch=2)),
+    ("Qwen2.5-1.5B pure bf16 recompute", dict(model="qwen2.5-1.5b", seq_len=4096, micro_batch=4,
+                                              precision="bf16", recompute="full")),
+    ("Qwen2.5-7B pure bf16 s1024", dict(model="qwen2.5-7b", seq_len=1024, micro_batch=1, precision="bf16")),
+    ("Qwen2.5-7B LoRA s4096", dict(model="qwen2.5-7b", seq_len=4096, micro_batch=1, method="lora")),
+    ("Llama-3.2-1B bf16-mixed s4096", dict(model="llama-3.2-1b", seq_len=4096, micro_batch=2)),
+    ("Llama-3.2-1B fused recompute", dict(model="llama-3.2-1b", seq_len=8192, micro_batch=2,
+                                          recompute="full", optimizer="adamw-fused")),
+    ("Llama-3.2-3B bf16-mixed s2048", dict(model="llama-3.2-3b", seq_len=2048, micro_batch=1)),
+    ("Llama-3.2-3B LoRA pure bf16", dict(model="llama-3.2-3b", seq_len=4096, micro_batch=2, method="lora",
+                                         precision="bf16")),
+    ("Llama-3.2-3B eager s1024", dict(model="llama-3.2-3b", seq_len=1024, micro_batch=1, attention="eager")),
+    ("Llama-3.1-8B LoRA recompute", dict(model="llama-3.1-8b", seq_len=4096, micro_batch=2, method="lora",
+                                         recompute="full")),
+    ("Llama-3.2-1B inference b8 s4096", dict(model="llama-3.2-1b", seq_len=4096, micro_batch=8,
+                                             method="inference", precision="bf16", generate_len=32)),
+]
+
+
+def main(argv: list[str]) -> int:
+    from trainledger.verify.measure import measure_memory
+
+    gpu = argv[argv.index("--gpu") + 1] if "--gpu" in argv else "h200"
+    only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    rows = []
+    for name, kw in CASES:
+        if only and only not in name:
+            continue
+        plan = build_plan(PlanInputs(gpu=gpu, **kw))
+        est = estimate_memory(plan, suggest=False)
+        m = measure_memory(plan, device="cuda", steps=2)
+        row = {"name": name, "inputs": kw, "predicted_allocated": est.peak_allocated_bytes,
+               "measured_allocated": m.peak_allocated_bytes, "predicted_reserved": est.peak_reserved_bytes,
+               "measured_reserved": m.peak_reserved_bytes, "pred_phase": est.peak_phase,
+               "meas_phase": m.peak_phase, "oom": m.oom, "env": m.env, "notes": m.notes,
+               "error": (est.peak_allocated_bytes - m.peak_allocated_bytes) / max(m.peak_allocated_bytes, 1)}
+        rows.append(row)
+        print(f"{name:36s} pred {est.peak_allocated_bytes / 2**30:8.2f} GiB  meas "
+              f"{m.peak_allocated_bytes / 2**30:8.2f} GiB  {row['error']:+.2%}  reserved pred/meas "
+              f"{est.peak_reserved_bytes / 2**30:.2f}/{(m.peak_reserved_bytes or 0) / 2**30:.2f} GiB", flush=True)
+    out = ROOT / "bench" / "results" / f"memory_cuda_{gpu}.json"
+    out.write_text(json.dumps(rows, indent=1, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
