@@ -30,8 +30,8 @@ def round_seq_len(p99: float) -> tuple[int, int]:
 def choose_strategy(padding: dict[str, dict]) -> tuple[str, str]:
     """(strategy, reason): the simplest one wasting at most ACCEPTABLE_WASTE, else packing."""
     for name, why in (("pad_to_longest", "random batches already waste little"),
-                      ("bucketed", "length-grouped batches cut the padding below the threshold "
-                                   "(best case, a global length sort)")):
+                      ("bucketed", "length-grouped batches (best case: a global length sort) cut the "
+                                   "padding below the threshold")):
         waste = padding[name]["waste"]
         if waste <= ACCEPTABLE_WASTE:
             return name, f"{why} ({100 * waste:.1f}% padding)"
