@@ -75,16 +75,20 @@ def main() -> int:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics",
            f"--junitxml={junit}", *[f"tests/reliability/{f}" for f in FILES]]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    (tmp / "pytest.txt").write_text(proc.stdout + proc.stderr)
     stats = parse_statistics(proc.stdout)
     outcomes = parse_junit(junit) if junit.exists() else {}
     cases = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+    corpus = [c for c in cases if "corpus" in c]
+    cases = [c for c in cases if "op" in c]
     ops: dict[str, Counter] = defaultdict(Counter)
     for c in cases:
         ops[c["op"]][str(c["status"])] += 1
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     if a.json:
         print(json.dumps({"properties": stats, "outcomes": {k: dict(v) for k, v in outcomes.items()},
-                          "schemathesis": {k: dict(v) for k, v in ops.items()}, "pytest": summary}, indent=1))
+                          "schemathesis": {k: dict(v) for k, v in ops.items()}, "corpus": corpus,
+                          "pytest": summary}, indent=1))
         return 0 if proc.returncode == 0 else 1
     print("hypothesis examples run per property (passing + failing, all phases; invalid = filtered out)")
     for name, s in sorted(stats.items()):
@@ -98,13 +102,16 @@ def main() -> int:
         o = outcomes.get(f, Counter())
         hostile = o["passed"] + o["failed"]
         print(f"  {o['passed']:>4} / {hostile:<4} {f:<24} {what}")
+    print("\nhostile corpus inputs (fresh subprocess each): time and peak RSS")
+    for c in corpus:
+        print(f"  {c['seconds']:6.2f} s {c['rss_mb']:7.1f} MiB  {c['corpus']:<32} -> {c['answer']}")
     print()
     print("schemathesis cases per API operation (status codes answered)")
     for op, cnt in sorted(ops.items()):
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(cnt.items()))
         print(f"  {sum(cnt.values()):>5}  {op:<22} {codes}")
     print(f"  {len(cases):>5}  cases in all, {sum(1 for c in cases if c['status'] >= 500)} answered 5xx\n")
-    print(f"pytest: {summary}")
+    print(f"pytest: {summary}" + ("" if proc.returncode == 0 else f" (output: {tmp / 'pytest.txt'})"))
     return 0 if proc.returncode == 0 else 1
 
 

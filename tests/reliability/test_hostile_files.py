@@ -40,7 +40,11 @@ def _cli(args: list[str], cwd: Path | None = None, env: dict | None = None):
             "sys.argv = ['trainledger'] + sys.argv[1:]\n"
             "try:\n    from trainledger.cli import main; main()\n"
             "finally:\n"
-            "    sys.stderr.write('\\n#rss ' + str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n")
+            "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "    try:\n"  # VmHWM: ru_maxrss keeps the forking parent's peak across exec on Linux
+            "        rss = next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+            "    except (OSError, StopIteration):\n        pass\n"
+            "    sys.stderr.write('\\n#rss ' + str(rss))\n")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           timeout=TIME_LIMIT_S * 2, cwd=cwd,
