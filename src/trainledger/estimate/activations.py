@@ -77,6 +77,8 @@ class LayerBytes:
     layer_input: float  # what full recomputation keeps: the layer input (R·h)
     cache_extra: float  # fp32 K copy the DynamicCache keeps during forward (use_cache)
     first_layer_saving: float  # LoRA: layer 0's first norm saves nothing (its input needs no grad)
+    per_layer_const: float = 0.0  # bytes per layer and micro-batch independent of tokens (LoRA experts)
+    first_layer_per_s: float = 0.0  # LoRA: layer 0's scores, not kept when q, k, v need no gradient
     core_drop: float = 0.0  # selective recompute: what the checkpointed attention core no longer saves
     core_keep: float = 0.0  # ... and the core inputs the checkpoint keeps instead (q, k after RoPE, v)
 
@@ -88,14 +90,19 @@ class _Layer:
     """Accumulates the saved bytes of one layer while walking its modules (see module docstring)."""
 
     def __init__(self, m: ModelSpec, flow: Flow, lora: LoraShape | None, moe_layer: bool) -> None:
-        from ..modules import layer_linears, matches
+        from ..modules import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
 
         self.m, self.flow, self.lora = m, flow, lora
         self.trainable = lora is None
         lin = layer_linears(m, 0 if not moe_layer else _first_moe(m))
+        # peft >= 0.21 converts gate/up/down targets of these MoE families to the expert stacks:
+        # they then wrap no nn.Linear (not even a dense layer's MLP or the shared expert)
+        names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if (lora and m.moe) else {}
+        roles, targets = _converted(tuple(lora.targets), names) if names else (set(), lora.targets if lora else ())
         self.wrapped = {p for p, x in lin.items() if lora and x.count == 1
-                        and any(matches(p, t) for t in lora.targets)}
+                        and any(matches(p, t) for t in targets)}
         self.lin = lin
+        self.lora_experts = moe_layer and bool(roles - {"router"})
 
     def norm(self, width: int, src: int, groups: int = 1) -> float:
         """RMSNorm: fp32 input (4w), rsqrt (4 per group) and, when its weight trains, what the
@@ -216,7 +223,9 @@ def _moe(x: _Layer) -> tuple[float, float]:
     mo = m.moe
     assert mo is not None
     R, h, fe = f.R, m.hidden_size, mo.expert_intermediate_size
-    per_routed = 4 * R * fe + (2 * R * h if x.trainable else R * h) + f.c + 3 * INT64
+    grad_w = x.trainable or x.lora_experts  # the expert weights need gradients: inputs are saved
+    # frozen experts (LoRA elsewhere): neither the gathered input nor act·up is kept
+    per_routed = (4 * R * fe + 2 * R * h if grad_w else 3 * R * fe + R * h) + f.c + 3 * INT64
     router = x.inputs(h, R, ("mlp.gate",)) + FP32 * mo.num_experts + 3 * FP32 * mo.top_k + FP32
     rep, sh = 0.0, mo.top_k * per_routed
     if mo.num_shared_experts and mo.shared_intermediate_size:
@@ -224,6 +233,24 @@ def _moe(x: _Layer) -> tuple[float, float]:
         r2, s2 = _mlp(x, name, mo.shared_intermediate_size)
         rep, sh = rep + r2, sh + s2
     return rep + router, sh
+
+
+_ATTN_INPUTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj",
+                "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
+                "self_attn.kv_b_proj")
+
+
+def _o_proj_part(x: _Layer, attention: str) -> float:
+    """What o_proj's savers keep of the attention output (see _attention/_mla)."""
+    m, f = x.m, x.flow
+    o = ("self_attn.o_proj",)
+    if m.mla is None:
+        return x.inputs(m.q_dim, f.c, o, already_saved=True)
+    ml = m.mla
+    a, dv = m.num_heads, ml.v_head_dim
+    if attention == "eager" or ml.qk_nope_head_dim + ml.qk_rope_head_dim != dv:
+        return x.inputs(a * dv, f.R, o)
+    return x.inputs(a * dv, f.c, o, already_saved=True)
 
 
 @lru_cache(maxsize=4096)
@@ -239,10 +266,23 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     else:
         rep_m, sh_m = _mlp(x, "mlp", m.intermediate_size)
     cache_extra = R * m.kv_dim if (flow.autocast and R != flow.c and m.mla is None) else 0.0
-    first = 0.0 if lora is None else FP32 * h + FP32
+    const = 0.0
+    if moe_layer and x.lora_experts:
+        # peft's ParamWrapper builds W + B·A for every expert stack each forward and grouped_mm
+        # saves the merged weights for backward (expert parameters in the residual dtype)
+        mo = m.moe
+        const = R * mo.num_experts * 3 * mo.expert_intermediate_size * h
+    first, first_per_s = 0.0, 0.0
+    if lora is not None:
+        first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
+        if not any(p in x.wrapped for p in _ATTN_INPUTS):
+            # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
+            first += rep_a + sh_a - _o_proj_part(x, attention)
+            first_per_s = per_s
     return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
                       layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,
-                      core_drop=drop, core_keep=keep)
+                      core_drop=drop, core_keep=keep, per_layer_const=const,
+                      first_layer_per_s=first_per_s)
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,

@@ -173,14 +173,33 @@ def lora_params(m, targets: tuple[str, ...], rank: int) -> int:
     return _lora_params_uncached(m, targets, rank)
 
 
-@lru_cache(maxsize=1024)
-def _unsaved_first(m) -> float:
-    """LoRA: layer 0's frozen input projections read the embedding output, which needs no
-    gradient, so their autocast weight copies are not saved (freed right after use)."""
-    from ..modules import layer_linears
+@lru_cache(maxsize=4096)
+def _dense_lora_params(m, targets: tuple[str, ...], rank: int) -> int:
+    """LoRA parameters on nn.Linear modules only (peft's expert-stack adapters run in grouped_mm,
+    outside autocast, so autocast makes no copies of them)."""
+    from ..modules import PEFT_MOE_CONVERSION, _converted
 
-    names = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa")
-    return float(sum(x.params for p, x in layer_linears(m, 0).items() if p.split(".")[-1] in names))
+    names = PEFT_MOE_CONVERSION.get(m.model_type, {})
+    if not names or m.moe is None:
+        return lora_params(m, targets, rank)
+    _, module_targets = _converted(targets, names)
+    return _lora_params_uncached(m, tuple(module_targets), rank)
+
+
+@lru_cache(maxsize=1024)
+def _unsaved_first(m, targets: tuple[str, ...]) -> float:
+    """LoRA: layer 0's frozen projections that read tensors needing no gradient (the embedding
+    output) keep no autocast weight copy: q/k/v (q_a/kv_a for MLA), and the whole attention when
+    no attention input projection carries an adapter."""
+    from ..modules import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
+    from .activations import _ATTN_INPUTS
+
+    names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if m.moe else {}
+    module_targets = _converted(targets, names)[1] if names else targets
+    lin = {p: x for p, x in layer_linears(m, 0).items() if p.startswith("self_attn.")}
+    wrapped = any(p in _ATTN_INPUTS and any(matches(p, t) for t in module_targets) for p in lin)
+    first = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa")
+    return float(sum(x.params for p, x in lin.items() if not wrapped or p.split(".")[-1] in first))
 
 
 def model_states(plan: Plan, parts: Parts) -> None:
@@ -220,8 +239,9 @@ def model_states(plan: Plan, parts: Parts) -> None:
     elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
         parts.copies = P_t * flow.c
         parts.copies_head = 0.0
-    elif flow.autocast:  # every Linear weight once, LoRA adapters included
-        parts.copies = (linear + (P_t if lora else 0.0) - (_unsaved_first(m) / t if lora else 0.0)) * flow.c
+    elif flow.autocast:  # every Linear weight once, LoRA adapters included (not those on experts)
+        adapters = _dense_lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
+        parts.copies = (linear + (adapters if lora else 0.0) - (_unsaved_first(m, tuple(r.lora_targets)) / t if lora else 0.0)) * flow.c
         parts.copies_head = head_lin * flow.c
     if parts.copies:
         parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
@@ -291,11 +311,12 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
             ckpt += k * inp * T
             acts += (k * inp + (count - k) * full) * T
         else:
-            acts += count * (sel if r.recompute == "selective" else full) * T
+            acts += count * (sel if r.recompute == "selective" else full) * T + count * lb.per_layer_const
             if opts.use_cache:
                 cache += count * lb.cache_extra / t * T
     if lora is not None and per_layer and r.recompute != "full":
-        acts -= per_layer[0][1].first_layer_saving * T
+        lb0 = per_layer[0][1]
+        acts -= (lb0.first_layer_saving + lb0.first_layer_per_s * s_att) * T
     parts.acts = acts * inflight
     parts.ckpt = ckpt * inflight
     if r.recompute == "selective":  # the attention core of one layer, rematerialized
