@@ -204,7 +204,10 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
-    idle = int(sum(v for k, v in points[-1][2].items() if k not in ("gradients", "optimizer_temporaries")))
+    if plan.recipe.is_training:
+        idle = int(sum(v for k, v in points[-1][2].items() if k not in ("gradients", "optimizer_temporaries")))
+    else:
+        idle = int(x.weights)
     timeline = [("step start", idle)] + [(label, int(sum(d.values()))) for _, label, d in points]
     if plan.recipe.is_training:
         timeline.append(("after zero_grad", idle))
