@@ -167,6 +167,10 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
         from ..verify import _comm_worker
 
         raw = _comm_worker.run(device, top, bottom, collective_timeout)
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # tear the group down before exit, or gloo's threads abort the process
+            dist.destroy_process_group()
         if int(os.environ.get("RANK", "0")) != 0:
             return
     else:
