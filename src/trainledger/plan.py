@@ -40,6 +40,12 @@ class Plan(Spec):
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
         r = self.recipe
+        if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
+            names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
+            raise PlanError(
+                f"LoRA targets {', '.join(r.lora_targets)} match no module of {m.name} (as in peft, that "
+                f"is an error); its linear modules are: {', '.join(names)} — pass --lora-targets"
+            )
         if r.global_batch is not None:
             per_step = r.micro_batch * lay.dp_size
             if r.global_batch % per_step:

@@ -316,7 +316,11 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
                 cache += count * lb.cache_extra / t * T
     if lora is not None and per_layer and r.recompute != "full":
         lb0 = per_layer[0][1]
-        acts -= (lb0.first_layer_saving + lb0.first_layer_per_s * s_att) * T
+        # selective recompute already dropped every layer's per-position (score) tensors
+        per_s = 0.0 if r.recompute == "selective" else lb0.first_layer_per_s * s_att
+        # the first layer's saving is part of that layer's (TP-sharded) activations, never more
+        first = per_layer[0][3 if r.recompute == "selective" else 2]
+        acts -= min((lb0.first_layer_saving + per_s) / t, first) * T
     parts.acts = acts * inflight
     parts.ckpt = ckpt * inflight
     if r.recompute == "selective":  # the attention core of one layer, rematerialized
