@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import click
+
+from ..jsonsafe import finite_json
 
 
 def _default(o: Any) -> Any:
@@ -22,20 +23,9 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
-def _clean(o: Any) -> Any:
-    """JSON has no inf/nan: write them as null."""
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
-
-
 def to_json(obj: Any) -> str:
     data = json.loads(json.dumps(obj, default=_default))
-    return json.dumps(_clean(data), indent=2, allow_nan=False)
+    return json.dumps(finite_json(data), indent=2, allow_nan=False)
 
 
 def echo_json(obj: Any) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from ..errors import SpecError
 from ..estimate import EstimateOptions, estimate
 from ..model import ModelSpec
 from ..planfile import PlanInputs, build_plan, parse_inputs
+from ..jsonsafe import finite_json
 from . import risks as _risks
 from . import sheet as _sheet
 from . import sweeps
@@ -45,18 +45,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
-
-
-def _clean(o: Any) -> Any:
-    """Non-finite floats -> None, recursively (JSON has neither NaN nor infinity)."""
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
+        return finite_json(asdict(self))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -46,9 +46,9 @@ class WebError(Exception):
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..report.data import _clean
+    from ..jsonsafe import finite_json
 
-    return _clean(obj)
+    return finite_json(obj)
 
 
 def field_of(message: str) -> str | None:
