@@ -116,7 +116,8 @@ def io_section(plan: Plan, options: CostOptions, memory: Any = None, compute: An
     bw = read_bytes_per_s(t_node, beta)
     iops = required_iops(t_node / s, sample_bytes)
     w_node = x["workers_per_gpu"] * c.gpus_per_node
-    w_iops = worker_iops(w_node, x["storage_latency_s"]) if w_node else math.inf
+    # no dataloader workers: each training process reads in its main loop, one request at a time
+    w_iops = worker_iops(w_node or c.gpus_per_node, x["storage_latency_s"])
     cores = 0.0
     if x["data_format"] == "raw":
         cores = tokenizer_cores(t_node * beta, x["tokenizer_bytes_per_s_per_core"])

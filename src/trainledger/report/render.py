@@ -184,7 +184,10 @@ def write_atomic(path: str | Path, text: str) -> Path:
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise SpecError(f"{p}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:  # a read-only folder
+        raise TrainledgerError(f"{p}: cannot write the report ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

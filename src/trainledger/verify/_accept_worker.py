@@ -70,9 +70,12 @@ def save_atomic(tr: Any, final: Path, step: int, rank: int) -> dict[str, Any]:
         files = file_digests(tmp)
         (tmp / MANIFEST).write_text(json.dumps({"step": step, "world_size": dist.get_world_size(),
                                                 "files": files}, indent=1))
-        if final.exists():
-            shutil.rmtree(final)
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():  # keep the previous checkpoint until the new one is in place
+            os.replace(final, old)
         os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
         info = {"path": str(final), "files": len(files),
                 "bytes": sum(p.stat().st_size for p in final.rglob("*") if p.is_file())}
     dist.barrier()
