@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -105,7 +104,9 @@ def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | Non
     with Ledger(path) as led:
         text = led.export(fmt, kind=kind)
     if out_path:
-        Path(out_path).write_text(text)
+        from ..report.render import write_atomic
+
+        write_atomic(out_path, text, what="ledger export")
         click.echo(f"wrote {out_path}", err=True)
     else:
         click.echo(text, nl=False)

@@ -175,7 +175,7 @@ def format_for(path: str | Path) -> str:
     return fmt
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def write_atomic(path: str | Path, text: str, what: str = "report") -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same folder and an atomic rename.
 
     A reader never sees a half-written report; a crash leaves the previous file intact.
@@ -187,7 +187,7 @@ def write_atomic(path: str | Path, text: str) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:  # a read-only folder
-        raise TrainledgerError(f"{p}: cannot write the report ({exc.strerror or exc})") from None
+        raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -201,7 +201,7 @@ def write_atomic(path: str | Path, text: str) -> Path:
         except OSError:
             pass
         if isinstance(exc, OSError):  # a full disk or a read-only folder: one clear line, file intact
-            raise TrainledgerError(f"{p}: cannot write the report ({exc.strerror or exc}); "
+            raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc}); "
                                    "any previous file there is unchanged") from None
         raise
     return p
