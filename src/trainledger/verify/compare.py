@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
-TERM_TO_CATEGORY: dict[str, str] = {
-    "weights": "weights", "master_weights": "weights", "gradients": "gradients",
-    "optimizer_states": "optimizer_states", "optimizer_temporaries": "optimizer_temporaries",
-    "autocast_weight_copies": "autocast_weight_copies", "logits": "logits",
-    "activations": "activations", "dynamic_cache": "activations", "kv_cache": "activations",
-    "ddp_buckets": "other", "zero_buffers": "other", "other": "other",
-}
+from ..estimate.memory import MEASURED_CATEGORY
+
+#: estimator term -> measured category: the one mapping the accuracy suite validates
+#: (``trainledger.estimate.memory.MEASURED_CATEGORY``; the estimator's "other" — input ids, rotary
+#: tables — is allocated in forward, so the tracker files it under activations).
+TERM_TO_CATEGORY: dict[str, str] = MEASURED_CATEGORY
 CATEGORIES = ("weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
               "optimizer_temporaries", "activations", "other")
 
