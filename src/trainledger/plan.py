@@ -10,15 +10,17 @@ from .errors import LayoutError, PlanError
 from .layout import Layout
 from .model import ModelSpec
 from .recipe import Recipe
+from .runtime import Runtime
 
 
 class Plan(Spec):
-    """One concrete job on one concrete cluster. The layout is resolved (dp filled in)."""
+    """One concrete job on one concrete cluster under one software stack. The layout is resolved."""
 
     model: ModelSpec
     recipe: Recipe
     layout: Layout
     cluster: Cluster
+    runtime: Runtime = Runtime()
     headroom: float = Field(0.10, ge=0.0, lt=0.9, description="memory kept free for the fit verdict")
 
     @model_validator(mode="after")
