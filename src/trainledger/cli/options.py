@@ -82,7 +82,7 @@ def _field_option(name: str, info: Any) -> Callable:
 PLAN_OPTIONS: list[Callable] = [
     click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="plan file (YAML/TOML/JSON) with the same keys as these flags"),
     click.option("--from", "from_files", multiple=True, type=click.Path(dir_okay=False),
-                 help="read the plan from existing configs: DeepSpeed JSON, Accelerate YAML, TrainingArguments, peft (repeatable)"),
+                 help="read the plan from existing configs: DeepSpeed JSON, Accelerate YAML, TrainingArguments/TRL, peft, axolotl, LLaMA-Factory, torchtitan TOML, Megatron/NeMo args (repeatable)"),
     *[_field_option(name, info) for name, info in PlanInputs.model_fields.items()],
 ]
 
@@ -112,6 +112,10 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
         if key == "lora_targets":
             value = tuple(t.strip() for t in str(value).split(",") if t.strip())
         data[key] = value
+    if from_files:
+        from ..runconfig.importers import require_essentials
+
+        require_essentials(data, from_files)
     return parse_inputs(data, "plan")
 
 

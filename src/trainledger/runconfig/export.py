@@ -23,7 +23,19 @@ from ..planfile import PlanInputs, build_plan
 from ..units import GIB
 from .arch import decoder_layer_class
 
-EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm")
+EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm", "torchtitan",
+                  "megatron")
+
+#: the software stacks (``--framework``) each target runs the job under; a plan of another stack is
+#: refused, since its memory and time were estimated for that stack (torchrun/slurm launch any)
+TARGET_FRAMEWORKS: dict[str, tuple[str, ...]] = {
+    "accelerate": ("hf", "deepspeed", "pytorch-fsdp", "fsdp2"),
+    "trainer-args": ("hf", "deepspeed", "pytorch-fsdp", "fsdp2"),
+    "deepspeed": ("deepspeed",),
+    "fsdp": ("pytorch-fsdp", "fsdp2"),
+    "torchtitan": ("fsdp2",),
+    "megatron": ("megatron-core",),
+}
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
 #: (deepspeed/runtime/zero/config.py: reduce_bucket_size, allgather_bucket_size); we export the
@@ -68,8 +80,25 @@ def predictions(plan: Plan) -> dict[str, Any]:
     return out
 
 
+#: always in the header: what a reader must never fill with a default
+_ALWAYS = ("model", "seq_len", "framework", "gpus")
+
+
 def _nondefault(inputs: PlanInputs) -> dict[str, Any]:
-    return inputs.model_dump(mode="json", exclude_defaults=True)
+    out = inputs.model_dump(mode="json", exclude_defaults=True)
+    full = inputs.model_dump(mode="json")
+    return {**{k: full[k] for k in _ALWAYS}, **out}
+
+
+def check_framework(plan: Plan, fmt: str) -> None:
+    """Refuse a target that would run the plan under another stack than it was estimated for."""
+    allowed = TARGET_FRAMEWORKS.get(fmt)
+    fw = plan.runtime.framework
+    if allowed is None or fw in allowed:
+        return
+    raise SpecError(f"{fmt} runs the job under {' or '.join(allowed)}, but this plan was estimated for "
+                    f"framework {fw}; plan it with --framework {allowed[0]} (memory differs per stack) "
+                    f"or export {', '.join(k for k, v in TARGET_FRAMEWORKS.items() if fw in v) or 'torchrun'}")
 
 
 def _header_lines(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[str]:
@@ -155,7 +184,7 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
 
 
 def _export_deepspeed(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[ExportedFile]:
-    if plan.layout.tp > 1 or plan.layout.pp > 1:
+    if plan.layout.tp > 1 or plan.layout.pp > 1 or plan.layout.cp > 1:
         raise SpecError("DeepSpeed ZeRO export covers DP/ZeRO layouts; tp/pp need Megatron-DeepSpeed")
     cfg = {"_trainledger": _json_header(plan, inputs, pred), **deepspeed_config(plan)}
     return [ExportedFile("deepspeed.json", json.dumps(cfg, indent=2) + "\n", "deepspeed")]
@@ -163,8 +192,20 @@ def _export_deepspeed(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> l
 
 def sharding_backend(plan: Plan) -> str:
     """Which runtime shards this plan: 'deepspeed' (ZeRO 1/2, optimizer offload), 'fsdp' (ZeRO-3,
-    optionally with parameter offload) or 'ddp' (no sharding)."""
+    optionally with parameter offload) or 'ddp' (no sharding). The plan's framework decides when it
+    names a sharding stack (deepspeed, pytorch-fsdp, fsdp2)."""
     lay = plan.layout
+    fw = plan.runtime.framework
+    if fw == "deepspeed":
+        return "deepspeed"
+    if fw in ("pytorch-fsdp", "fsdp2"):
+        if lay.offload == "optimizer":
+            raise SpecError("FSDP offloads parameters with their optimizer state; plan --offload params "
+                            "or --framework deepspeed")
+        if lay.zero == 1:
+            raise SpecError("FSDP shards gradients with the optimizer state (SHARD_GRAD_OP = ZeRO-2) or "
+                            "everything (ZeRO-3); it has no ZeRO-1 — plan --zero 2 or --framework deepspeed")
+        return "fsdp" if lay.zero > 0 else "ddp"
     if lay.offload != "none" and lay.zero == 0:
         raise SpecError("CPU offload needs ZeRO stage >= 1 (DeepSpeed ZeRO-Offload) or FSDP (zero 3)")
     if lay.zero in (1, 2) or lay.offload == "optimizer":
@@ -192,6 +233,16 @@ def _export_accelerate(plan: Plan, head: list[str]) -> list[ExportedFile]:
         "rdzv_backend": "static" if c.nodes == 1 else "c10d", "same_network": True, "use_cpu": False,
     }
     backend = sharding_backend(plan)
+    if lay.pp > 1 or lay.ep > 1:
+        raise SpecError("accelerate's parallelism config covers dp/tp/cp; pp and ep need torchtitan or Megatron")
+    if (lay.tp > 1 or lay.cp > 1) and plan.runtime.framework != "fsdp2":
+        raise SpecError("accelerate applies tp/cp through its parallelism config, which needs FSDP2; "
+                        "plan --framework fsdp2")
+    if lay.tp > 1 or lay.cp > 1:
+        rep, shard = (c.nodes, lay.dp_size // c.nodes) if lay.hybrid_shard else (1, lay.dp_size)
+        cfg["parallelism_config"] = {
+            "parallelism_config_dp_replicate_size": rep, "parallelism_config_dp_shard_size": shard,
+            "parallelism_config_tp_size": lay.tp, "parallelism_config_cp_size": lay.cp}
     if backend == "deepspeed":
         cfg["distributed_type"] = "DEEPSPEED"
         ds = {"zero_stage": lay.zero, "gradient_accumulation_steps": r.grad_accum,
@@ -211,6 +262,17 @@ def _export_accelerate(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 def _fsdp_plugin(plan: Plan) -> dict[str, Any]:
     lay = plan.layout
+    if plan.runtime.framework == "pytorch-fsdp":
+        return {
+            "fsdp_version": 1,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_transformer_layer_cls_to_wrap": decoder_layer_class(plan.model.model_type),
+            "fsdp_sharding_strategy": _fsdp_strategy(plan),
+            "fsdp_offload_params": lay.offload == "params",
+            "fsdp_activation_checkpointing": plan.recipe.recompute == "full",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_cpu_ram_efficient_loading": True,
+        }
     return {
         "fsdp_version": 2,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -225,6 +287,9 @@ def _fsdp_plugin(plan: Plan) -> dict[str, Any]:
 
 def _export_fsdp(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[ExportedFile]:
     lay = plan.layout
+    if lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1:
+        raise SpecError("the Trainer's fsdp config carries data-parallel sharding only; export accelerate "
+                        "(tp/cp via its parallelism config), torchtitan or megatron for this layout")
     if sharding_backend(plan) != "fsdp":
         raise SpecError("FSDP export needs a ZeRO-3 plan (--zero 3) without optimizer-only offload; "
                         "export `deepspeed` or `accelerate` for this plan")
@@ -235,7 +300,7 @@ def _export_fsdp(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[E
         "_trainledger": _json_header(plan, inputs, pred),
         "fsdp": fsdp,
         "fsdp_config": {
-            "version": 2,
+            "version": 1 if plan.runtime.framework == "pytorch-fsdp" else 2,
             "transformer_layer_cls_to_wrap": [decoder_layer_class(plan.model.model_type)],
             "reshard_after_forward": lay.zero == 3,
             "activation_checkpointing": plan.recipe.recompute == "full",
@@ -245,9 +310,24 @@ def _export_fsdp(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[E
     return [ExportedFile("fsdp.json", json.dumps(cfg, indent=2) + "\n", "fsdp")]
 
 
-def trainer_arguments(plan: Plan) -> dict[str, Any]:
+def model_ref(plan: Plan, inputs: PlanInputs | None = None) -> str:
+    """The model as a launcher loads it: its Hub id when it has one, else what the plan named."""
+    src = plan.model.source
+    if src and "/" in src and not src.endswith(".json") and " " not in src:
+        return src
+    return inputs.model if inputs is not None else plan.model.name
+
+
+def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str, Any]:
+    """TRL ``SFTConfig`` + ``ModelConfig`` keys (``trl sft --config``): ``TrainingArguments`` plus the
+    model id and ``max_length`` (trl/trainer/sft_config.py, trl/trainer/model_config.py)."""
     r, lay = plan.recipe, plan.layout
+    if lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1:
+        raise SpecError("Trainer arguments carry data parallelism and ZeRO/FSDP only; export accelerate "
+                        "(tp/cp), torchtitan or megatron for this layout")
     args: dict[str, Any] = {
+        "model_name_or_path": model_ref(plan, inputs),
+        "max_length": r.seq_len,
         "output_dir": "checkpoints",
         "per_device_train_batch_size": r.micro_batch,
         "gradient_accumulation_steps": r.grad_accum,
@@ -269,7 +349,8 @@ def trainer_arguments(plan: Plan) -> dict[str, Any]:
             words = "hybrid_shard" if lay.hybrid_shard else "full_shard"
             args["fsdp"] = f"{words} auto_wrap" + (" offload" if lay.offload == "params" else "")
             args["fsdp_config"] = {"transformer_layer_cls_to_wrap": [decoder_layer_class(plan.model.model_type)],
-                                   "activation_checkpointing": False, "version": 2}
+                                   "activation_checkpointing": False,
+                                   "version": 1 if plan.runtime.framework == "pytorch-fsdp" else 2}
         else:
             args["deepspeed"] = "deepspeed.json"
     return args
@@ -283,10 +364,18 @@ def lora_config(plan: Plan) -> dict[str, Any]:
     return cfg
 
 
-def _export_trainer_args(plan: Plan, head: list[str]) -> list[ExportedFile]:
+def _export_trainer_args(plan: Plan, head: list[str], inputs: PlanInputs) -> list[ExportedFile]:
     r = plan.recipe
+    args = trainer_arguments(plan, inputs)
+    if r.method in ("lora", "qlora"):
+        args.update(use_peft=True, lora_r=r.lora_rank, lora_alpha=r.lora_alpha,
+                    lora_target_modules=list(r.lora_targets))
+        if r.method == "qlora":
+            args["load_in_4bit"] = True
+    note = ["For `trl sft --config training_args.yaml`; with plain transformers parse it with",
+            "HfArgumentParser(TrainingArguments).parse_yaml_file(path, allow_extra_keys=True)."]
     files = [ExportedFile("training_args.yaml",
-                          _commented(head) + yaml.safe_dump(trainer_arguments(plan), sort_keys=False),
+                          _commented(head + note) + yaml.safe_dump(args, sort_keys=False),
                           "trainer-args")]
     if r.method in ("lora", "qlora"):
         text = _commented(head) + yaml.safe_dump(lora_config(plan), sort_keys=False)
@@ -328,6 +417,7 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
         raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, EXPORT_FORMATS)} "
                         f"Formats: {', '.join(EXPORT_FORMATS)}")
     plan = build_plan(inputs)
+    check_framework(plan, fmt)
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
     if fmt == "torchrun":
@@ -339,5 +429,13 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
     if fmt == "fsdp":
         return _export_fsdp(plan, inputs, pred)
     if fmt == "trainer-args":
-        return _export_trainer_args(plan, head)
+        return _export_trainer_args(plan, head, inputs)
+    if fmt == "torchtitan":
+        from .export_tools import torchtitan_toml
+
+        return [ExportedFile("torchtitan.toml", torchtitan_toml(plan, _commented(head)), "torchtitan")]
+    if fmt == "megatron":
+        from .export_tools import megatron_script
+
+        return [ExportedFile("pretrain_megatron.sh", megatron_script(plan, _commented(head)), "megatron")]
     return _export_slurm(plan, head)

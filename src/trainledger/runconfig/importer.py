@@ -103,7 +103,17 @@ BNB_KEYS = {"load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use
 OPTIM_FROM_HF = {"adamw_torch": "adamw", "adamw_hf": "adamw", "adamw_torch_fused": "adamw-fused",
                  "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit",
                  "paged_adamw_8bit": "adamw-8bit", "adafactor": "adafactor", "lion_32bit": "lion",
-                 "paged_lion_32bit": "lion", "sgd": "sgd"}
+                 "paged_lion_32bit": "lion", "sgd": "sgd",
+                 # paged = the same states, paged to host memory under pressure (bitsandbytes)
+                 "paged_adamw_32bit": "adamw", "paged_adamw": "adamw", "adamw_apex_fused": "adamw-fused",
+                 "adamw_torch_npu_fused": "adamw-fused", "adam": "adamw", "adamw": "adamw",
+                 "lion_8bit": "lion", "paged_lion_8bit": "lion"}
+#: TrainingArguments fields of older transformers releases (removed or renamed since): known, no
+#: effect on memory or time
+LEGACY_TRAINER = {"overwrite_output_dir", "warmup_ratio", "evaluation_strategy", "no_cuda",
+                  "use_mps_device", "push_to_hub_model_id", "push_to_hub_organization",
+                  "push_to_hub_token", "fp16_backend", "logging_dir", "use_legacy_prediction_loop",
+                  "save_on_each_node", "per_gpu_train_batch_size", "per_gpu_eval_batch_size"}
 
 
 def _trainer_fields() -> set[str]:
@@ -114,8 +124,8 @@ def _trainer_fields() -> set[str]:
     except ImportError:
         return {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
                 "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "optim_args",
-                "max_steps", "fsdp", "fsdp_config", "deepspeed", "output_dir", "max_grad_norm"}
-    return {f.name for f in dataclasses.fields(TrainingArguments)}
+                "max_steps", "fsdp", "fsdp_config", "deepspeed", "output_dir", "max_grad_norm"} | LEGACY_TRAINER
+    return {f.name for f in dataclasses.fields(TrainingArguments)} | LEGACY_TRAINER
 
 
 def _lora_fields() -> set[str]:
@@ -129,11 +139,22 @@ def _lora_fields() -> set[str]:
 
 
 # ----------------------------------------------------------------------------- detection
+TEXT_SUFFIXES = (".sh", ".sbatch", ".bash", ".args", ".txt", ".cmd")
+
+
 def detect_format(data: Any, path: Path) -> str:
-    if path.suffix in (".sh", ".sbatch", ".bash"):
+    from .importers import detect_tool
+
+    if path.suffix in TEXT_SUFFIXES:
+        tool = detect_tool(str(data), path)
+        if tool:
+            return tool
         return "slurm" if "#SBATCH" in str(data) else "torchrun"
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping of config keys")
+    tool = detect_tool(data, path)
+    if tool:
+        return tool
     keys = set(data) - {"_trainledger"}
     if keys & {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size"}:
         return "deepspeed"
@@ -147,8 +168,8 @@ def detect_format(data: Any, path: Path) -> str:
         return "fsdp"
     if keys & {"per_device_train_batch_size", "gradient_accumulation_steps", "optim", "output_dir"}:
         return "trainer-args"
-    raise SpecError(f"{path}: not a DeepSpeed, Accelerate, TrainingArguments, FSDP or peft config "
-                    f"(keys: {', '.join(sorted(keys)[:8])})")
+    raise SpecError(f"{path}: not a DeepSpeed, Accelerate, TrainingArguments, FSDP, peft, axolotl, TRL, "
+                    f"LLaMA-Factory, torchtitan, Megatron or NeMo config (keys: {', '.join(sorted(map(str, keys))[:8])})")
 
 
 _HEADER_RE = re.compile(r"^#\s*trainledger-plan:\s*(\{.*\})\s*$", re.M)
@@ -193,6 +214,7 @@ def _enabled(section: Any) -> bool:
 def _read_deepspeed(d: dict[str, Any], res: ImportResult, where: str) -> None:
     keys = set(d) - {"_trainledger"}
     _unknown(res, where, keys, DS_TOP)
+    res.set("framework", "deepspeed", where)
     mb = _num(d.get("train_micro_batch_size_per_gpu"), where, "train_micro_batch_size_per_gpu")
     ga = _num(d.get("gradient_accumulation_steps"), where, "gradient_accumulation_steps")
     tb = _num(d.get("train_batch_size"), where, "train_batch_size")
@@ -253,7 +275,9 @@ def _read_accelerate(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("gpus", procs, where)
         res.set("gpus_per_node", procs // machines, where)
     dt = str(d.get("distributed_type", "NO")).upper()
+    _read_parallelism_config(d.get("parallelism_config"), res, where)
     if dt == "DEEPSPEED":
+        res.set("framework", "deepspeed", where)
         ds = d.get("deepspeed_config") or {}
         _unknown(res, f"{where} deepspeed_config", set(ds), ACCEL_DS)
         if "deepspeed_config_file" in ds:
@@ -268,6 +292,7 @@ def _read_accelerate(d: dict[str, Any], res: ImportResult, where: str) -> None:
     elif dt == "FSDP":
         f = d.get("fsdp_config") or {}
         _unknown(res, f"{where} fsdp_config", set(f), ACCEL_FSDP)
+        res.set("framework", "fsdp2" if str(f.get("fsdp_version", 1)) == "2" else "pytorch-fsdp", where)
         strategy = str(f.get("fsdp_sharding_strategy", "")).upper()
         reshard = f.get("fsdp_reshard_after_forward", True)
         if strategy in ("HYBRID_SHARD", "4") or str(reshard).upper() == "HYBRID_SHARD":
@@ -285,6 +310,33 @@ def _read_accelerate(d: dict[str, Any], res: ImportResult, where: str) -> None:
             res.set("recompute", "full", where)
     elif dt not in ("NO", "MULTI_GPU", "MULTI_CPU"):
         res.notes.append(f"{where}: distributed_type {dt} is not modeled; treated as plain data parallel")
+
+
+#: accelerate's ParallelismConfig keys in a config file (accelerate/commands/launch.py
+#: ``--parallelism_config_*``; FSDP2 only)
+ACCEL_PARALLEL = {"parallelism_config_dp_replicate_size", "parallelism_config_dp_shard_size",
+                  "parallelism_config_tp_size", "parallelism_config_cp_size",
+                  "parallelism_config_cp_backend", "parallelism_config_cp_comm_strategy",
+                  "parallelism_config_sp_size", "parallelism_config_sp_backend"}
+
+
+def _read_parallelism_config(p: Any, res: ImportResult, where: str) -> None:
+    if not p:
+        return
+    if not isinstance(p, dict):
+        raise SpecError(f"{where}: parallelism_config must be a mapping")
+    _unknown(res, f"{where} parallelism_config", set(p), ACCEL_PARALLEL)
+    key = "parallelism_config_"
+    res.set("tp", _num(p.get(key + "tp_size"), where, key + "tp_size"), where)
+    res.set("cp", _num(p.get(key + "cp_size"), where, key + "cp_size"), where)
+    rep = _num(p.get(key + "dp_replicate_size"), where, key + "dp_replicate_size") or 1
+    shard = _num(p.get(key + "dp_shard_size"), where, key + "dp_shard_size") or 1
+    if p.get(key + "dp_replicate_size") is not None or p.get(key + "dp_shard_size") is not None:
+        res.set("dp", rep * shard, where)
+    if rep > 1 and shard > 1:
+        res.set("hybrid_shard", True, where)
+    if (p.get(key + "sp_size") or 1) > 1:
+        res.unknown_keys.append(f"{where} parallelism_config: {key}sp_size (Ulysses sequence parallelism not modeled)")
 
 
 def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None:
@@ -310,6 +362,8 @@ def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None
         if mapped is None:
             res.notes.append(f"{where}: optim {o!r} is not modeled; keeping the default optimizer")
         res.set("optimizer", mapped, where)
+    if d.get("max_grad_norm") is not None:
+        res.set("grad_clip", float(d["max_grad_norm"]), where)
     seq = d.get("max_length", d.get("max_seq_length"))
     res.set("seq_len", _num(seq, where, "max_length"), where)
     if d.get("max_steps") not in (None, -1):
@@ -322,7 +376,12 @@ def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None
             res.set("hybrid_shard", True, where)
         if "offload" in words:
             res.set("offload", "params", where)
-    used = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
+        fc = d.get("fsdp_config") if isinstance(d.get("fsdp_config"), dict) else {}
+        version = fc.get("version", fc.get("fsdp_version", 1))
+        res.set("framework", "fsdp2" if str(version) == "2" else "pytorch-fsdp", where)
+    if d.get("deepspeed"):
+        res.set("framework", "deepspeed", where)
+    used = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "max_grad_norm",
             "gradient_checkpointing", "gradient_checkpointing_kwargs", "activation_checkpointing",
             "activation_checkpointing_kwargs", "optim", "optim_args", "max_length", "max_seq_length", "max_steps", "fsdp", "fsdp_config", "deepspeed"}
     _ignored(res, where, (keys & known) - used)
@@ -392,9 +451,14 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
         where = path.name
         if not path.exists():
             raise SpecError(f"{path}: no such file")
-        if path.suffix in (".sh", ".sbatch", ".bash"):
+        if path.suffix in TEXT_SUFFIXES:
             text = path.read_text(encoding="utf-8", errors="replace")
             data: Any = text
+        elif path.suffix == ".toml":
+            from .importers import read_toml
+
+            text = path.read_text(encoding="utf-8", errors="replace")
+            data = read_toml(text, path)
         else:
             data = read_data_file(path)
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -405,10 +469,28 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
             res.header.setdefault(k, v)
         if fmt in ("slurm", "torchrun"):
             _read_launch(text, res, where)
-        else:
+        elif fmt in _READERS:
             _READERS[fmt](data, res, where)
+        else:
+            from .importers import read_tool
+
+            read_tool(fmt, data, res, where)
+    _normalize_model(res)
     _check_batch(res)
     return res
+
+
+def _normalize_model(res: ImportResult) -> None:
+    """A Hub id that is the source of a bundled preset becomes that preset's name."""
+    model = res.inputs.get("model")
+    if not isinstance(model, str):
+        return
+    from ..hfconfig import preset_sources
+
+    preset = preset_sources().get(model.lower())
+    if preset:
+        res.notes.append(f"{res.sources['model']}: model {model} = bundled preset {preset}")
+        res.inputs["model"] = preset
 
 
 def _check_batch(res: ImportResult) -> None:

@@ -1,0 +1,184 @@
+"""Exports for launchers that carry the whole layout: torchtitan TOML and Megatron-LM arguments.
+
+torchtitan: the ``JobConfig`` sections of torchtitan/config/job_config.py (pytorch/torchtitan);
+Megatron-LM: ``pretrain_gpt.py`` arguments (megatron/training/arguments.py, NVIDIA/Megatron-LM),
+written as a torchrun script like the project's own examples. Each refuses, with the reason, a plan
+its launcher cannot run as planned (e.g. ZeRO-2 under torchtitan, a MoE model in Megatron
+arguments, a model with no torchtitan flavor).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ..errors import SpecError
+from ..plan import Plan
+from .importers.torchtitan import PRESET_FLAVOR
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
+    r, lay, c, rt = plan.recipe, plan.layout, plan.cluster, plan.runtime
+    flavor = PRESET_FLAVOR.get(plan.model.name)
+    if flavor is None:
+        raise SpecError(f"torchtitan has no model flavor for {plan.model.name} (flavors here: "
+                        f"{', '.join(sorted(PRESET_FLAVOR))})")
+    if lay.zero in (1, 2):
+        raise SpecError("torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); it has no ZeRO-1/2 "
+                        "— plan --zero 3 (or 0), or export deepspeed")
+    if lay.offload == "optimizer":
+        raise SpecError("torchtitan offloads parameters with their optimizer state (enable_cpu_offload), "
+                        "not the optimizer alone — plan --offload params")
+    if r.method not in ("pretrain", "full"):
+        raise SpecError(f"torchtitan trains all weights; a {r.method} plan needs a PEFT trainer (export trainer-args)")
+    if r.optimizer not in ("adamw", "adamw-fused"):
+        raise SpecError(f"torchtitan's optimizers here are AdamW; the plan uses {r.optimizer}")
+    if r.dropout:
+        raise SpecError("torchtitan's models have no dropout; plan --dropout 0")
+    if r.precision not in ("bf16-mixed", "fp8-mixed", "fp32"):
+        raise SpecError(f"torchtitan trains bf16 (or fp32, or float8) under FSDP2; {r.precision} is not one")
+    if lay.zero == 3 and lay.dp_size == 1:
+        raise SpecError("zero 3 over one data-parallel rank shards nothing; plan --zero 0")
+    name, fl = flavor
+    rep, shard = (c.nodes, lay.dp_size // c.nodes) if lay.hybrid_shard else (
+        (1, lay.dp_size) if lay.zero == 3 else (lay.dp_size, 1))
+    training: dict[str, Any] = {
+        "local_batch_size": r.micro_batch, "global_batch_size": plan.global_batch, "seq_len": r.seq_len,
+        "max_norm": r.grad_clip or 0.0,
+        "mixed_precision_param": "float32" if r.precision == "fp32" or rt.param_dtype == "fp32" else "bfloat16",
+        "mixed_precision_reduce": "bfloat16" if rt.reduce_dtype == "bf16" else "float32",
+    }
+    if r.train_tokens:
+        training["steps"] = max(1, round(r.train_tokens / plan.tokens_per_step))
+    if lay.offload == "params":
+        training["enable_cpu_offload"] = True
+    par: dict[str, Any] = {
+        "data_parallel_replicate_degree": rep, "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": "default" if rt.reshard_after_forward else "never",
+        "tensor_parallel_degree": lay.tp, "pipeline_parallel_degree": lay.pp,
+        "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep,
+    }
+    if lay.tp > 1:
+        par["disable_loss_parallel"] = not rt.loss_parallel
+    if lay.pp > 1:
+        par["pipeline_parallel_schedule"] = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                                             "gpipe": "GPipe"}[lay.pp_schedule]
+    ac = {"none": {"mode": "none"}, "full": {"mode": "full"},
+          "selective": {"mode": "selective", "selective_ac_option": "op"}}[r.recompute]
+    model: dict[str, Any] = {"name": name, "flavor": fl}
+    if r.precision == "fp8-mixed":
+        model["converters"] = ["float8"]
+    return {"model": model, "optimizer": {"name": "AdamW"}, "training": training,
+            "parallelism": par, "activation_checkpoint": ac}
+
+
+def torchtitan_toml(plan: Plan, head: str) -> str:
+    out = [head.rstrip("\n")]
+    for section, values in torchtitan_config(plan).items():
+        out.append(f"\n[{section}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    return "\n".join(out) + "\n"
+
+
+def megatron_args(plan: Plan) -> list[str]:
+    """``pretrain_gpt.py`` arguments that reproduce the plan (model, batch, parallelism, precision)."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    if m.moe is not None or m.mla is not None:
+        raise SpecError(f"{m.name}: MoE/MLA models need Megatron's MoE/MLA arguments, which this export "
+                        "does not write; use the model's Megatron-Bridge recipe")
+    if lay.zero > 1:
+        raise SpecError("Megatron-LM shards optimizer states (--use-distributed-optimizer, ZeRO-1), not "
+                        "gradients or weights; plan --zero 0 or 1")
+    if r.method not in ("pretrain", "full"):
+        raise SpecError(f"Megatron-LM pretrain_gpt.py trains all weights; a {r.method} plan needs a PEFT trainer")
+    if lay.offload == "params":
+        raise SpecError("Megatron-LM offloads optimizer states (--optimizer-cpu-offload), not parameters")
+    if r.optimizer not in ("adamw", "adamw-fused", "sgd-momentum"):
+        raise SpecError(f"Megatron-LM's optimizers are adam and sgd (momentum); the plan uses {r.optimizer}")
+    if m.model_type not in ("llama", "mistral", "qwen2", "generic", "gpt2") or m.qk_norm != "none" \
+            or m.sliding_window or m.post_norm_only or m.parallel_residual:
+        raise SpecError(f"{m.name}: only Llama-like or GPT-like blocks map onto pretrain_gpt.py arguments here")
+    a: list[str] = ["--use-mcore-models", "--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+                    "--ffn-hidden-size", str(m.intermediate_size), "--num-attention-heads", str(m.num_heads)]
+    if m.num_kv_heads != m.num_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.head_dim != m.hidden_size // m.num_heads:
+        a += ["--kv-channels", str(m.head_dim)]
+    a += ["--seq-length", str(r.seq_len), "--max-position-embeddings", str(max(m.max_position_embeddings, r.seq_len))]
+    a += ["--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute"]
+    if m.mlp_type == "gated":
+        a.append("--swiglu")
+    a += ["--normalization", "RMSNorm" if m.norm_type == "rmsnorm" else "LayerNorm"]
+    if not m.tie_word_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not (m.qkv_bias or m.mlp_bias or m.o_bias):
+        a.append("--disable-bias-linear")
+    a += ["--vocab-size", str(m.vocab_size)]
+    if m.source and "/" in m.source:
+        a += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", m.source]
+    a += ["--attention-dropout", str(r.dropout), "--hidden-dropout", str(r.dropout)]
+    a += ["--micro-batch-size", str(r.micro_batch), "--global-batch-size", str(plan.global_batch)]
+    if r.train_tokens:
+        a += ["--train-iters", str(max(1, round(r.train_tokens / plan.tokens_per_step)))]
+    a += ["--clip-grad", str(r.grad_clip or 0.0)]
+    if r.optimizer == "sgd-momentum":
+        a += ["--optimizer", "sgd"]
+    if r.precision == "fp8-mixed":
+        a += ["--bf16", "--fp8-format", "hybrid"]
+    elif r.precision in ("bf16-mixed", "bf16"):
+        a.append("--bf16")
+    elif r.precision in ("fp16-mixed", "fp16"):
+        a.append("--fp16")
+    if r.recompute != "none":
+        a += ["--recompute-granularity", r.recompute]
+        if r.recompute == "full":
+            a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    a += ["--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp),
+          "--context-parallel-size", str(lay.cp)]
+    if lay.tp > 1 and lay.sp:
+        a.append("--sequence-parallel")
+    if lay.vp > 1:
+        a += ["--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (lay.pp * lay.vp))]
+    if lay.zero == 1:
+        a += ["--use-distributed-optimizer"]
+    if lay.offload == "optimizer":
+        a += ["--optimizer-cpu-offload"]
+    return a
+
+
+def megatron_script(plan: Plan, head: str) -> str:
+    if plan.runtime.framework != "megatron-core":
+        raise SpecError(f"the Megatron-LM export runs under megatron-core; this plan's framework is "
+                        f"{plan.runtime.framework} — plan --framework megatron-core")
+    c = plan.cluster
+    if plan.layout.pp > 1 and plan.layout.pp_schedule == "gpipe":
+        raise SpecError("Megatron-LM schedules pipelines 1F1B or interleaved, not GPipe")
+    args = megatron_args(plan)
+    lines = ["#!/usr/bin/env bash", head.rstrip("\n"),
+             "# Run from a Megatron-LM checkout; fill in DATA_ARGS (--data-path or --mock-data) and, on",
+             "# several nodes, MASTER_ADDR and NODE_RANK.", "set -euo pipefail",
+             'export CUDA_DEVICE_MAX_CONNECTIONS="1"',
+             "DISTRIBUTED_ARGS=(", f"    --nproc_per_node {c.gpus_per_node}", f"    --nnodes {c.nodes}",
+             "    --node_rank ${NODE_RANK:-0}", "    --master_addr ${MASTER_ADDR:-localhost}",
+             "    --master_port ${MASTER_PORT:-6000}", ")", "MEGATRON_ARGS=("]
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"    {args[i]} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"    {args[i]}")
+            i += 1
+    lines += [")", 'DATA_ARGS=(${DATA_ARGS:---mock-data})',
+              'torchrun "${DISTRIBUTED_ARGS[@]}" pretrain_gpt.py "${MEGATRON_ARGS[@]}" "${DATA_ARGS[@]}" "$@"']
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,376 @@
+"""Megatron-LM launch scripts and NeMo launch arguments / YAML.
+
+Megatron-LM: the ``--kebab-case`` arguments of ``pretrain_gpt.py`` (megatron/training/arguments.py
+in NVIDIA/Megatron-LM), as written in its example scripts: shell variables (``TP=4``,
+``${TP:-4}``, ``$((A*B))``) and bash arrays (``MODEL_ARGS=( ... )``) are expanded before reading.
+NeMo: Hydra overrides (``model.tensor_model_parallel_size=4``, ``trainer.devices=8``) and NeMo
+``megatron_gpt_config.yaml`` files use the same names with underscores (NeMo
+examples/nlp/language_modeling/conf/megatron_gpt_config.yaml); NeMo 2 ``--factory`` recipes map to
+presets.
+
+Defaults that change memory are Megatron's own when a script does not set them
+(megatron/training/arguments.py): ``attention_dropout`` and ``hidden_dropout`` 0.1; no sequence
+parallelism unless ``--sequence-parallel``; embeddings tied unless
+``--untie-embeddings-and-output-weights``; linear biases on unless ``--disable-bias-linear``;
+``ffn_hidden_size`` = 4 × hidden; ``num_query_groups`` = heads without ``--group-query-attention``.
+``--use-distributed-optimizer`` shards optimizer states over data parallel (ZeRO-1).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from ...errors import SpecError
+from ..importer import ImportResult
+from ._common import model_from_dims, num
+
+#: NeMo 2 recipe (``--factory``) -> preset (nemo/collections/llm/recipes/*.py; same dimensions)
+NEMO_RECIPES = {"llama3_8b": "llama-3.1-8b", "llama31_8b": "llama-3.1-8b", "llama3_70b": "llama-3.1-70b",
+                "llama31_70b": "llama-3.1-70b", "llama31_405b": "llama-3.1-405b",
+                "mixtral_8x7b": "mixtral-8x7b", "mistral_7b": "mistral-7b", "qwen2_7b": "qwen2.5-7b"}
+#: GPT-2 BPE vocabulary (``--vocab-file gpt2-vocab.json``): 50257 tokens (Radford et al. 2019)
+GPT2_VOCAB = 50257
+
+_SCRIPT_MARKERS = ("pretrain_gpt.py", "pretrain_mamba.py", "--tensor-model-parallel-size",
+                   "--num-layers", "--micro-batch-size", "megatron_gpt_pretraining.py",
+                   "model.tensor_model_parallel_size", "trainer.devices", "--factory")
+
+USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        "expert_model_parallel_size", "sequence_parallel", "micro_batch_size", "global_batch_size",
+        "seq_length", "encoder_seq_length", "bf16", "fp16", "fp8_format", "fp8", "use_distributed_optimizer",
+        "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_activations",
+        "activations_checkpoint_granularity", "activations_checkpoint_method",
+        "activations_checkpoint_num_layers", "clip_grad", "gradient_clip_val", "optimizer",
+        "attention_dropout", "hidden_dropout", "num_layers", "hidden_size", "ffn_hidden_size",
+        "num_attention_heads", "group_query_attention", "num_query_groups", "kv_channels", "vocab_size",
+        "swiglu", "normalization", "untie_embeddings_and_output_weights", "share_embeddings_and_output_weights",
+        "disable_bias_linear", "bias", "position_embedding_type", "max_position_embeddings", "vocab_file",
+        "tokenizer_type", "tokenizer_model", "nproc_per_node", "nnodes", "devices", "num_nodes",
+        "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage", "precision",
+        "deepspeed", "deepspeed_config", "zero_stage", "use_flash_attn", "attention_backend",
+        "use_mcore_models", "factory", "train_iters", "train_samples", "cpu_offloading",
+        "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
+        "grad_div_ar_fusion", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
+        "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
+        "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func"}
+#: arguments that change memory or time: reported when set and not understood
+_RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
+             "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
+             "precision", "zero", "cuda_graph", "fusion")
+
+
+def detect_text(text: str) -> bool:
+    return any(m in text for m in _SCRIPT_MARKERS)
+
+
+# ----------------------------------------------------------------------------- shell expansion
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ARR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}")
+
+
+def _expand(s: str, env: dict[str, str], arrays: dict[str, list[str]]) -> str:
+    s = _ARR.sub(lambda m: " ".join(arrays.get(m.group(1), [])), s)
+
+    def var(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in env:
+            return env[name]
+        default = m.group(2)
+        return _expand(default.strip('"\''), env, arrays) if default is not None else ""
+
+    s = _VAR.sub(var, s)
+
+    def arith(m: re.Match) -> str:
+        expr = m.group(1)
+        if re.fullmatch(r"[\d\s+*/()-]+", expr):
+            try:
+                return str(int(eval(expr, {"__builtins__": {}}, {})))  # noqa: S307 - digits and operators only
+            except (SyntaxError, ZeroDivisionError, TypeError):
+                return m.group(0)
+        return m.group(0)
+
+    return re.sub(r"\$\(\((.*?)\)\)", arith, s)
+
+
+def _logical_lines(text: str) -> list[str]:
+    text = re.sub(r"\\\n", " ", text)
+    return text.splitlines()
+
+
+def script_tokens(text: str) -> list[str]:
+    """The argument tokens of a launch script, variables and arrays expanded (last value wins)."""
+    env: dict[str, str] = {}
+    arrays: dict[str, list[str]] = {}
+    tokens: list[str] = []
+    lines = _logical_lines(text)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _ASSIGN.match(line)
+        if m and m.group(3).lstrip().startswith("("):
+            body = m.group(3).lstrip()[1:]
+            while ")" not in _strip_comment(body) and i < len(lines):
+                body += "\n" + lines[i]
+                i += 1
+            body = _strip_comment_lines(body.rsplit(")", 1)[0])
+            items = _split(_expand(body, env, arrays))
+            arrays[m.group(1)] = (arrays.get(m.group(1), []) if m.group(2) else []) + items
+            continue
+        if m and not m.group(2):
+            val = _expand(_strip_comment(m.group(3)).strip(), env, arrays)
+            try:
+                parts = shlex.split(val)
+                val = parts[0] if parts else ""
+            except ValueError:
+                val = val.strip('"\'')
+            env[m.group(1)] = val
+            continue
+        tokens += _split(_expand(_strip_comment(line), env, arrays))
+    for items in arrays.values():
+        tokens += items
+    return tokens
+
+
+def _strip_comment(s: str) -> str:
+    return re.sub(r"(^|\s)#.*$", "", s)
+
+
+def _strip_comment_lines(s: str) -> str:
+    return "\n".join(_strip_comment(ln) for ln in s.splitlines())
+
+
+def _split(s: str) -> list[str]:
+    try:
+        raw = shlex.split(s, comments=True)
+    except ValueError:
+        raw = s.split()
+    out: list[str] = []
+    for t in raw:
+        out += t.split() if t.startswith("--") and " " in t else [t]
+    return out
+
+
+def parse_args(tokens: list[str]) -> dict[str, Any]:
+    """``--a-b 3``, ``--flag``, ``--a=3`` and Hydra ``x.y.a_b=3`` -> {a_b: value} (True for flags)."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        i += 1
+        if t.startswith("--"):
+            key, eq, val = t[2:].partition("=")
+            key = key.replace("-", "_")
+            if eq:
+                out[key] = val
+            elif i < len(tokens) and not tokens[i].startswith("--") and "=" not in tokens[i]:
+                out[key] = tokens[i]
+                i += 1
+            else:
+                out[key] = True
+        elif "=" in t and re.match(r"^[+~]?[A-Za-z_][\w.]*=", t):
+            key, _, val = t.lstrip("+~").partition("=")
+            out[key.rsplit(".", 1)[-1]] = val
+    return out
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """NeMo YAML -> {last_key: value}; ``trainer`` and ``model`` keys keep their leaf names."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, str) and (v.startswith("${") or v == "???"):
+            continue  # an OmegaConf interpolation or a required value: says nothing itself
+        if k == "tokenizer" and isinstance(v, dict):
+            out.update({f"tokenizer_{t}": tv for t, tv in v.items() if tv is not None})
+        elif k == "optim" and isinstance(v, dict):
+            out["optimizer"] = v.get("name")
+        elif k in ("exp_manager", "nsys_profile"):
+            continue  # logging and profiling
+        elif isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        elif v is not None:
+            out[str(k)] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- reading
+def _int(a: dict[str, Any], key: str, where: str) -> int | None:
+    v = a.get(key)
+    if v is None or v is True:
+        return None
+    try:
+        return num(int(str(v)), where, "--" + key.replace("_", "-"))
+    except ValueError:
+        raise SpecError(f"{where}: --{key.replace('_', '-')} must be a positive integer (got {v!r}); "
+                        "is a shell variable left unset?") from None
+
+
+def _on(a: dict[str, Any], key: str) -> bool:
+    v = a.get(key)
+    return v is True or str(v).lower() in ("true", "1", "yes")
+
+
+def read_text(text: str, res: ImportResult, where: str) -> None:
+    read_args(parse_args(script_tokens(text)), res, where)
+
+
+def read_nemo_yaml(d: dict[str, Any], res: ImportResult, where: str) -> None:
+    read_args(flatten(d), res, where)
+
+
+def detect_nemo_yaml(d: dict[str, Any]) -> bool:
+    return isinstance(d.get("model"), dict) and isinstance(d.get("trainer"), dict) \
+        and any(k in d["model"] for k in ("tensor_model_parallel_size", "encoder_seq_length", "micro_batch_size"))
+
+
+def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
+    deepspeed = _on(a, "deepspeed") or a.get("deepspeed_config") is not None
+    res.set("framework", "megatron-deepspeed" if deepspeed else "megatron-core", where)
+    tp = _int(a, "tensor_model_parallel_size", where) or 1
+    res.set("tp", tp, where)
+    pp = _int(a, "pipeline_model_parallel_size", where) or 1
+    res.set("pp", pp, where)
+    res.set("cp", _int(a, "context_parallel_size", where), where)
+    res.set("ep", _int(a, "expert_model_parallel_size", where), where)
+    if tp > 1:
+        res.set("sp", _on(a, "sequence_parallel"), where)
+    vp = _int(a, "virtual_pipeline_model_parallel_size", where)
+    per_stage = _int(a, "num_layers_per_virtual_pipeline_stage", where)
+    layers = _int(a, "num_layers", where)
+    if vp is None and per_stage and layers:
+        vp = layers // (pp * per_stage)
+    if vp and vp > 1:
+        res.set("vp", vp, where)
+    res.set("micro_batch", _int(a, "micro_batch_size", where), where)
+    res.set("seq_len", _int(a, "seq_length", where) or _int(a, "encoder_seq_length", where), where)
+    prec = str(a.get("precision", "")).lower()
+    if a.get("fp8_format") or _on(a, "fp8"):
+        res.set("precision", "fp8-mixed", where)
+    elif _on(a, "bf16") or prec in ("bf16", "bf16-mixed"):
+        res.set("precision", "bf16-mixed", where)
+    elif _on(a, "fp16") or prec in ("16", "16-mixed", "fp16-mixed"):
+        res.set("precision", "fp16-mixed", where)
+    elif prec in ("32", "fp32", "32-true"):
+        res.set("precision", "fp32", where)
+    elif not deepspeed:
+        res.set("precision", "fp32", where)
+        res.notes.append(f"{where}: neither --bf16 nor --fp16: Megatron trains in fp32")
+    if _on(a, "use_distributed_optimizer"):
+        res.set("zero", 1, where)
+    if deepspeed and a.get("zero_stage") is not None:
+        res.set("zero", _int(a, "zero_stage", where) if str(a["zero_stage"]) != "0" else 0, where)
+    gran = a.get("recompute_granularity") or a.get("activations_checkpoint_granularity")
+    if _on(a, "recompute_activations"):
+        gran = "selective"
+    if gran and str(gran).lower() not in ("null", "none"):
+        res.set("recompute", "full" if str(gran) == "full" else "selective", where)
+    if a.get("clip_grad") is not None or a.get("gradient_clip_val") is not None:
+        res.set("grad_clip", float(a.get("clip_grad", a.get("gradient_clip_val"))), where)
+    opt = str(a.get("optimizer") or "adam").lower()
+    res.set("optimizer", {"adam": "adamw", "adamw": "adamw", "fused_adam": "adamw-fused",
+                          "distributed_fused_adam": "adamw-fused", "sgd": "sgd-momentum"}.get(opt), where)
+    if opt not in ("adam", "adamw", "fused_adam", "distributed_fused_adam", "sgd"):
+        res.unknown_keys.append(f"{where}: --optimizer {opt} (state size not modeled)")
+    ad = float(a.get("attention_dropout", 0.1))
+    hd = float(a.get("hidden_dropout", 0.1))
+    res.set("dropout", max(ad, hd), where)
+    _gpus(a, res, where)
+    _global_batch(a, res, where, tp, pp)
+    _model(a, res, where, layers)
+    if _on(a, "cpu_offloading") or _on(a, "optimizer_cpu_offload"):
+        res.set("offload", "optimizer" if _on(a, "optimizer_cpu_offload") else "params", where)
+    if a.get("num_experts"):
+        res.unknown_keys.append(f"{where}: --num-experts {a['num_experts']} (MoE from launch arguments "
+                                "is not modeled: pass --model with the MoE config.json)")
+    for k in sorted(a):
+        if k not in USED and any(w in k for w in _RELEVANT) and a[k] not in (False, None, "null"):
+            res.unknown_keys.append(f"{where}: --{k.replace('_', '-')}")
+
+
+def _global_batch(a: dict[str, Any], res: ImportResult, where: str, tp: int, pp: int) -> None:
+    """--global-batch-size = micro-batch × grad-accum × dp: grad-accum when the world size is known."""
+    gb = _int(a, "global_batch_size", where)
+    if gb is None:
+        return
+    gpus, mb = res.inputs.get("gpus"), res.inputs.get("micro_batch", 1)
+    cp = res.inputs.get("cp", 1) or 1
+    if gpus is None or gpus % (tp * pp * cp):
+        res.set("global_batch", gb, where)
+        return
+    dp = gpus // (tp * pp * cp)
+    if gb % (mb * dp):
+        from ...errors import PlanError
+
+        raise PlanError(f"{where}: --global-batch-size {gb} is not micro-batch × dp × grad-accum: "
+                        f"{mb} × {dp} = {mb * dp} does not divide {gb}")
+    res.set("grad_accum", gb // (mb * dp), where)
+
+
+def _gpus(a: dict[str, Any], res: ImportResult, where: str) -> None:
+    per_node = _int(a, "nproc_per_node", where) or _int(a, "devices", where)
+    nodes = _int(a, "nnodes", where) or _int(a, "num_nodes", where) or 1
+    if per_node:
+        res.set("gpus", per_node * nodes, where)
+        res.set("gpus_per_node", per_node, where)
+
+
+def _model(a: dict[str, Any], res: ImportResult, where: str, layers: int | None) -> None:
+    factory = a.get("factory")
+    if factory:
+        preset = NEMO_RECIPES.get(str(factory))
+        if preset is None:
+            raise SpecError(f"{where}: NeMo recipe {factory!r} has no preset here (known: "
+                            f"{', '.join(NEMO_RECIPES)}); pass --model")
+        res.set("model", preset, where)
+        return
+    if layers is None and a.get("hidden_size") is None:
+        return  # the model is not in these arguments; --model must name it
+    hidden = _int(a, "hidden_size", where)
+    heads = _int(a, "num_attention_heads", where)
+    groups = _int(a, "num_query_groups", where) if _on(a, "group_query_attention") or a.get("num_query_groups") else heads
+    ffn = _int(a, "ffn_hidden_size", where) or (4 * hidden if hidden else None)
+    vocab = _int(a, "vocab_size", where)
+    tok = str(a.get("tokenizer_type") or "")
+    if vocab is None and (tok == "GPT2BPETokenizer" or (not tok and a.get("merge_file"))):
+        vocab = GPT2_VOCAB  # GPT-2 BPE: vocab file + merges file
+    if vocab is None and a.get("tokenizer_model"):
+        from ...hfconfig import preset_sources
+
+        hit = preset_sources().get(str(a["tokenizer_model"]).lower())
+        if hit:
+            res.set("model", hit, where)
+            return
+    swiglu = _on(a, "swiglu") or str(a.get("activation_func", "")).lower() in ("swiglu", "fast-swiglu")
+    norm = "rmsnorm" if str(a.get("normalization", "LayerNorm")).lower() == "rmsnorm" else "layernorm"
+    bias = not _on(a, "disable_bias_linear") and str(a.get("bias", "true")).lower() != "false"
+    pos = str(a.get("position_embedding_type", "learned_absolute")).lower()
+    dims = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+            "num_key_value_heads": groups, "intermediate_size": ffn, "vocab_size": vocab,
+            "mlp_type": "gated" if swiglu else "plain", "norm_type": norm, "bias": bias,
+            "position_embedding": "rope" if pos == "rope" else "learned",
+            "tie_word_embeddings": not _on(a, "untie_embeddings_and_output_weights")
+            and str(a.get("share_embeddings_and_output_weights", "true")).lower() != "false",
+            "max_position_embeddings": _int(a, "max_position_embeddings", where),
+            "hidden_act": "silu" if swiglu else "gelu"}
+    if a.get("kv_channels") and hidden and heads and int(a["kv_channels"]) != hidden // heads:
+        dims["head_dim"] = int(a["kv_channels"])
+    label = "--num-layers/--hidden-size/--num-attention-heads/--ffn-hidden-size/--vocab-size"
+    if vocab is None:
+        raise SpecError(f"{where}: the vocabulary size is not in the arguments (no --vocab-size, and the "
+                        "tokenizer is not a known one); add --vocab-size N or pass --model")
+    padded = padded_vocab(vocab, _int(a, "make_vocab_size_divisible_by", where) or 128,
+                          _int(a, "tensor_model_parallel_size", where) or 1)
+    res.set("model", model_from_dims(dims, where, res, label, padded_vocab=padded), where)
+
+
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    """Megatron pads the embedding to a multiple of ``make_vocab_size_divisible_by`` × tp
+    (megatron/training/tokenizer/tokenizer.py ``_vocab_size_with_padding``; default 128)."""
+    multiple = divisible_by * tp
+    return -(-vocab // multiple) * multiple
