@@ -78,5 +78,6 @@ def require_essentials(data: dict[str, Any], paths: Any) -> None:
     for key, where in ESSENTIAL_KEYS.items():
         if data.get(key) is None:
             flag = "--" + key.replace("_", "-")
-            raise SpecError(f"{names} do{'es' if len(list(paths)) == 1 else ''} not state the {key.replace('_', ' ')}: "
+            what = {"seq_len": "sequence length"}.get(key, key)
+            raise SpecError(f"{names} do{'es' if len(list(paths)) == 1 else ''} not state the {what}: "
                             f"add {where} to the file, or pass {flag}")

@@ -1,0 +1,272 @@
+"""Importers of other tools' configs, on real example configs of those projects (tests/data/runconfig,
+each file names its source URL) and on the mis-read cases of issue 17; round trips of every export."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trainledger.cli import main
+from trainledger.errors import SpecError
+from trainledger.estimate import estimate
+from trainledger.planfile import PlanInputs, build_plan
+from trainledger.runconfig import EXPORT_FORMATS, export_plan, import_configs
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "runconfig"
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _read(name: str):
+    return import_configs([DATA / name])
+
+
+def _peak(inputs: dict) -> float:
+    return estimate(build_plan(PlanInputs(**inputs))).memory.peak_allocated_bytes
+
+
+def test_every_data_file_names_its_source():
+    for p in DATA.iterdir():
+        assert re.search(r"^# source: https://github\.com/\S+/blob/[0-9a-f]{40}/", p.read_text(), re.M), p.name
+
+
+# ----------------------------------------------------------------------------- axolotl
+def test_axolotl_qlora_is_read_as_qlora_not_a_full_fine_tune():
+    res = _read("axolotl_llama3_qlora.yml")
+    m = res.merged()
+    assert res.formats == {"axolotl_llama3_qlora.yml": "axolotl"}
+    assert m["model"] == "NousResearch/Meta-Llama-3-8B"
+    assert (m["method"], m["lora_rank"], m["seq_len"], m["micro_batch"], m["grad_accum"]) == ("qlora", 32, 4096, 2, 4)
+    assert (m["recompute"], m["precision"], m["attention"]) == ("full", "bf16-mixed", "flash")
+    assert "lora_targets" not in m  # lora_target_linear: all linear layers = the default
+    same = {**m, "model": "llama-3.1-8b"}  # same architecture; the NousResearch id is not cached here
+    full = {**same, "method": "full"}
+    assert _peak(same) < 0.3 * _peak(full)  # the issue: 23.4 vs 162.9 GiB
+
+
+def test_axolotl_fsdp_qlora_70b_reads_sharding_offload_and_lists_what_it_does_not_model():
+    res = _read("axolotl_llama3_qlora_fsdp_70b.yaml")
+    m = res.merged()
+    assert (m["method"], m["zero"], m["offload"], m["framework"]) == ("qlora", 3, "params", "pytorch-fsdp")
+    assert any("fsdp_limit_all_gathers" in u for u in res.unknown_keys)
+
+
+def test_axolotl_unmodeled_memory_keys_are_listed(tmp_path):
+    p = tmp_path / "a.yml"
+    p.write_text("base_model: x/y\nsequence_len: 1024\nmicro_batch_size: 1\nadapter: lora\nlora_r: 8\n"
+                 "unsloth_lora_mlp: true\nliger_rms_norm: true\nlr_scheduler: cosine\n")
+    res = import_configs([p])
+    assert {"a.yml: unsloth_lora_mlp", "a.yml: liger_rms_norm"} <= set(res.unknown_keys)
+    assert not any("lr_scheduler" in u for u in res.unknown_keys)
+
+
+# ----------------------------------------------------------------------------- LLaMA-Factory
+def test_llamafactory_lora_defaults_to_gradient_checkpointing():
+    m = _read("llamafactory_llama3_lora_sft.yaml").merged()
+    assert (m["model"], m["method"], m["lora_rank"], m["seq_len"]) == ("meta-llama/Meta-Llama-3-8B-Instruct", "lora", 8, 2048)
+    assert (m["micro_batch"], m["grad_accum"], m["precision"], m["recompute"]) == (1, 8, "bf16-mixed", "full")
+
+
+def test_llamafactory_4bit_is_qlora():
+    assert _read("llamafactory_llama3_lora_sft_otfq.yaml").merged()["method"] == "qlora"
+
+
+# ----------------------------------------------------------------------------- TRL
+def test_trl_dpo_qlora_recipe():
+    res = _read("trl_alignment_handbook_zephyr_dpo_qlora.yaml")
+    m = res.merged()
+    assert res.formats[next(iter(res.formats))] == "trl"
+    assert (m["method"], m["lora_rank"], m["seq_len"], m["optimizer"]) == ("qlora", 128, 1024, "adamw")
+    assert m["micro_batch"] == 8  # chosen + rejected of 4 pairs in one forward
+    assert set(m["lora_targets"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert not res.unknown_keys
+
+
+def test_trl_sft_full_recipe_reads_model_and_max_seq_length():
+    m = _read("trl_alignment_handbook_zephyr_sft_full.yaml").merged()
+    assert (m["model"], m["seq_len"], m["micro_batch"], m["grad_accum"]) == ("mistral-7b-v0.1", 2048, 32, 2)
+    assert m.get("method", "full") == "full"
+
+
+def test_trl_config_without_max_length_is_an_error_naming_the_key():
+    r = CliRunner().invoke(main, ["estimate", "--from", str(DATA / "trl_cli_example_config.yaml"), "--json"])
+    assert r.exit_code != 0
+    assert "sequence length" in r.output and "max_length" in r.output and "--seq-len" in r.output
+
+
+def test_missing_model_is_an_error_never_the_default(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}))
+    r = CliRunner().invoke(main, ["estimate", "--from", str(ds), "--seq-len", "2048", "--json"])
+    assert r.exit_code != 0 and "--model" in r.output and "base_model" in r.output
+    r = CliRunner().invoke(main, ["estimate", "--from", str(ds), "--seq-len", "2048", "--model", "llama-3.2-1b",
+                                  "--gpus", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["plan"]["framework"] == "deepspeed"
+
+
+# ----------------------------------------------------------------------------- torchtitan
+def test_torchtitan_llama3_8b_toml():
+    res = _read("torchtitan_llama3_8b.toml")
+    m = res.merged()
+    assert (m["model"], m["seq_len"], m["micro_batch"], m["framework"]) == ("llama-3.1-8b", 8192, 1, "fsdp2")
+    assert (m["zero"], m["recompute"], m["tp"]) == (3, "selective", 1)
+    assert any("pass --gpus" in n for n in res.notes)  # dp_shard -1: the world size is the launcher's
+
+
+def test_torchtitan_llama3_70b_toml_keeps_tp8():
+    m = _read("torchtitan_llama3_70b.toml").merged()
+    assert (m["model"], m["tp"], m["recompute"], m["loss_parallel"], m["micro_batch"]) == ("llama-3.1-70b", 8, "full", True, 8)
+    plan = build_plan(PlanInputs(**{**m, "gpus": 64}))
+    assert plan.layout.dp_size == 8
+
+
+def test_torchtitan_unknown_flavor_is_an_error(tmp_path):
+    p = tmp_path / "t.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "debugmodel"\n[training]\nseq_len = 2048\n[parallelism]\n')
+    with pytest.raises(SpecError, match="debugmodel"):
+        import_configs([p])
+
+
+# ----------------------------------------------------------------------------- Megatron / NeMo
+def test_megatron_gpt3_example_keeps_tp2_pp2_and_builds_the_model_from_its_dimensions():
+    res = _read("megatron_train_gpt3_175b_distributed.sh")
+    m = res.merged()
+    assert (m["tp"], m["pp"], m["sp"], m["gpus"], m["seq_len"]) == (2, 2, False, 8, 512)
+    assert (m["precision"], m["framework"], m["micro_batch"], m["dropout"]) == ("fp16-mixed", "megatron-core", 1, 0.1)
+    plan = build_plan(PlanInputs(**m))
+    assert (plan.model.num_layers, plan.model.hidden_size, plan.model.vocab_size) == (8, 256, 50432)  # 50257 padded to 128·tp
+    assert plan.global_batch == 64 and plan.recipe.grad_accum == 32
+
+
+def test_megatron_llama3_fp8_example():
+    m = _read("megatron_train_llama3_8b_h100_fp8.sh").merged()
+    assert (m["model"], m["precision"], m["zero"], m["seq_len"], m["gpus"]) == ("llama-3.1-8b", "fp8-mixed", 1, 8192, 8)
+    assert (m["micro_batch"], m["grad_accum"], m["dropout"]) == (1, 16, 0.0)
+
+
+def test_megatron_launch_line_keeps_tp4_pp2(tmp_path):
+    """The issue's case: a launch line lost tp4/pp2 (195.2 vs 25.7 GiB)."""
+    p = tmp_path / "launch.sh"
+    p.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 "
+                 "--pipeline-model-parallel-size 2 --sequence-parallel --num-layers 32 --hidden-size 4096 "
+                 "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+                 "--swiglu --normalization RMSNorm --untie-embeddings-and-output-weights --disable-bias-linear "
+                 "--position-embedding-type rope --vocab-size 128256 --seq-length 4096 --micro-batch-size 1 "
+                 "--global-batch-size 32 --bf16 --use-distributed-optimizer\n")
+    m = import_configs([p]).merged()
+    assert (m["tp"], m["pp"], m["model"], m["grad_accum"]) == (4, 2, "llama-3.1-8b", 32)
+    flat = {**m, "tp": 1, "pp": 1, "grad_accum": 4}
+    assert _peak(m) < 0.4 * _peak(flat)
+
+
+def test_nemo_yaml_and_hydra_overrides(tmp_path):
+    m = _read("nemo_megatron_gpt_config.yaml").merged()
+    assert (m["model"], m["precision"], m["micro_batch"], m["seq_len"], m["optimizer"]) == ("gpt2", "fp16-mixed", 4, 512, "adamw-fused")
+    p = tmp_path / "nemo.sh"
+    p.write_text("python megatron_gpt_pretraining.py trainer.devices=8 trainer.num_nodes=2 trainer.precision=bf16 "
+                 "model.tensor_model_parallel_size=4 model.pipeline_model_parallel_size=2 model.micro_batch_size=1 "
+                 "model.global_batch_size=64 model.encoder_seq_length=4096 --factory llama3_8b\n")
+    m = import_configs([p]).merged()
+    assert (m["gpus"], m["gpus_per_node"], m["tp"], m["pp"], m["model"], m["grad_accum"]) == (16, 8, 4, 2, "llama-3.1-8b", 32)
+
+
+# ----------------------------------------------------------------------------- round trips
+ROUND = {
+    "torchtitan-tp": dict(model="llama-3.1-8b", gpus=16, framework="fsdp2", zero=3, tp=2, seq_len=8192,
+                          micro_batch=2, grad_accum=2, recompute="full"),
+    "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
+                           seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective"),
+    "deepspeed-offload": dict(model="qwen2.5-7b", gpus=8, framework="deepspeed", zero=2, offload="optimizer",
+                              micro_batch=4, grad_accum=8, precision="fp16-mixed", seq_len=1024),
+    "lora": dict(model="llama-3.1-8b", gpus=8, method="lora", lora_rank=32, seq_len=2048, micro_batch=2,
+                 lora_targets=("k_proj", "o_proj", "q_proj", "v_proj"), grad_accum=4, recompute="full"),
+    "fsdp2-tp-cp": dict(model="llama-3.1-8b", gpus=8, framework="fsdp2", zero=3, tp=2, cp=2, seq_len=8192),
+    "fsdp1": dict(model="llama-3.1-8b", gpus=16, framework="pytorch-fsdp", zero=3, seq_len=4096, recompute="full"),
+}
+#: targets whose own keys carry the whole plan (without the trainledger header)
+SELF_CONTAINED = {"torchtitan", "megatron"}
+
+
+def _write(files, out: Path, strip: bool) -> list[Path]:
+    paths = []
+    for f in files:
+        text = f.text
+        if strip:
+            if f.name.endswith(".json"):
+                d = json.loads(text)
+                d.pop("_trainledger", None)
+                text = json.dumps(d)
+            else:
+                text = re.sub(r"^# trainledger-plan:.*$", "", text, flags=re.M)
+        (out / f.name).write_text(text)
+        paths.append(out / f.name)
+    return paths
+
+
+@pytest.mark.parametrize("fmt", EXPORT_FORMATS)
+@pytest.mark.parametrize("name", list(ROUND))
+def test_round_trip_every_export(name, fmt, tmp_path):
+    inputs = PlanInputs(**ROUND[name])
+    try:
+        files = export_plan(inputs, fmt)
+    except SpecError as exc:
+        assert fmt not in ("torchrun", "slurm")
+        assert len(str(exc)) > 30  # a reason, not a bare refusal
+        return
+    plan = build_plan(inputs)
+    for strip in ([False, True] if fmt in SELF_CONTAINED else [False]):
+        out = tmp_path / ("strip" if strip else "head")
+        out.mkdir()
+        res = import_configs(_write(files, out, strip))
+        back = build_plan(PlanInputs(**res.merged()))
+        assert back == plan, (fmt, strip)
+        assert estimate(back).memory.peak_allocated_bytes == estimate(plan).memory.peak_allocated_bytes
+
+
+def test_exports_keep_tp_and_zero3_or_refuse():
+    """The issue's case: tp2 + ZeRO-3 came out of accelerate / trainer-args exports as plain FSDP dp4."""
+    inputs = PlanInputs(model="llama-3.1-8b", gpus=8, framework="fsdp2", zero=3, tp=2, seq_len=4096)
+    (acc,) = export_plan(inputs, "accelerate")
+    assert "parallelism_config_tp_size: 2" in acc.text and "parallelism_config_dp_shard_size: 4" in acc.text
+    with pytest.raises(SpecError, match="accelerate"):
+        export_plan(inputs, "trainer-args")
+    with pytest.raises(SpecError, match="tp/cp"):
+        export_plan(inputs, "fsdp")
+
+
+def test_accelerate_parallelism_export_loads_in_accelerate(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    inputs = PlanInputs(**ROUND["fsdp2-tp-cp"])
+    (f,) = export_plan(inputs, "accelerate")
+    p = tmp_path / f.name
+    p.write_text(f.text)
+    cfg = load_config_from_file(str(p))
+    assert cfg.parallelism_config["parallelism_config_tp_size"] == 2
+    assert cfg.fsdp_config["fsdp_version"] == 2
+
+
+def test_torchtitan_export_is_valid_toml_with_the_layout():
+    import tomllib
+
+    (f,) = export_plan(PlanInputs(**ROUND["torchtitan-tp"]), "torchtitan")
+    d = tomllib.loads(f.text)
+    assert d["model"] == {"name": "llama3", "flavor": "8B"}
+    assert d["parallelism"]["tensor_parallel_degree"] == 2 and d["parallelism"]["data_parallel_shard_degree"] == 8
+    assert d["training"]["seq_len"] == 8192 and d["training"]["global_batch_size"] == 32
+
+
+def test_megatron_export_is_valid_bash(tmp_path):
+    import subprocess
+
+    (f,) = export_plan(PlanInputs(**ROUND["megatron-tp-pp"]), "megatron")
+    subprocess.run(["bash", "-n", "-c", f.text], check=True)
+    assert "--tensor-model-parallel-size 4" in f.text and "--seq-length 4096" in f.text
