@@ -163,6 +163,22 @@ class SearchResult:
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
                 "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None}
 
+    def __repr__(self) -> str:  # notebook views: trainledger.notebook
+        from .notebook import search_repr
+
+        return search_repr(self)
+
+    def _repr_html_(self) -> str:
+        from .notebook import search_html
+
+        return search_html(self)
+
+    def to_pandas(self) -> Any:
+        """One row per ranked plan (needs pandas)."""
+        from .notebook import search_frame
+
+        return search_frame(self)
+
 
 def layout_dict(plan: Plan) -> dict[str, Any]:
     lay, r = plan.layout, plan.recipe

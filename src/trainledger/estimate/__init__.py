@@ -58,6 +58,22 @@ class Estimate:
             d[k] = v.to_dict() if hasattr(v, "to_dict") else v
         return d
 
+    def __repr__(self) -> str:  # notebook views: trainledger.notebook
+        from ..notebook import estimate_repr
+
+        return estimate_repr(self)
+
+    def _repr_html_(self) -> str:
+        from ..notebook import estimate_html
+
+        return estimate_html(self)
+
+    def to_pandas(self) -> Any:
+        """Memory terms as a DataFrame (needs pandas); the summary is in ``df.attrs``."""
+        from ..notebook import estimate_frame
+
+        return estimate_frame(self)
+
 
 def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     """Estimate every section of the ledger for ``plan``."""
