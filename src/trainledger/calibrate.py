@@ -29,6 +29,10 @@ from .ledger import Ledger, Record
 
 MEMORY_COMMAND = "verify memory"
 CALIBRATION_COMMAND = "calibrate"
+#: every command whose records hold ``measured`` and ``predicted`` of one plan: ``verify memory``,
+#: a run recorded by the training callbacks (verify/callbacks.py), a training log imported with
+#: ``trainledger ledger import``
+MEASURED_COMMANDS = (MEMORY_COMMAND, "train run", "ledger import")
 
 
 def _median(xs: list[float]) -> float | None:
@@ -36,16 +40,26 @@ def _median(xs: list[float]) -> float | None:
 
 
 def fit(records: Iterable[Record]) -> dict[str, Any]:
-    """Fit the corrections from ``verify memory`` records (all of one environment)."""
+    """Fit the corrections from measured records (all of one environment): ``verify memory``
+    runs, training runs recorded by the callbacks and imported training logs."""
     overhead, reserve, time_scale, mfu = [], [], [], []
     used = []
     for r in records:
-        if r.kind != "measurement" or r.command != MEMORY_COMMAND:
+        if r.kind != "measurement" or r.command not in MEASURED_COMMANDS:
             continue
         m, p = r.result.get("measured") or {}, r.result.get("predicted") or {}
-        if m.get("oom") or not m.get("peak_allocated_bytes") or not p.get("peak_allocated_bytes"):
+        has_mem = bool(m.get("peak_allocated_bytes") and p.get("peak_allocated_bytes"))
+        t = r.result.get("time") or {}
+        has_time = m.get("device") == "cuda" and bool(t.get("measured") and t.get("predicted"))
+        if m.get("oom") or not (has_mem or has_time):
             continue
         used.append(r.id)
+        if not has_mem:  # a training log with step times only (e.g. trainer_state.json)
+            scale = t["measured"] / t["predicted"]
+            time_scale.append(scale)
+            if p.get("mfu"):
+                mfu.append(p["mfu"] / scale)
+            continue
         overhead.append(m["peak_allocated_bytes"] / p["peak_allocated_bytes"] - 1.0)
         if m.get("device") == "cuda" and m.get("peak_reserved_bytes"):
             reserve.append((m["peak_reserved_bytes"] - m["peak_allocated_bytes"]) / m["peak_allocated_bytes"])
@@ -72,8 +86,9 @@ def calibrate(ledger: Ledger, env: Mapping[str, Any]) -> dict[str, Any]:
     fitted = fit(ledger.list(kind="measurement", env_id=env_id))
     fitted["env_id"] = env_id
     if fitted["n_measurements"] == 0:
-        raise LedgerError(f"no usable `verify memory` measurement for environment {env_id} in "
-                          f"{ledger.path}; run `trainledger verify memory ...` on this machine first")
+        raise LedgerError(f"no usable measurement for environment {env_id} in {ledger.path}; run "
+                          "`trainledger verify memory ...`, train with trainledger's callback, or "
+                          "`trainledger ledger import` a training log first")
     fitted["id"] = ledger.add("calibration", CALIBRATION_COMMAND, fitted, env=env)
     return fitted
 
