@@ -11,6 +11,12 @@ from .output import echo_json, table
 LEDGER_HELP = "ledger file [$TRAINLEDGER_LEDGER or ~/.local/share/trainledger/ledger.db]"
 
 
+def _plan_options(func: Any) -> Any:
+    from .options import plan_options
+
+    return plan_options(func)
+
+
 def register(main: click.Group) -> None:
     main.add_command(ledger_group)
     main.add_command(calibrate_cmd)
@@ -179,3 +185,39 @@ def calibration_line(d: dict[str, Any]) -> str:
         extra += f", reserved {fmt_bytes(mem['calibrated_peak_reserved_bytes'])}"
     return (f"calibration: calibrated for environment {c['env_id']} from {c['n_measurements']} "
             f"measurement(s){extra}")
+
+
+@ledger_group.command("import")
+@click.argument("log_path", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", default="auto", show_default=True,
+              type=click.Choice(("auto", "hf-trainer-state", "wandb", "torchtitan", "megatron")),
+              help="log format (auto: from the content)")
+@click.option("--warmup", type=int, default=1, show_default=True, help="reported steps left out of averages")
+@click.option("--device", type=click.Choice(("cuda", "cpu")), default="cuda", show_default=True,
+              help="what the logged run ran on (calibration uses CUDA step times only)")
+@click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@_plan_options
+def import_cmd(log_path: str, fmt: str, warmup: int, device: str, path: str | None, as_json: bool,
+               **kwargs: Any) -> None:
+    """Store a training log (trainer_state.json, W&B export, torchtitan or Megatron log) as a
+    measurement of its plan (give the plan as for `estimate`, e.g. --from the run's configs)."""
+    from ..ledger_import import import_log
+    from ..units import fmt_bytes
+    from .options import inputs_from_options
+
+    inputs = inputs_from_options(kwargs)
+    rec = import_log(log_path, inputs, fmt=fmt, warmup=warmup, ledger_path=path, device=device)
+    if as_json:
+        echo_json(rec)
+        return
+    m, p = rec["measured"], rec["predicted"]
+    click.echo(f"imported {rec['file']} ({rec['source']}) as record {rec['id']} of environment {rec['env_id']}")
+    for key, label in (("peak_allocated_bytes", "peak allocated"), ("peak_reserved_bytes", "peak reserved"),
+                       ("device_used_bytes", "device used")):
+        if m.get(key):
+            pred = f" (estimate {fmt_bytes(p['peak_allocated_bytes'])})" if key == "peak_allocated_bytes" else ""
+            click.echo(f"  {label}: {fmt_bytes(m[key])}{pred}")
+    if m.get("step_time_s"):
+        click.echo(f"  step time: {m['step_time_s']:.4g} s (estimate {p['step_time_s']:.4g} s)")
+    click.echo(f"fit it with: trainledger calibrate --env {rec['env_id']}")
