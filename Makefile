@@ -14,6 +14,8 @@ $(VENV)/.core: pyproject.toml
 
 # Tests need the dev extras: CPU torch==2.13.0, transformers, peft, tokenizers, web, browser driver.
 $(VENV)/.dev: $(VENV)/.core
+	# torch is pinned here, not in the extras: the CPU build, before anything can ask for a CUDA one
+	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# DeepSpeed only to validate exported configs with its own parser; no ops are built, and
 	# --no-build-isolation makes it build against the CPU torch already installed (never a CUDA one).
