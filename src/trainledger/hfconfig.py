@@ -53,6 +53,8 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
     if mt == "gemma3":
         cfg, mt = _text_config(cfg, name), "gemma3_text"
         notes = ("text model only: the vision tower and projector of gemma3 are not counted",)
+    if isinstance(mt, str) and mt and mt not in FAMILIES:
+        return _from_transformers(cfg, name, source, mt)
     if not isinstance(mt, str) or mt not in FAMILIES:
         hint = "" if isinstance(mt, str) and mt else " (the field is missing)"
         raise SpecError(f"{name}: model_type {clip(mt)} is not supported{hint}; supported: "
@@ -65,6 +67,21 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         raise spec_error(exc, name) from None
+
+
+def _from_transformers(cfg: dict[str, Any], name: str, source: str | None, mt: str) -> ModelSpec:
+    """An architecture without a built-in reader: built by transformers on the meta device
+    (``trainledger.verify.meta_model``), or a message naming the extra on a core install."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        raise SpecError(f"{name}: model_type {clip(mt)} has no built-in reader (built in: "
+                        f"{', '.join(SUPPORTED_FAMILIES)}, gemma3); pip install 'trainledger[verify]' lets "
+                        "trainledger build it with transformers on the meta device, or write a config with "
+                        "\"model_type\": \"generic\" and its dimensions.")
+    from .verify.meta_model import spec_from_transformers
+
+    return spec_from_transformers(cfg, name, source)
 
 
 def preset_names() -> list[str]:
@@ -107,11 +124,50 @@ def _hub_config_path(repo_id: str) -> Path | None:
         return Path(hit)
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return None
+    got = _download_bounded(hf_hub_download, repo_id, cache_dir)
+    return Path(got) if got else None
+
+
+class HubUnreachable(CatalogError):
+    """The Hub did not answer within HUB_TIMEOUT_S."""
+
+
+def _download_bounded(download: Any, repo_id: str, cache_dir: str | None) -> str | None:
+    """One attempt at config.json, at most HUB_TIMEOUT_S seconds, nothing printed; None when the Hub
+    answered that there is no such (public) repo; HubUnreachable when it did not answer in time."""
+    import logging
+    import threading
+
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            out["path"] = download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=HUB_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            out["error"] = exc
+
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # its retry warnings would print one line per attempt
     try:
-        got = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=HUB_TIMEOUT_S)
-    except Exception:  # unreachable, gated, missing: reported as an unknown model by the caller
-        return None
-    return Path(got)
+        t = threading.Thread(target=work, name="trainledger-hub", daemon=True)
+        t.start()
+        t.join(HUB_TIMEOUT_S)
+    finally:
+        log.setLevel(level)
+    if "path" in out:
+        return str(out["path"])
+    err = out.get("error")
+    unreachable = err is None or any(w in type(err).__name__ for w in ("Connect", "Timeout", "Network", "Offline")) \
+        or "connect" in str(err).lower() or "resolve" in str(err).lower()
+    if unreachable:
+        cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+        raise HubUnreachable(
+            f"{clip(repo_id, 80)} is not cached in {cache} and the Hub did not answer within "
+            f"{HUB_TIMEOUT_S:g} s; without network set HF_HUB_OFFLINE=1 and put config.json in that cache "
+            f"(huggingface-cli download {clip(repo_id, 80)} config.json), or give a config.json path")
+    return None
 
 
 def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
