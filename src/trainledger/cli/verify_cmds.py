@@ -29,7 +29,46 @@ def register(main: click.Group) -> None:
 
 @click.group("verify")
 def verify_group() -> None:
-    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept."""
+    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept.
+
+    Under the user's torchrun (any --nnodes) or srun every command is one rank of that world and
+    rank 0 reports; comm, scaling and accept start a multi-node run themselves with --nnodes N
+    --rdzv-endpoint HOST:PORT on every node.
+    """
+    if importlib.util.find_spec("torch") is not None:
+        from ..verify.multinode import apply_slurm_env
+
+        apply_slurm_env()  # srun tasks become torch.distributed ranks
+
+
+def node_options(func):
+    """--nnodes / --rdzv-endpoint / --rdzv-id: this command on every node, joined by torchrun's rendezvous."""
+    func = click.option("--rdzv-id", help="rendezvous id, the same on every node [$SLURM_JOB_ID or trainledger]")(func)
+    func = click.option("--rdzv-endpoint", help="HOST:PORT of node 0 for torchrun's c10d rendezvous")(func)
+    func = click.option("--nnodes", type=int, default=1, show_default=True,
+                        help="nodes of a multi-node run (run the same command on each)")(func)
+    return func
+
+
+def _launcher(nnodes: int, endpoint: str | None, rdzv_id: str | None) -> Any:
+    if nnodes <= 1:
+        return None
+    if not endpoint:
+        raise VerifyError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address, the same on every node)")
+    from ..verify.multinode import node_launcher
+
+    return node_launcher(nnodes, endpoint, rdzv_id)
+
+
+def _not_reporting(what: str) -> None:
+    _progress(f"{what}: this node joined the run; node 0 (global rank 0) reports")
+
+
+def _rank_zero_only(kwargs: dict[str, Any]) -> bool:
+    """Under a launcher: True on ranks other than 0 (they only take part, or exit)."""
+    from ..verify.launch import in_torchrun
+
+    return in_torchrun() and int(os.environ.get("RANK", "0")) != 0
 
 
 def _progress(msg: str) -> None:
@@ -88,6 +127,8 @@ def _has_plan_flags(kwargs: dict[str, Any]) -> bool:
 @ledger_options
 def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
     """GPUs, topology, NUMA, CPU and RAM — compared with the plan's cluster when plan flags are given."""
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:  # under a launcher: one probe per node
+        return
     from ..planfile import build_plan
     from ..verify import probe
 
@@ -117,6 +158,8 @@ def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
 def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, **kwargs: Any) -> None:
     """Run real training steps of the plan and compare peak memory with the estimate, term by term."""
     _need_torch(device)
+    if _rank_zero_only(kwargs):  # one replica is measured: rank 0 of the launcher's world
+        return
     from ..estimate import estimate
     from ..planfile import build_plan
     from ..verify.compare import compare_memory, compare_time, render_memory
@@ -153,9 +196,11 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
 @click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True, help="seconds for the whole run")
 @click.option("--collective-timeout", type=float, default=120.0, show_default=True, help="seconds per collective")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@node_options
 @ledger_options
 def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link: str | None, gpu: str | None,
-             timeout_s: float, collective_timeout: float, as_json: bool, **kwargs: Any) -> None:
+             timeout_s: float, collective_timeout: float, as_json: bool, nnodes: int, rdzv_endpoint: str | None,
+             rdzv_id: str | None, **kwargs: Any) -> None:
     """Correctness of all_reduce/all_gather/reduce_scatter/all_to_all, then algbw/busbw per size."""
     _need_torch(device)
     from ..verify import comm
@@ -174,8 +219,11 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
         if int(os.environ.get("RANK", "0")) != 0:
             return
     else:
-        _progress(f"launching torchrun: {nproc} {device} rank(s), sizes {min_size}..{max_size}")
-        raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom)
+        launcher = _launcher(nnodes, rdzv_endpoint, rdzv_id)
+        _progress(f"launching torchrun: {nproc} {device} rank(s) × {nnodes} node(s), sizes {min_size}..{max_size}")
+        raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom, launcher=launcher)
+        if raw is None:
+            return _not_reporting("verify comm")
     result = comm.finish(raw, comm.reference_link(device, raw["world_size"], link, gpu))
     _record(kwargs, "verify comm", result, None, result["ok"])
     _finish(result, comm.render(result), as_json, result["ok"])
@@ -190,18 +238,37 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
 @click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True)
 @click.option("--collective-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@node_options
 @ledger_options
 def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collective_timeout: float,
-                as_json: bool, **kwargs: Any) -> None:
+                as_json: bool, nnodes: int, rdzv_endpoint: str | None, rdzv_id: str | None, **kwargs: Any) -> None:
     """Step time at 1, 2, 4 ... N ranks under DP/FSDP and the scaling efficiency."""
     _need_torch(device)
     from ..planfile import build_plan
     from ..verify import scaling
 
+    from ..verify.launch import in_torchrun
+    from ..verify import multinode
+
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
-                                 collective_timeout_s=collective_timeout, progress=_progress)
+    if in_torchrun():  # the launcher's world: rank 0 alone (baseline), then all ranks; no nested launch
+        raw = multinode.scaling_in_world(inputs.model_dump(mode="json"), device, steps, 2, collective_timeout)
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+        if raw is None:
+            return
+        result = scaling.finish({"plan": inputs.model_dump(mode="json"), "device": device, "runs": raw["runs"]})
+    elif nnodes > 1:
+        result = multinode.run_scaling_nodes(inputs, device, nproc, _launcher(nnodes, rdzv_endpoint, rdzv_id),
+                                             steps=steps, timeout_s=timeout_s, collective_timeout_s=collective_timeout)
+        if result is None:
+            return _not_reporting("verify scaling")
+    else:
+        result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
+                                     collective_timeout_s=collective_timeout, progress=_progress)
     _record(kwargs, "verify scaling", result, plan, result["ok"])
     _finish(result, scaling.render(result), as_json, result["ok"])
 
@@ -221,6 +288,8 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
 def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: float | None, no_fio: bool,
            as_json: bool, **kwargs: Any) -> None:
     """Storage IOPS and read throughput at --path, host memory bandwidth, vs the plan's loading need."""
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0:  # under a launcher: one storage test per node
+        return
     from ..verify import io as vio
 
     plan = None
@@ -255,20 +324,41 @@ def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: floa
 @click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True, help="seconds per launch")
 @click.option("--collective-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@node_options
 @ledger_options
 def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out_path: str | None,
                workdir: str | None, timeout_s: float, collective_timeout: float, as_json: bool,
-               **kwargs: Any) -> None:
+               nnodes: int, rdzv_endpoint: str | None, rdzv_id: str | None, **kwargs: Any) -> None:
     """The delivery acceptance run: train, checkpoint, restore in fresh processes, compare."""
     _need_torch(device)
     from ..planfile import build_plan
     from ..verify import accept
 
+    from ..verify import multinode
+    from ..verify.launch import in_torchrun
+
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
-    report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
-                               collective_timeout, workdir)
+    if in_torchrun():  # the launcher's world: run and restore in these processes; rank 0 reports
+        report = multinode.accept_in_world(inputs, device, steps_before, steps_after, collective_timeout, workdir)
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        if report is None:
+            return
+    elif nnodes > 1:
+        if not workdir:
+            raise VerifyError("verify accept --nnodes > 1 needs --workdir on a filesystem every node shares "
+                              "(the checkpoint is written by all ranks and read back)")
+        _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) × {nnodes} nodes")
+        report = multinode.accept_nodes(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                        collective_timeout, workdir, _launcher(nnodes, rdzv_endpoint, rdzv_id))
+        if report is None:
+            return _not_reporting("verify accept")
+    else:
+        _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
+        report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                   collective_timeout, workdir)
     if out_path:
         tmp = Path(out_path + ".tmp")
         tmp.write_text(to_json(report))

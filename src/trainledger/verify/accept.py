@@ -51,7 +51,8 @@ def _launch(mode: str, inputs_path: Path, ckpt: Path, out: Path, o: dict[str, An
             "--steps-before", str(o["steps_before"]), "--steps-after", str(o["steps_after"]),
             "--accum-rtol", str(o["accum_rtol"]), "--timeout", str(o["collective_timeout_s"]),
             "--out", str(out)]
-    res = torchrun("trainledger.verify._accept_worker", args, o["nproc"], o["timeout_s"], env=o.get("env"))
+    launch = o.get("launcher") or torchrun  # a multi-node launcher: verify/multinode.py
+    res = launch("trainledger.verify._accept_worker", args, o["nproc"], o["timeout_s"], env=o.get("env"))
     data = json.loads(out.read_text()) if res.ok and out.exists() else None
     return data, res
 
@@ -78,7 +79,7 @@ def _failure_text(res: LaunchResult, what: str) -> str:
 
 def run_accept(inputs: Any, device: str = "cpu", nproc: int = 2, steps_before: int = 2, steps_after: int = 2,
                timeout_s: float = 1800.0, collective_timeout_s: float = 120.0, workdir: str | None = None,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+               env: dict[str, str] | None = None, launcher: Any = None) -> dict[str, Any]:
     """Run the acceptance test of ``inputs`` (a PlanInputs) and return the report."""
     from ..planfile import build_plan
 
@@ -88,7 +89,7 @@ def run_accept(inputs: Any, device: str = "cpu", nproc: int = 2, steps_before: i
     prec = plan.recipe.precision
     o = {"device": device, "nproc": nproc, "steps_before": steps_before, "steps_after": steps_after,
          "accum_rtol": ACCUM_RTOL.get(prec, 5e-2), "collective_timeout_s": collective_timeout_s,
-         "timeout_s": timeout_s, "env": env}
+         "timeout_s": timeout_s, "env": env, "launcher": launcher}
     if steps_before < 1 or steps_after < 1:
         raise VerifyError("--steps-before and --steps-after must be at least 1")
     own = workdir is None

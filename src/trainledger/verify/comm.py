@@ -134,15 +134,20 @@ def reference_link(device: str, world: int, link: str | None, gpu: str | None) -
 
 def run_comm(nproc: int, device: str, max_size: int, timeout_s: float = 600.0,
              collective_timeout_s: float = 60.0, min_size: int = MIN_SIZE,
-             env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Launch the comm worker on ``nproc`` local ranks under torchrun and return rank 0's result."""
+             env: dict[str, str] | None = None, launcher: Any = None) -> dict[str, Any] | None:
+    """Launch the comm worker on ``nproc`` local ranks under torchrun and return rank 0's result.
+
+    ``launcher``: a multi-node launcher (verify/multinode.py ``node_launcher``); on a node that
+    does not hold global rank 0 the result is None (node 0 reports)."""
     from .launch import torchrun
 
     with tempfile.TemporaryDirectory(prefix="trainledger-comm-") as tmp:
         out = Path(tmp) / "comm.json"
         args = ["--device", device, "--max-size", str(max_size), "--min-size", str(min_size),
                 "--timeout", str(collective_timeout_s), "--out", str(out)]
-        res = torchrun("trainledger.verify._comm_worker", args, nproc, timeout_s, env=env)
+        res = (launcher or torchrun)("trainledger.verify._comm_worker", args, nproc, timeout_s, env=env)
+        if res.ok and not out.exists() and launcher is not None:
+            return None
         if not res.ok or not out.exists():
             raise VerifyError(res.failure(f"verify comm on {nproc} {device} rank(s)"))
         return json.loads(out.read_text())
