@@ -8,7 +8,8 @@ the check passed, and the result (JSON).
 Concurrency and crash safety come from SQLite itself (https://sqlite.org/wal.html,
 https://sqlite.org/atomiccommit.html): the database runs in WAL mode, every write is one
 ``BEGIN IMMEDIATE`` transaction, and a busy timeout makes a second writer wait for the first
-instead of failing. A process killed mid-write leaves the last committed state intact: the
+instead of failing. On a network filesystem (NFS home directories of clusters) the rollback
+journal is used instead of WAL, which needs all writers on one host (fsdetect.py). A process killed mid-write leaves the last committed state intact: the
 unfinished transaction is rolled back the next time the file is opened.
 
 Path: ``--ledger PATH`` > ``$TRAINLEDGER_LEDGER`` > ``$XDG_DATA_HOME/trainledger/ledger.db``
@@ -119,8 +120,11 @@ class Ledger:
             )
             self._conn.row_factory = sqlite3.Row
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            self._conn.execute("PRAGMA synchronous = NORMAL")
+            from .fsdetect import ledger_journal_mode  # WAL needs one host: not on NFS (fsdetect.py)
+
+            want = ledger_journal_mode(self.path)
+            mode = self._conn.execute(f"PRAGMA journal_mode = {want}").fetchone()[0]
+            self._conn.execute("PRAGMA synchronous = NORMAL" if want == "WAL" else "PRAGMA synchronous = FULL")
             with self._tx():
                 for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
                     self._conn.execute(stmt)
