@@ -49,7 +49,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "disable_bias_linear", "bias", "position_embedding_type", "max_position_embeddings", "vocab_file",
         "tokenizer_type", "tokenizer_model", "nproc_per_node", "nnodes", "devices", "num_nodes",
         "virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage", "precision",
-        "deepspeed", "deepspeed_config", "zero_stage", "use_flash_attn", "attention_backend",
+        "deepspeed", "deepspeed_config", "zero_stage", "use_flash_attn", "attention_backend", "attention",
         "use_mcore_models", "factory", "train_iters", "train_samples", "cpu_offloading",
         "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
         "grad_div_ar_fusion", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
@@ -277,6 +277,10 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
                           "distributed_fused_adam": "adamw-fused", "sgd": "sgd-momentum"}.get(opt), where)
     if opt not in ("adam", "adamw", "fused_adam", "distributed_fused_adam", "sgd"):
         res.unknown_keys.append(f"{where}: --optimizer {opt} (state size not modeled)")
+    backend = str(a.get("attention_backend", "auto")).lower()
+    # Megatron-Core's default backend (auto) picks Transformer Engine's fused/flash attention, which
+    # keeps no s×s score matrix (megatron/core/transformer/enums.py AttnBackend)
+    res.set("attention", "eager" if backend in ("unfused", "local") else "flash", where)
     ad = float(a.get("attention_dropout", 0.1))
     hd = float(a.get("hidden_dropout", 0.1))
     res.set("dropout", max(ad, hd), where)
