@@ -278,9 +278,13 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     if opt not in ("adam", "adamw", "fused_adam", "distributed_fused_adam", "sgd"):
         res.unknown_keys.append(f"{where}: --optimizer {opt} (state size not modeled)")
     backend = str(a.get("attention_backend", "auto")).lower()
-    # Megatron-Core's default backend (auto) picks Transformer Engine's fused/flash attention, which
-    # keeps no s×s score matrix (megatron/core/transformer/enums.py AttnBackend)
-    res.set("attention", "eager" if backend in ("unfused", "local") else "flash", where)
+    # Megatron-Core's backends (megatron/core/transformer/enums.py AttnBackend): auto/fused pick
+    # Transformer Engine's fused kernels, which keep no s×s scores (the estimator's sdpa = flash);
+    # unfused/local materialise them (eager)
+    if backend in ("unfused", "local"):
+        res.set("attention", "eager", where)
+    elif backend == "flash":
+        res.set("attention", "flash", where)
     ad = float(a.get("attention_dropout", 0.1))
     hd = float(a.get("hidden_dropout", 0.1))
     res.set("dropout", max(ad, hd), where)
