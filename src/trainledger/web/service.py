@@ -129,6 +129,7 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
                        "Pick a preset or paste a config.json.", "model")
     _check_name(inputs.gpu, "gpus", "gpu")
     _check_name(inputs.network, "networks", "network")
+    _check_name(inputs.intra, "networks", "intra")
     data = inputs.model_dump(exclude_unset=True)
     data["model"] = inputs.model.lower()
     try:
