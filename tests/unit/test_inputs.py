@@ -70,3 +70,18 @@ def test_bad_framework_is_a_usage_error():
     res = CliRunner().invoke(main, ["estimate", "--framework", "jax"])
     assert res.exit_code == 2
     assert "hf" in res.output and "megatron-core" in res.output
+
+
+def test_top_level_api_estimates_a_plan_inputs_or_fields():
+    import trainledger
+    from trainledger.estimate import estimate as estimate_plan
+
+    plan = trainledger.build_plan(trainledger.PlanInputs(model="llama-3.2-1b", gpus=8, zero=3))
+    want = estimate_plan(plan).memory.device_total_bytes
+    assert trainledger.estimate(plan).memory.device_total_bytes == want
+    assert trainledger.estimate(model="llama-3.2-1b", gpus=8, zero=3).memory.device_total_bytes == want
+    # ZeRO-3 over 8 GPUs holds less than the unsharded job: the keywords really reached the plan
+    assert trainledger.estimate(model="llama-3.2-1b").memory.device_total_bytes > want
+    with pytest.raises(TypeError):
+        trainledger.estimate("llama-3.2-1b")
+    assert callable(trainledger.search)
