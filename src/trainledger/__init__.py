@@ -29,7 +29,7 @@ _LAZY = {
     "estimate": ("trainledger.estimate", None),  # the package is callable: trainledger.estimate(plan)
     "Estimate": ("trainledger.estimate", "Estimate"),
     "EstimateOptions": ("trainledger.estimate", "EstimateOptions"),
-    "search": ("trainledger.search", "search"),
+    "search": ("trainledger.search", None),  # the module is callable: trainledger.search(job)
     "Job": ("trainledger.search", "Job"),
     "build_plan": ("trainledger.planfile", "build_plan"),
     "PlanInputs": ("trainledger.planfile", "PlanInputs"),

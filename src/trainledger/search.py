@@ -19,7 +19,9 @@ the token budget in time); both are reported.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -335,3 +337,13 @@ def _layout(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp:
 
 def _catalog_error_reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, (CatalogError, TrainledgerError)) else repr(exc)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``trainledger.search`` be both this module and the function ``search(job)``."""
+
+    def __call__(self, job: Job, progress: Callable[[int, int], None] | None = None) -> SearchResult:
+        return search(job, progress)
+
+
+sys.modules[__name__].__class__ = _CallableModule
