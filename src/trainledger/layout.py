@@ -42,7 +42,8 @@ class Layout(Spec):
         mp = self.model_parallel()
         if self.dp is None:
             if world_size % mp:
-                raise LayoutError(
+                worst = max(("tp", "pp", "cp"), key=lambda k: getattr(self, k))
+                raise LayoutError(field=worst, message=
                     f"tp·pp·cp = {self.tp}·{self.pp}·{self.cp} = {mp} does not divide {world_size} GPUs; "
                     f"choose degrees whose product divides the GPU count"
                 )
@@ -54,17 +55,17 @@ class Layout(Spec):
         dp = self.dp or 1
         total = dp * self.model_parallel()
         if total != world_size:
-            raise LayoutError(
+            raise LayoutError(field="dp", message=
                 f"dp·tp·pp·cp = {dp}·{self.tp}·{self.pp}·{self.cp} = {total}, but the cluster has "
                 f"{world_size} GPUs; set --dp {world_size // self.model_parallel() or 1} or change --gpus"
             )
         if (dp * self.cp) % self.ep:
-            raise LayoutError(
+            raise LayoutError(field="ep", message=
                 f"ep={self.ep} must divide dp·cp = {dp}·{self.cp} = {dp * self.cp} (experts are "
                 f"sharded over the data-parallel ranks)"
             )
         if self.vp > 1 and self.pp == 1:
-            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1")
+            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1", field="vp")
 
     @property
     def dp_size(self) -> int:

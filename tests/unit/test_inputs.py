@@ -85,3 +85,28 @@ def test_top_level_api_estimates_a_plan_inputs_or_fields():
     with pytest.raises(TypeError):
         trainledger.estimate("llama-3.2-1b")
     assert callable(trainledger.search)
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"gpus": 8, "tp": 3}, "tp"),
+    ({"gpus": 8, "dp": 3}, "dp"),
+    ({"gpus": 2, "global_batch": 3}, "global_batch"),
+    ({"seq_len": -1}, "seq_len"),
+    ({"pp": 1000}, "pp"),
+])
+def test_errors_carry_the_field_they_concern(fields, field):
+    from trainledger.errors import TrainledgerError
+
+    with pytest.raises(TrainledgerError) as info:
+        build_plan(parse_inputs({"model": "llama-3.2-1b", **fields}))
+    assert info.value.field == field, str(info.value)
+
+
+def test_web_error_names_the_field_from_the_error_not_its_words():
+    from fastapi.testclient import TestClient
+
+    from trainledger.web import create_app
+
+    r = TestClient(create_app()).post("/api/estimate", json={"inputs": {"gpus": 8, "tp": 3}})
+    assert r.status_code == 400
+    assert r.json()["field"] == "tp"

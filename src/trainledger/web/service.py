@@ -57,7 +57,8 @@ def field_of(message: str) -> str | None:
 
 
 def library_error(exc: TrainledgerError) -> WebError:
-    return WebError(str(exc), field_of(str(exc)))
+    """The library names the input an error concerns (``exc.field``); older errors fall back to words."""
+    return WebError(str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
 
 # ---- catalogs -------------------------------------------------------------------------------
