@@ -46,7 +46,7 @@ class WebError(Exception):
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..jsonsafe import finite_json
+    from ..format import finite_json
 
     return finite_json(obj)
 
