@@ -19,7 +19,7 @@ Offload = Literal["none", "optimizer", "params"]
 class Layout(Spec):
     """Parallelism degrees and sharding. ``dp=None`` means: whatever the world size leaves."""
 
-    dp: int | None = Field(None, gt=0, le=1_000_000, description="data-parallel degree")
+    dp: int | None = Field(None, gt=0, le=1_000_000, description="data-parallel degree [gpus / (tp·pp·cp)]")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
     pp: int = Field(1, gt=0, le=1024, description="pipeline-parallel degree")
     cp: int = Field(1, gt=0, le=1024, description="context-parallel degree")
@@ -29,7 +29,7 @@ class Layout(Spec):
     pp_schedule: PipelineSchedule = "1f1b"
     pp_microbatches: int | None = Field(None, gt=0, description="micro-batches per pipeline flush")
     zero: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage; 3 == FSDP full shard")
-    hybrid_shard: bool = Field(False, description="FSDP hybrid: shard within a node, replicate across")
+    hybrid_shard: bool = Field(False, description="shard within a node, replicate across nodes (HSDP)")
     offload: Offload = Field("none", description="CPU offload of optimizer states, or of params too")
     offload_device: Literal["cpu", "nvme"] = "cpu"
 

@@ -21,7 +21,7 @@ class Plan(Spec):
     layout: Layout
     cluster: Cluster
     runtime: Runtime = Runtime()
-    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="memory kept free for the fit verdict")
+    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
 
     @model_validator(mode="after")
     def _resolve(self) -> "Plan":
