@@ -10,11 +10,16 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plan import Plan
 from .options import EstimateOptions
+from .stage import Stage
 from .terms import Term
+
+if TYPE_CHECKING:
+    from .memory import MemoryEstimate
+    from .time import ComputeEstimate, TimeEstimate
 
 __all__ = ["Estimate", "EstimateOptions", "Term", "estimate", "estimate_job", "plan_summary"]
 
@@ -45,10 +50,11 @@ class Estimate:
 
     plan: Plan
     options: EstimateOptions
-    memory: Any
-    compute: Any = None
-    time: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryEstimate
+    compute: ComputeEstimate | None = None
+    time: TimeEstimate | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # run sections by name: energy, cost, io, ...
+    stage: Stage | None = None  # the derived per-plan view every section read
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"plan": plan_summary(self.plan), "memory": self.memory.to_dict()}
@@ -75,7 +81,8 @@ def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     from .sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
 
     extra = dict(ledger_sections(plan, options.cost, mem, comp, tm))
-    return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra)
+    return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra,
+                    stage=Stage.of(plan))
 
 
 def estimate_job(plan: Any = None, options: EstimateOptions | None = None, **fields: Any) -> Estimate:

@@ -38,6 +38,7 @@ from .compute import FlopCount, step_flops
 from .efficiency import GpuEfficiency, LinkEfficiency, for_gpu, link_efficiency
 from .options import TimeOptions
 from .optimizers import STATES_PER_PARAM, bytes_per_state
+from .stage import Stage
 from .work import StageWork, stage_work
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
@@ -210,7 +211,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
     training = r.is_training
     act = 4.0 if r.policy["compute"] == "fp32" else 2.0
-    tokens = r.micro_batch * r.seq_len / lay.cp
+    tokens = Stage.of(plan).tokens_per_micro_batch
     A = tokens * m.hidden_size * act
     layers = work.layers
     from .compute import recompute_fraction
