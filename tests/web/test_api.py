@@ -184,9 +184,11 @@ def test_report_and_export_downloads(client):
     assert md.text.startswith("# llama-3.2-1b")
     from trainledger.runconfig import export_plan
 
-    ex = client.post("/api/export", json={"inputs": {"model": "llama-3.1-8b", "gpus": 8}, "format": "deepspeed"})
+    # deepspeed.json runs the job under DeepSpeed: the plan says so (issue 17: exports keep the stack)
+    ex = client.post("/api/export", json={"inputs": {"model": "llama-3.1-8b", "gpus": 8, "framework": "deepspeed"},
+                                          "format": "deepspeed"})
     assert ex.status_code == 200
-    want = export_plan(PlanInputs(model="llama-3.1-8b", gpus=8), "deepspeed")
+    want = export_plan(PlanInputs(model="llama-3.1-8b", gpus=8, framework="deepspeed"), "deepspeed")
     assert [f["name"] for f in ex.json()["files"]] == [f.name for f in want]
     assert client.post("/api/export", json={"format": "nope"}).json()["field"] == "export_format"
 
