@@ -111,3 +111,29 @@ def test_lightning_callback_needs_lightning():
             LightningLedgerCallback()
     else:
         assert LightningLedgerCallback() is not None
+
+
+def test_lightning_callback_records_a_run(ledger_path, tmp_path):
+    lightning = pytest.importorskip("lightning")
+    model, cfg = _tiny_model()
+
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch, idx):
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    data = torch.utils.data.DataLoader(torch.randint(0, cfg.vocab_size, (8, 32)), batch_size=2)
+    cb = LightningLedgerCallback()
+    trainer = lightning.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, callbacks=[cb], default_root_dir=str(tmp_path))
+    trainer.fit(Module(), data)
+    res = cb.result
+    assert res["plan"]["seq_len"] == 32 and res["plan"]["micro_batch"] == 2
+    assert res["measured"]["steps"] == 3
+    assert abs(res["measured"]["peak_allocated_bytes"] / res["predicted"]["peak_allocated_bytes"] - 1) < 0.15

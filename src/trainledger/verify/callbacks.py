@@ -51,9 +51,14 @@ def _rank_world() -> tuple[int, int]:
 
 
 def _unwrap(model: Any) -> Any:
+    """The Hugging Face model inside DDP/compile/Lightning wrappers (the module with a ``config``)."""
     for attr in ("module", "_orig_mod"):
         while hasattr(model, attr) and not hasattr(model, "config"):
             model = getattr(model, attr)
+    if not hasattr(getattr(model, "config", None), "to_dict") and hasattr(model, "children"):
+        for child in model.children():  # e.g. a LightningModule holding the model as an attribute
+            if hasattr(getattr(child, "config", None), "to_dict"):
+                return child
     return model
 
 
@@ -391,14 +396,21 @@ def LightningLedgerCallback(**kwargs: Any) -> Any:  # noqa: N802
             self.recorder: RunRecorder | None = None
 
         def on_train_start(self, trainer, pl_module):  # noqa: ANN001
-            self.recorder = RunRecorder(pl_module, **{"grad_accum": trainer.accumulate_grad_batches, **kwargs})
+            self.acc = max(1, int(trainer.accumulate_grad_batches))
+            self.recorder = RunRecorder(pl_module, **{"grad_accum": self.acc, **kwargs})
             self.recorder.start()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):  # noqa: ANN001
-            self.recorder.step_begin()
+            if batch_idx % self.acc == 0:  # an optimizer step begins
+                self.recorder.step_begin()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # noqa: ANN001
-            self.recorder.step_end()
+            if (batch_idx + 1) % self.acc == 0:
+                self.recorder.step_end()
+
+        @property
+        def result(self) -> dict[str, Any] | None:
+            return self.recorder.result if self.recorder else None
 
         def on_train_end(self, trainer, pl_module):  # noqa: ANN001
             self.recorder.finish()
