@@ -56,12 +56,16 @@ def _reporter(res: list[subprocess.CompletedProcess]) -> dict:
 def test_first_host_and_slurm_variables():
     assert first_host("gpu[003-005,007],cpu1") == "gpu003"
     assert first_host("node7") == "node7"
-    env = slurm_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NNODES": "2",
-                     "SLURM_JOB_NODELIST": "dgx[01-02]", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "1"})
+    env = slurm_env({"SLURM_PROCID": "9", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1",
+                     "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+                     "SLURM_STEP_NODELIST": "dgx[01-02]", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "1"})
     assert env == {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1",
                    "MASTER_ADDR": "dgx01", "MASTER_PORT": str(29500 + 242)}
-    assert slurm_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
+    assert slurm_env({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_LOCALID": "0",
                       "SLURM_JOB_NODELIST": "a"}) is None  # one task: nothing distributed
+    # the batch script itself (SLURM_NTASKS of the allocation, but no srun step): one process
+    assert slurm_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_LOCALID": "0",
+                      "SLURM_JOB_NODELIST": "dgx[01-02]"}) is None
 
 
 @pytest.mark.slow
@@ -111,7 +115,8 @@ def test_scaling_under_the_users_two_node_torchrun():
 def test_comm_under_srun_variables():
     port = str(_port())
     cmd = _cli("verify", "comm", "--device", "cpu", "--max-size", "64KiB", "--json", "--no-ledger")
-    envs = [_env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_LOCALID=str(i), SLURM_NNODES="1",
-                 SLURM_JOB_NODELIST="localhost", SLURM_JOB_ID="77", MASTER_PORT=port) for i in (0, 1)]
+    envs = [_env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_STEP_NUM_TASKS="2", SLURM_LOCALID=str(i),
+                 SLURM_STEP_NUM_NODES="1", SLURM_STEP_NODELIST="localhost", SLURM_JOB_ID="77", MASTER_PORT=port)
+            for i in (0, 1)]
     d = _reporter(_both([cmd, cmd], envs))
     assert d["world_size"] == 2

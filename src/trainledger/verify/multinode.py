@@ -1,8 +1,8 @@
 """Clusters: the verify commands under the user's torchrun (any ``--nnodes``) or Slurm's ``srun``,
 and a ``--launch`` that starts a multi-node run through torchrun's rendezvous.
 
-* **Slurm**: under ``srun`` (one task per GPU) every task has ``SLURM_PROCID``, ``SLURM_NTASKS``,
-  ``SLURM_LOCALID`` and ``SLURM_JOB_NODELIST``; :func:`apply_slurm_env` turns them into the
+* **Slurm**: under ``srun`` (one task per GPU) every task has ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``,
+  ``SLURM_LOCALID`` and ``SLURM_STEP_NODELIST``; :func:`apply_slurm_env` turns them into the
   ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` torch.distributed reads
   (the first host of the node list is the master; the port is ``$MASTER_PORT`` or derived from
   ``SLURM_JOB_ID``), so every command then behaves as under torchrun.
@@ -26,8 +26,11 @@ from typing import Any
 
 from ..errors import VerifyError
 
-#: Slurm's task variables (https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES)
-SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST")
+#: the variables srun sets for each task of a job step
+#: (https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES); SLURM_STEP_NUM_TASKS
+#: is what tells an srun task from the batch script itself (which has SLURM_NTASKS of the whole
+#: allocation but is one process)
+SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID")
 DEFAULT_PORT = 29500
 
 
@@ -47,14 +50,17 @@ def first_host(nodelist: str) -> str:
 def slurm_env(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
     """torch.distributed variables for this srun task, or None outside a multi-task Slurm step."""
     env = os.environ if environ is None else environ
-    if any(v not in env for v in SLURM_VARS) or int(env.get("SLURM_NTASKS", "1")) < 2:
+    if any(v not in env for v in SLURM_VARS) or int(env.get("SLURM_STEP_NUM_TASKS", "1")) < 2:
         return None
-    ntasks, nnodes = int(env["SLURM_NTASKS"]), int(env.get("SLURM_NNODES", "1") or 1)
-    local_world = env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] or str(max(1, ntasks // nnodes))
+    ntasks = int(env["SLURM_STEP_NUM_TASKS"])
+    nnodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE") or ""
+    local_world = per_node.split("(")[0].split(",")[0] or str(max(1, ntasks // nnodes))
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
     port = env.get("MASTER_PORT") or str(DEFAULT_PORT + int(env.get("SLURM_JOB_ID", "0") or 0) % 1000)
     return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": str(ntasks), "LOCAL_RANK": env["SLURM_LOCALID"],
             "LOCAL_WORLD_SIZE": local_world, "GROUP_RANK": env.get("SLURM_NODEID", "0"),
-            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(env["SLURM_JOB_NODELIST"]),
+            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodelist),
             "MASTER_PORT": port}
 
 
