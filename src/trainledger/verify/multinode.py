@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping

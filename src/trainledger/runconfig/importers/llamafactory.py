@@ -33,7 +33,7 @@ OWN = {"model_name_or_path", "adapter_name_or_path", "trust_remote_code", "stage
        "moe_aux_loss_coef", "disable_shuffling", "streaming", "mix_strategy", "tokenized_path",
        "reward_model", "reward_model_type", "ppo_epochs", "predict_with_generate", "do_predict",
        "do_eval", "eval_strategy", "eval_steps", "per_device_eval_batch_size", "kt_optimize_rule",
-       "use_kt", "cpu_infer", "chunk_size", "trust_remote_code", "report_to", "run_name"}
+       "use_kt", "cpu_infer", "chunk_size", "report_to", "run_name"}
 
 _NOT_MODELED = ("use_galore", "use_badam", "use_apollo", "use_unsloth", "enable_liger_kernel",
                 "use_dora", "pure_bf16", "rope_scaling", "neat_packing", "shift_attn", "use_kt",
