@@ -67,6 +67,14 @@ def test_axolotl_unmodeled_memory_keys_are_listed(tmp_path):
     assert not any("lr_scheduler" in u for u in res.unknown_keys)
 
 
+def test_axolotl_gradient_checkpointing_offload_is_recompute_and_listed(tmp_path):
+    p = tmp_path / "a.yml"
+    p.write_text("base_model: x/y\nsequence_len: 1024\nmicro_batch_size: 1\ngradient_checkpointing: offload\n")
+    res = import_configs([p])
+    assert res.merged()["recompute"] == "full"
+    assert any("gradient_checkpointing=offload" in u for u in res.unknown_keys)
+
+
 # ----------------------------------------------------------------------------- LLaMA-Factory
 def test_llamafactory_lora_defaults_to_gradient_checkpointing():
     m = _read("llamafactory_llama3_lora_sft.yaml").merged()

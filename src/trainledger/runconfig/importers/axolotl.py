@@ -72,7 +72,13 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     set_precision(res, where, bf16=d.get("bf16"), fp16=d.get("fp16"), fp8=d.get("fp8"))
     if "gradient_checkpointing" in d and d["gradient_checkpointing"] is not None:
         gc = d["gradient_checkpointing"]
-        res.set("recompute", "full" if truthy(gc) else "none", where)
+        if isinstance(gc, str) and gc.strip().lower() not in ("true", "false", "auto", "1", "0"):
+            # e.g. "offload": checkpointing with the saved inputs moved to host memory
+            res.set("recompute", "full", where)
+            res.unknown_keys.append(f"{where}: gradient_checkpointing={gc} (sized as full recomputation; "
+                                    "the offload of checkpoints to host memory is not modeled)")
+        else:
+            res.set("recompute", "full" if truthy(gc) else "none", where)
     if d.get("optimizer"):
         set_hf_optim(res, d["optimizer"], where, "optimizer")
     if truthy(d.get("flash_attention") or False):
