@@ -192,6 +192,8 @@ ROUND = {
                           micro_batch=2, grad_accum=2, recompute="full"),
     "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
                            seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective"),
+    "nemo-recipe": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=2, cp=2, zero=1,
+                        seq_len=8192, micro_batch=1, grad_accum=4, recompute="full", dropout=0.0),
     "deepspeed-offload": dict(model="qwen2.5-7b", gpus=8, framework="deepspeed", zero=2, offload="optimizer",
                               micro_batch=4, grad_accum=8, precision="fp16-mixed", seq_len=1024),
     "lora": dict(model="llama-3.1-8b", gpus=8, method="lora", lora_rank=32, seq_len=2048, micro_batch=2,
@@ -200,7 +202,7 @@ ROUND = {
     "fsdp1": dict(model="llama-3.1-8b", gpus=16, framework="pytorch-fsdp", zero=3, seq_len=4096, recompute="full"),
 }
 #: targets whose own keys carry the whole plan (without the trainledger header)
-SELF_CONTAINED = {"torchtitan", "megatron"}
+SELF_CONTAINED = {"torchtitan", "megatron", "nemo"}
 
 
 def _write(files, out: Path, strip: bool) -> list[Path]:

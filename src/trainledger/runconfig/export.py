@@ -24,7 +24,7 @@ from ..units import GIB
 from .arch import decoder_layer_class
 
 EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm", "torchtitan",
-                  "megatron")
+                  "megatron", "nemo")
 
 #: the software stacks (``--framework``) each target runs the job under; a plan of another stack is
 #: refused, since its memory and time were estimated for that stack (torchrun/slurm launch any)
@@ -35,6 +35,7 @@ TARGET_FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "fsdp": ("pytorch-fsdp", "fsdp2"),
     "torchtitan": ("fsdp2",),
     "megatron": ("megatron-core",),
+    "nemo": ("megatron-core",),
 }
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
@@ -438,4 +439,8 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
         from .export_tools import megatron_script
 
         return [ExportedFile("pretrain_megatron.sh", megatron_script(plan, _commented(head)), "megatron")]
+    if fmt == "nemo":
+        from .export_tools import nemo_script
+
+        return [ExportedFile("pretrain_nemo.sh", nemo_script(plan, _commented(head)), "nemo")]
     return _export_slurm(plan, head)

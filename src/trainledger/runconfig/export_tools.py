@@ -184,3 +184,46 @@ def megatron_script(plan: Plan, head: str) -> str:
     lines += [")", 'DATA_ARGS=(${DATA_ARGS:---mock-data})',
               'torchrun "${DISTRIBUTED_ARGS[@]}" pretrain_gpt.py "${MEGATRON_ARGS[@]}" "${DATA_ARGS[@]}" "$@"']
     return "\n".join(lines) + "\n"
+
+
+def nemo_script(plan: Plan, head: str) -> str:
+    """NeMo 2 ``nemo llm pretrain --factory <recipe>`` with the plan's batch, sequence and layout
+    as Hydra overrides (NeMo docs, "NeMo 2.0 CLI"; keys of nemo/collections/llm/recipes/*.py:
+    trainer.strategy.*_parallel_size, data.micro_batch_size/global_batch_size/seq_length)."""
+    from .importers.megatron import NEMO_RECIPES
+
+    if plan.runtime.framework != "megatron-core":
+        raise SpecError(f"NeMo runs the job under megatron-core; this plan's framework is "
+                        f"{plan.runtime.framework} — plan --framework megatron-core")
+    recipe = next((k for k, v in NEMO_RECIPES.items() if v == plan.model.name), None)
+    if recipe is None:
+        raise SpecError(f"no NeMo 2 recipe for {plan.model.name} (recipes here: "
+                        f"{', '.join(sorted(set(NEMO_RECIPES.values())))}); export megatron instead")
+    megatron_args(plan)  # the same refusals as the Megatron-LM export (ZeRO-2/3, PEFT, ...)
+    r, lay, c = plan.recipe, plan.layout, plan.cluster
+    if r.dropout:
+        raise SpecError(f"the {recipe} recipe trains without dropout; plan --dropout 0")
+    o = [f"trainer.devices={c.gpus_per_node}", f"trainer.num_nodes={c.nodes}",
+         f"trainer.strategy.tensor_model_parallel_size={lay.tp}",
+         f"trainer.strategy.pipeline_model_parallel_size={lay.pp}",
+         f"trainer.strategy.context_parallel_size={lay.cp}",
+         f"trainer.strategy.sequence_parallel={'true' if lay.tp > 1 and lay.sp else 'false'}",
+         f"data.micro_batch_size={r.micro_batch}", f"data.global_batch_size={plan.global_batch}",
+         f"data.seq_length={r.seq_len}", f"optim.config.use_distributed_optimizer={'true' if lay.zero == 1 else 'false'}",
+         f"optim.config.clip_grad={r.grad_clip or 0.0}"]
+    if lay.vp > 1:
+        o.append(f"trainer.strategy.virtual_pipeline_model_parallel_size={lay.vp}")
+    prec = {"bf16-mixed": "bf16_mixed", "fp16-mixed": "fp16_mixed", "fp8-mixed": "bf16_with_fp8_mixed"}.get(r.precision)
+    if prec is None:
+        raise SpecError(f"NeMo recipes train bf16/fp16/fp8 mixed precision; the plan uses {r.precision}")
+    o.append(f"trainer.plugins={prec}")
+    if r.recompute != "none":
+        o.append(f"model.config.recompute_granularity={r.recompute}")
+    if r.train_tokens:
+        o.append(f"trainer.max_steps={max(1, round(r.train_tokens / plan.tokens_per_step))}")
+    lines = ["#!/usr/bin/env bash", head.rstrip("\n"),
+             "# NeMo 2 CLI (pip install nemo_toolkit[nlp] or the NeMo container); on several nodes start it",
+             "# through your launcher (NeMo-Run / srun) on every node.", "set -euo pipefail",
+             f"nemo llm pretrain -y --factory {recipe} \\"]
+    lines += [f"    {x} \\" for x in o[:-1]] + [f"    {o[-1]}"]
+    return "\n".join(lines) + "\n"

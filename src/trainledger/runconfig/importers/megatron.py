@@ -52,7 +52,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "deepspeed", "deepspeed_config", "zero_stage", "use_flash_attn", "attention_backend", "attention",
         "use_mcore_models", "factory", "train_iters", "train_samples", "cpu_offloading",
         "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
-        "grad_div_ar_fusion", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
+        "grad_div_ar_fusion", "max_steps", "recompute_modules", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
         "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func"}
 #: arguments that change memory or time: reported when set and not understood
@@ -176,7 +176,13 @@ def parse_args(tokens: list[str]) -> dict[str, Any]:
                 out[key] = True
         elif "=" in t and re.match(r"^[+~]?[A-Za-z_][\w.]*=", t):
             key, _, val = t.lstrip("+~").partition("=")
-            out[key.rsplit(".", 1)[-1]] = val
+            leaf = key.rsplit(".", 1)[-1]
+            if key.endswith("optim.name") or key.endswith("optim.config.optimizer"):
+                leaf = "optimizer"
+            elif leaf == "plugins":  # NeMo 2: trainer.plugins=bf16_mixed
+                leaf = "precision"
+                val = val.replace("_", "-")
+            out[leaf] = val
     return out
 
 
@@ -250,7 +256,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     res.set("micro_batch", _int(a, "micro_batch_size", where), where)
     res.set("seq_len", _int(a, "seq_length", where) or _int(a, "encoder_seq_length", where), where)
     prec = str(a.get("precision", "")).lower()
-    if a.get("fp8_format") or _on(a, "fp8"):
+    if a.get("fp8_format") or _on(a, "fp8") or "fp8" in prec:
         res.set("precision", "fp8-mixed", where)
     elif _on(a, "bf16") or prec in ("bf16", "bf16-mixed"):
         res.set("precision", "bf16-mixed", where)
@@ -273,6 +279,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     if a.get("clip_grad") is not None or a.get("gradient_clip_val") is not None:
         res.set("grad_clip", float(a.get("clip_grad", a.get("gradient_clip_val"))), where)
     opt = str(a.get("optimizer") or "adam").lower()
+    opt = "adam" if opt in ("mcore_adam", "distributed_fused_adam_mcore") else opt
     res.set("optimizer", {"adam": "adamw", "adamw": "adamw", "fused_adam": "adamw-fused",
                           "distributed_fused_adam": "adamw-fused", "sgd": "sgd-momentum"}.get(opt), where)
     if opt not in ("adam", "adamw", "fused_adam", "distributed_fused_adam", "sgd"):
@@ -285,8 +292,11 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("attention", "eager", where)
     elif backend == "flash":
         res.set("attention", "flash", where)
-    ad = float(a.get("attention_dropout", 0.1))
-    hd = float(a.get("hidden_dropout", 0.1))
+    # Megatron's own default is 0.1; NeMo 2's Llama/Mistral/Qwen recipes set 0.0
+    # (nemo/collections/llm/gpt/model/llama.py Llama3Config: attention_dropout = hidden_dropout = 0.0)
+    default_dropout = 0.0 if a.get("factory") else 0.1
+    ad = float(a.get("attention_dropout", default_dropout))
+    hd = float(a.get("hidden_dropout", default_dropout))
     res.set("dropout", max(ad, hd), where)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
