@@ -120,3 +120,16 @@ def test_comm_under_srun_variables():
             for i in (0, 1)]
     d = _reporter(_both([cmd, cmd], envs))
     assert d["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_probe_under_a_two_node_torchrun_reports_every_node():
+    ep = f"127.0.0.1:{_port()}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", ep, "--rdzv-id", "p", "-m", "trainledger", "verify",
+           "probe", "--json", "--no-ledger"]
+    res = _both([cmd, cmd], [_env(), _env()], timeout=200)
+    outs = [r.stdout for r in res if r.stdout.strip()]
+    assert len(outs) == 1, [r.stderr[-800:] for r in res]
+    d = json.loads(outs[0])
+    assert len(d["nodes"]) == 2 and {n["rank"] for n in d["nodes"]} == {0, 1}

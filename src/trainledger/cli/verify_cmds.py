@@ -127,14 +127,15 @@ def _has_plan_flags(kwargs: dict[str, Any]) -> bool:
 @ledger_options
 def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
     """GPUs, topology, NUMA, CPU and RAM — compared with the plan's cluster when plan flags are given."""
-    if int(os.environ.get("LOCAL_RANK", "0")) != 0:  # under a launcher: one probe per node
-        return
     from ..planfile import build_plan
     from ..verify import probe
+    from ..verify.launch import in_torchrun
 
     compare = _has_plan_flags(kwargs)
     inputs = inputs_from_options(kwargs)  # also removes the plan flags from kwargs
     plan = build_plan(inputs) if compare else None
+    if in_torchrun():  # one probe per node, gathered by global rank 0
+        return _probe_nodes(plan, require_gpu, as_json, kwargs)
     _progress("probing host and GPUs (NVML)")
     found = probe.probe()
     findings = probe.compare_with_plan(found, probe.plan_assumptions(plan)) if plan else None
@@ -145,6 +146,33 @@ def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
     result = {**found, "findings": findings, "ok": ok}
     _record(kwargs, "verify probe", result, plan, ok)
     _finish(result, probe.render(found, findings), as_json, ok)
+
+
+def _probe_nodes(plan: Any, require_gpu: bool, as_json: bool, kwargs: dict[str, Any]) -> None:
+    from ..verify import probe
+    from ..verify.multinode import gather_nodes
+
+    nodes = gather_nodes(probe.probe)
+    if nodes is None:
+        return
+    out, texts, ok = [], [], True
+    for n in nodes:
+        found = n["result"]
+        if found is None:
+            out.append({"host": n["host"], "error": n["error"]})
+            texts.append(f"== {n['host']}: probe failed: {n['error']}")
+            ok = False
+            continue
+        findings = probe.compare_with_plan(found, probe.plan_assumptions(plan)) if plan else None
+        if require_gpu and not found["gpu"]["available"]:
+            findings = (findings or []) + [{"level": "fail", "text": f"--require-gpu: {found['gpu']['reason']}"}]
+        node_ok = not any(f["level"] == "fail" for f in findings or [])
+        ok = ok and node_ok
+        out.append({"host": n["host"], "rank": n["rank"], **found, "findings": findings, "ok": node_ok})
+        texts.append(f"== {n['host']} (rank {n['rank']})\n" + probe.render(found, findings))
+    result = {"nodes": out, "ok": ok}
+    _record(kwargs, "verify probe", result, plan, ok)
+    _finish(result, "\n".join(texts), as_json, ok)
 
 
 # ------------------------------------------------------------------------------------------ memory
@@ -288,9 +316,8 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
 def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: float | None, no_fio: bool,
            as_json: bool, **kwargs: Any) -> None:
     """Storage IOPS and read throughput at --path, host memory bandwidth, vs the plan's loading need."""
-    if int(os.environ.get("LOCAL_RANK", "0")) != 0:  # under a launcher: one storage test per node
-        return
     from ..verify import io as vio
+    from ..verify.launch import in_torchrun
 
     plan = None
     if _has_plan_flags(kwargs) or tokens_per_s:
@@ -300,11 +327,34 @@ def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: floa
         plan = build_plan(inputs_from_options(kwargs))
     else:
         inputs_from_options(kwargs)
-    _progress(f"storage test at {path} ({size}, {budget:g} s per test)")
-    storage = vio.measure_storage(Path(path), parse_bytes(size), budget, threads, False if no_fio else None)
-    _progress("host memory bandwidth")
-    mem = vio.memory_bandwidth()
+    def measure() -> dict[str, Any]:
+        _progress(f"storage test at {path} ({size}, {budget:g} s per test)")
+        st = vio.measure_storage(Path(path), parse_bytes(size), budget, threads, False if no_fio else None)
+        _progress("host memory bandwidth")
+        return {"storage": st, "memory": vio.memory_bandwidth()}
+
     need = vio.plan_need(plan, estimate(plan), tokens_per_s) if plan is not None else None
+    if in_torchrun():  # one test per node (local rank 0), gathered by global rank 0
+        from ..verify.multinode import gather_nodes
+
+        nodes = gather_nodes(measure)
+        if nodes is None:
+            return
+        out, texts = [], []
+        for n in nodes:
+            if n["result"] is None:
+                out.append({"host": n["host"], "error": n["error"], "ok": False})
+                texts.append(f"== {n['host']}: {n['error']}")
+                continue
+            checks = vio.compare(n["result"]["storage"], need)
+            r = {**n["result"], "need": need, "checks": checks, "ok": all(c["ok"] for c in checks)}
+            out.append({"host": n["host"], "rank": n["rank"], **r})
+            texts.append(f"== {n['host']} (rank {n['rank']})\n" + vio.render(r))
+        result = {"nodes": out, "ok": all(o["ok"] for o in out)}
+        _record(kwargs, "verify io", result, plan, result["ok"])
+        return _finish(result, "\n".join(texts), as_json, result["ok"])
+    got = measure()
+    storage, mem = got["storage"], got["memory"]
     checks = vio.compare(storage, need)
     ok = all(c["ok"] for c in checks)
     result = {"storage": storage, "memory": mem, "need": need, "checks": checks, "ok": ok}

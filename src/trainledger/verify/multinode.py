@@ -330,3 +330,29 @@ def accept_nodes(inputs: Any, device: str, nproc: int, steps_before: int, steps_
                               "steps_before": steps_before, "steps_after": steps_after,
                               "run": outs["run"], "restore": outs["restore"]}
     return _finish(report, plan, outs["run"], outs["restore"])
+
+
+def gather_nodes(fn: Any, collective_timeout_s: float = 600.0) -> list[dict[str, Any]] | None:
+    """Under a launcher: ``fn()`` on local rank 0 of every node, gathered to global rank 0 (gloo).
+
+    Returns ``[{"host", "rank", "result"}, ...]`` (one per node) on global rank 0, None elsewhere."""
+    import socket
+
+    import torch.distributed as dist
+
+    from .launch import init_distributed
+
+    rank, world, _ = init_distributed("cpu", collective_timeout_s)
+    mine = None
+    error = None
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        try:
+            mine = fn()
+        except Exception as exc:  # noqa: BLE001 - reported by rank 0 for this node
+            error = f"{type(exc).__name__}: {exc}"
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, {"host": socket.gethostname(), "rank": rank, "result": mine, "error": error})
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    return [o for o in out if o["result"] is not None or o["error"] is not None]
