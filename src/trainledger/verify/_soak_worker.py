@@ -1,7 +1,7 @@
 """Worker of ``verify soak``, one process per rank under torchrun with elastic restarts.
 
-Trains the plan's acceptance loop (:class:`~trainledger.verify._trainloop.DistTrainer`) until the
-shared ``--deadline`` (epoch seconds), writing one sample every ``--sample-interval`` seconds (median
+Trains the plan's acceptance loop (:class:`~trainledger.verify._trainloop.DistTrainer`) for
+``--duration`` seconds from the first attempt's first step (restarts included), writing one sample every ``--sample-interval`` seconds (median
 and max step time of the steps since the last sample, loss, device telemetry) and a full checkpoint
 every ``--checkpoint-interval`` seconds (the ``verify accept`` atomic save: temporary folder, sha256
 manifest, one rename); rank 0's clock decides both for every rank. Before each save every rank's parameter checksum is gathered and
@@ -10,7 +10,7 @@ written next to the checkpoints (``checksums/step-N.json``).
 When torchrun restarts the group (``TORCHELASTIC_RESTART_COUNT`` > 0) the worker verifies the
 manifest, loads the last checkpoint and compares each rank's restored checksum with the one it
 had when the checkpoint was written. ``--fault kill:RANK:SECONDS`` SIGKILLs that rank at the first
-step boundary past SECONDS after the launch, in the first attempt only, once a checkpoint exists
+step boundary past SECONDS of training, in the first attempt only, once a checkpoint exists
 and a step has run since (so the restart has work to redo). Every rank appends its samples and events (start, restore, checkpoint,
 fault) to JSON-lines files in ``--workdir``, which outlive the restarts; the launcher reads them.
 """
@@ -74,6 +74,22 @@ def _restore(tr: Any, ckpt: Path, work: Path, rank: int, j: Journal) -> int:
     return step
 
 
+def _training_start(work: Path, rank: int) -> float:
+    """Epoch seconds the soak's training began: rank 0's clock at the first attempt's first step,
+    kept in ``clock.json`` so that restarted attempts share the same deadline."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.zeros(1, dtype=torch.float64)
+    if rank == 0:
+        f = work / "clock.json"
+        if not f.exists():
+            f.write_text(json.dumps({"t_start": time.time()}))
+        t[0] = json.loads(f.read_text())["t_start"]
+    dist.broadcast(t, 0)
+    return float(t.item())
+
+
 def _checkpoint(tr: Any, ckpt: Path, work: Path, step: int, rank: int, world: int, j: Journal) -> None:
     import torch.distributed as dist
 
@@ -114,13 +130,15 @@ def _train(a: argparse.Namespace, rank: int, world: int, attempt: int, work: Pat
     tr = DistTrainer(json.loads(Path(a.inputs).read_text()), a.device, rank, world, seed=a.seed)
     restored = (ckpt / MANIFEST).exists()
     step = _restore(tr, ckpt, work, rank, j) if restored else 0
+    t_start = _training_start(work, rank)
+    deadline = t_start + a.duration
     fault = _fault(a.fault)
     flags = torch.zeros(2)  # [stop, checkpoint now], decided by rank 0's clock for every rank
     first, saved, since, last_ckpt, last_sample, window = True, 0, 0, time.time(), 0.0, []
     while True:
         now = time.time()
         # a restored group trains at least one step, past the deadline if need be (recovery)
-        flags[0] = float(now >= a.deadline and not (restored and first))
+        flags[0] = float(now >= deadline and not (restored and first))
         flags[1] = float(now - last_ckpt >= a.checkpoint_interval)
         dist.broadcast(flags, 0)
         if flags[0].item():
@@ -128,7 +146,7 @@ def _train(a: argparse.Namespace, rank: int, world: int, attempt: int, work: Pat
         if flags[1].item():
             _checkpoint(tr, ckpt, work, step, rank, world, j)
             saved, since, last_ckpt = saved + 1, 0, time.time()
-        if fault and attempt == 0 and rank == fault[0] and since and now >= a.t_launch + fault[1]:
+        if fault and attempt == 0 and rank == fault[0] and since and now >= t_start + fault[1]:
             j.event("fault", what="kill", step=step)
             os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.perf_counter()
@@ -155,8 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inputs", required=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--workdir", required=True)
-    p.add_argument("--t-launch", type=float, required=True, help="epoch seconds of the launch")
-    p.add_argument("--deadline", type=float, required=True, help="epoch seconds at which training stops")
+    p.add_argument("--duration", type=float, required=True, help="seconds of training (restarts included)")
     p.add_argument("--checkpoint-interval", type=float, default=60.0, help="seconds between checkpoints")
     p.add_argument("--sample-interval", type=float, default=1.0, help="seconds between telemetry samples")
     p.add_argument("--fault", default=None)

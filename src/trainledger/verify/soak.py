@@ -1,14 +1,15 @@
 """``verify soak``: the acceptance training loop for a duration, with telemetry, checkpoints and faults.
 
-One torchrun launch of :mod:`trainledger.verify._soak_worker` with ``--max-restarts`` (torchrun's
+The duration counts training time from the first step (model loading is not part of it); one
+torchrun launch of :mod:`trainledger.verify._soak_worker` with ``--max-restarts`` (torchrun's
 elastic agent restarts the whole worker group when a rank dies; PyTorch docs, "torchrun (Elastic
 Launch)"). The workers train the plan's model until the deadline, record per-rank time series
 (step time, loss, and the device telemetry of :mod:`trainledger.verify.telemetry`: temperature,
 SM clock, power, utilization, throttle reasons, ECC, XID, NVLink and PCIe counters; host sensors on
 CPU), write a checkpoint every ``checkpoint_interval_s`` with every rank's parameter checksum, and
 after a restart load the last checkpoint and compare the restored checksums with the saved ones.
-``--kill-rank R --kill-after S`` SIGKILLs rank R S seconds after the launch (first attempt, once a
-checkpoint exists); the measured recovery time runs from the kill to the moment every rank has
+``--kill-rank R --kill-after S`` SIGKILLs rank R after S seconds of training (first attempt, once a
+checkpoint exists and a step has run since); the measured recovery time runs from the kill to the moment every rank has
 finished a step again.
 
 :func:`evaluate` turns the recorded run into checks against :class:`SoakThresholds`; it is pure
@@ -30,7 +31,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +109,8 @@ def run_soak(inputs: Any, device: str = "cpu", nproc: int = 2, duration_s: float
     try:
         ip = work / "plan_inputs.json"
         ip.write_text(json.dumps(inputs.model_dump(mode="json")))
-        t_launch = time.time()
-        args = ["--inputs", str(ip), "--device", device, "--workdir", str(work), "--t-launch", f"{t_launch:.3f}",
-                "--deadline", f"{t_launch + duration_s:.3f}", "--checkpoint-interval", str(checkpoint_interval_s),
+        args = ["--inputs", str(ip), "--device", device, "--workdir", str(work), "--duration", str(duration_s),
+                "--checkpoint-interval", str(checkpoint_interval_s),
                 "--sample-interval", str(sample_interval_s), "--timeout", str(collective_timeout_s)]
         if fault:
             args += ["--fault", fault]
