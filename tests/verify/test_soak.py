@@ -95,6 +95,20 @@ def test_fixture_soak_crosses_the_thermal_thresholds():
     assert S.evaluate(raw(series_from(fixture_samples(8))), S.SoakThresholds())["ok"] is True
 
 
+def test_soak_in_the_report():
+    from trainledger.report import build_report, render
+    from trainledger.report.data import soak_section
+
+    ev = [{"rank": 1, "event": "fault", "t": 3.0, "step": 4}]
+    res = S.evaluate(raw(series_from(fixture_samples()), ev, "kill:1:3"), S.SoakThresholds())
+    data = build_report(parse_inputs(TINY, "t"), sweeps_on=False, soak_result=json.loads(json.dumps(res)))
+    html = render(data, "html")
+    assert "Soak test" in html and "limit 85 °C" in html and "rank 1 killed" in html
+    assert html.count("<svg") >= 5 and "crossed: temperature" in html
+    with pytest.raises(Exception, match="verify soak --out"):
+        soak_section({"checks": None})
+
+
 def test_step_time_drift():
     times = [0.5, 0.5] + [0.10] * 8 + [0.13] * 8  # warm-up samples are dropped
     rows = [dict.fromkeys(KEYS) for _ in times]
