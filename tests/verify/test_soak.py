@@ -186,4 +186,4 @@ def test_cli_soak_two_gloo_ranks_with_a_killed_rank(tmp_path):
     again = S.evaluate(res, S.SoakThresholds(max_recovery_s=rec["recovery_s"] / 2))
     assert again["ok"] is False and again["crossed"][0].startswith("recovery time: ")
     r = CliRunner().invoke(main, ["ledger", "list", "--ledger", str(led)])
-    assert "verify soak" in r.output
+    assert "verify soak" in r.output and "checks pass, recovery " in r.output
