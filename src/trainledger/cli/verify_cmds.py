@@ -333,6 +333,11 @@ def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, s
     from .._spec import spec_error
     from ..planfile import build_plan
     from ..verify import soak
+    from ..verify.launch import in_torchrun
+
+    if in_torchrun():
+        raise VerifyError("verify soak starts its own torchrun (with elastic restarts); run it without torchrun, "
+                          "once, on the node to soak")
 
     try:
         th = soak.SoakThresholds(max_temperature_c=max_temperature, max_clock_drop=max_clock_drop,
