@@ -76,7 +76,8 @@ def _header(p: dict[str, Any]) -> str:
     zero = f", ZeRO-{p['zero']}" if p.get("zero") else ""
     off = f", offload {p['offload']}" if p.get("offload") not in (None, "none") else ""
     return (f"{p['model']} · {p['method']} · {p['precision']} · {p['optimizer']} · b={p['micro_batch']} "
-            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p['gpus']}× {p['gpu']}"
+            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p.get('framework', 'hf')} · "
+            f"{p['gpus']}× {p['gpu']}"
             f"{' (' + par + zero + off + ')' if par or zero or off else zero + off}")
 
 
