@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ._accept_worker import MANIFEST, save_atomic, verify_manifest
-from .launch import error_line, init_distributed
+from ..errors import VerifyError
+from .launch import error_line
 
 
 class Journal:
@@ -104,13 +105,43 @@ def _checkpoint(tr: Any, ckpt: Path, work: Path, step: int, rank: int, world: in
     j.event("checkpoint", step=step, seconds=info["seconds"], checksums=sums, bytes=info.get("bytes"))
 
 
+def init_attempt(device: str, timeout_s: float, attempt: int) -> tuple[int, int]:
+    """Join this attempt's process group through a store prefix of its own.
+
+    torchrun's static rendezvous keeps one TCPStore across elastic restarts, and the default
+    env:// init does not prefix keys per attempt (torch/distributed/rendezvous.py: "We create a new
+    TCPStore for every retry"), so a restarted gloo rank can read a dead peer's address left from
+    the previous attempt and wait on it forever. ``trainledger-soak/attempt-N/`` keeps them apart.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                         is_master=not agent_store and rank == 0, timeout=timeout)
+    store = dist.PrefixStore(f"trainledger-soak/attempt-{attempt}/", base)
+    kwargs: dict[str, Any] = {"store": store, "rank": rank, "world_size": world, "timeout": timeout}
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise VerifyError("--device cuda: no CUDA GPU visible to torch (try --device cpu)")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        kwargs["device_id"] = torch.device("cuda", local)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", **kwargs)
+    return rank, world
+
+
 def run(a: argparse.Namespace) -> None:
-    rank, world, _dev = init_distributed(a.device, a.timeout)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     work = Path(a.workdir)
-    j = Journal(work, rank)
+    j = Journal(work, int(os.environ.get("RANK", "0")))
     j.event("start", attempt=attempt, pid=os.getpid())
     try:
+        rank, world = init_attempt(a.device, a.timeout, attempt)
         _train(a, rank, world, attempt, work, j)
     except BaseException as exc:
         j.event("error", attempt=attempt, error=error_line(exc))

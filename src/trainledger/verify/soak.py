@@ -126,16 +126,37 @@ def run_soak(inputs: Any, device: str = "cpu", nproc: int = 2, duration_s: float
         limit = timeout_s or duration_s + 600.0 * (max_restarts + 1)
         rc, timed_out, tail, elapsed = run_bounded(cmd, limit, env=env)
         raw = collect(work)
+        reap(raw["events"])
         raw.update(plan=inputs.model_dump(mode="json"), device=device, nproc=nproc, duration_s=duration_s,
                    checkpoint_interval_s=checkpoint_interval_s, sample_interval_s=sample_interval_s, fault=fault, max_restarts=max_restarts,
                    returncode=rc, timed_out=timed_out, elapsed_s=elapsed)
         if rc != 0 or timed_out:
+            raw["log_tail"] = tail[-4000:]
             raw["error"] = (f"torchrun stopped at the deadline of {limit:.0f} s" if timed_out else
                             f"torchrun exited with code {rc}") + "; last output: " + " ".join(tail.split()[-60:])
         return evaluate(raw, thresholds or SoakThresholds())
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def reap(events: list[dict[str, Any]]) -> list[int]:
+    """SIGKILL worker processes of this soak still alive after torchrun ended (a hung attempt's
+    workers run in their own sessions and outlive the launcher's process group). Returns their pids."""
+    import os
+    import signal
+
+    killed = []
+    for pid in {e["pid"] for e in events if e["event"] == "start" and e.get("pid")}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"trainledger.verify._soak_worker" not in f.read():
+                    continue
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
 
 
 def _fault_spec(nproc: int, duration_s: float, rank: int | None, after_s: float | None,
