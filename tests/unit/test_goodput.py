@@ -39,6 +39,7 @@ def test_section_follows_daly_with_the_checkpoint_sections_write_time(big):
     cost = big.extra["cost"]
     assert g["added_usd"] == pytest.approx(g["added_gpu_hours"] * cost["usd_per_gpu_hour"])
     assert g["cloud_usd_with_failures"] == pytest.approx(cost["cloud_usd"] + g["added_usd"])
+    assert cost["failures_usd"] == g["added_usd"] and cost["cloud_usd_with_failures"] == g["cloud_usd_with_failures"]
     assert g["restart_s"] == 600 and "Daly 2006" in g.inputs["restart_s_source"]
     assert sum(c["interruptions"] for c in g["causes"]) == pytest.approx(g["interruptions"])
     d = big.to_dict()["goodput"]

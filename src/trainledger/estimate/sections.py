@@ -31,7 +31,8 @@ def ledger_sections(plan: Plan, options: CostOptions | None = None, memory: Any 
     args = (plan, options, memory, compute, time, prices)
     ck = checkpoint_section(*args)
     cost = cost_section(*args)
+    gp = goodput_section(*args, checkpoint=ck, cost=cost)
+    cost.values.update(failures_usd=gp.get("added_usd"), cloud_usd_with_failures=gp.get("cloud_usd_with_failures"))
     return {"energy": energy_section(*args), "cost": cost, "io": io_section(*args),
             "checkpoint": ck, "host": host_section(*args, checkpoint=ck),
-            "interconnect": interconnect_section(*args),
-            "goodput": goodput_section(*args, checkpoint=ck, cost=cost)}
+            "interconnect": interconnect_section(*args), "goodput": gp}
