@@ -38,6 +38,7 @@ from .layout import Layout
 from .model import ModelSpec
 from .plan import Plan
 from .recipe import Attention, Method, Optimizer, Precision, Recipe
+from .runtime import Framework
 from .units import GIB, SECONDS_PER_DAY
 
 RankBy = Literal["time", "cost", "gpus"]
@@ -75,6 +76,7 @@ class Job(Spec):
     top: int = Field(10, gt=0, le=1000)
     time_options: TimeOptions = TimeOptions()
     cost_options: CostOptions = CostOptions()
+    frameworks: tuple[Framework, ...] = Field((), description="software stacks to search [hf]")
 
 
 #: the built-in example job (README main job; ``trainledger plan`` with no arguments)
@@ -90,9 +92,12 @@ class Rejected:
     reason: str
     gpu: str = ""
     gpus: int = 0
+    framework: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"gpu": self.gpu, "gpus": self.gpus, "reason": self.reason}
+        fw = self.framework or (self.plan.runtime.framework if self.plan is not None else "")
+        d: dict[str, Any] = {"gpu": self.gpu, "gpus": self.gpus, "framework": fw,
+                             "reason": f"{fw}: {self.reason}" if fw else self.reason}
         if self.plan is not None:
             d["layout"] = layout_dict(self.plan)
         return d
@@ -124,6 +129,7 @@ class Candidate:
         c, m = self.compute, self.memory
         d: dict[str, Any] = {
             "gpu": self.plan.cluster.gpu.name, "gpus": self.plan.cluster.world_size,
+            "framework": self.plan.runtime.framework,
             "nodes": self.plan.cluster.nodes, "network": self.plan.cluster.inter.name
             if self.plan.cluster.inter else None,
             "layout": layout_dict(self.plan),
@@ -166,7 +172,7 @@ class SearchResult:
 
 def layout_dict(plan: Plan) -> dict[str, Any]:
     lay, r = plan.layout, plan.recipe
-    return {"dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vp": lay.vp,
+    return {"framework": plan.runtime.framework, "global_batch": plan.global_batch, "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vp": lay.vp,
             "zero": lay.zero, "offload": lay.offload, "micro_batch": r.micro_batch,
             "grad_accum": r.grad_accum, "recompute": r.recompute, "sp": lay.sp}
 
@@ -208,7 +214,12 @@ def _usd_per_gpu_hour(gpu: str, opts: CostOptions | None = None) -> float | None
 
 
 def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
-    """1, 2, 4 ... up to a node, then whole nodes doubling, up to ``max_gpus``."""
+    """The coarse grid: 1, 2, 4 ... up to a node (partial nodes for small jobs), then whole nodes
+    doubling, and the largest whole-node count within ``max_gpus`` (so a budget of 800 is tried).
+
+    The deadline bound is refined between two grid points at node granularity
+    (:func:`trainledger.search_space.run_search`), so any whole-node count can be the answer.
+    """
     out, n = [], 1
     while n < per_node and n <= max_gpus:
         out.append(n)
@@ -217,6 +228,9 @@ def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
     while n <= max_gpus:
         out.append(n)
         n *= 2
+    top = (max_gpus // per_node) * per_node
+    if top >= per_node and top not in out:
+        out.append(top)
     return out
 
 
@@ -251,7 +265,8 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None) -> Sear
     sizes = job.gpus_per_node or (8,)
     space = Space(job=job, model=model, recipe=recipe, global_batch=gb,
                   lower_bound=_state_bytes_lower_bound(model, recipe))
-    configs = [(g, s, n) for g in gpus for s in sizes for n in nets]
+    configs = [(g, s, n, fw) for g in gpus for s in sizes for n in nets
+               for fw in (job.frameworks or ("hf",))]
     cands, rejected, evaluated, counts = run_search(space, configs, progress)
     ranked = rank(cands, job)
     return SearchResult(job=job, plans=ranked[: job.top], rejected=rejected, evaluated=evaluated,

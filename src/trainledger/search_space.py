@@ -12,6 +12,7 @@ from .estimate.memory import estimate_memory
 from .model import ModelSpec
 from .plan import Plan
 from .recipe import Recipe
+from .runtime import Runtime
 from .units import GIB
 
 _PP = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -28,6 +29,7 @@ class Space:
     recipe: Recipe
     global_batch: int
     lower_bound: float
+    framework: str = "hf"
 
 
 @dataclass
@@ -61,16 +63,31 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
     from .search import _layout
 
-    gb = space.global_batch
-    if gb % (mb * dp):
+    gb = _global_batch(space.global_batch, mb * dp)
+    if gb is None:
         return None
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
-                                          "grad_accum": gb // (mb * dp)})
+                                          "grad_accum": gb // (mb * dp), "global_batch": gb})
     try:
         return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
-                    cluster=cluster, headroom=space.job.headroom)
+                    cluster=cluster, headroom=space.job.headroom,
+                    runtime=Runtime(framework=space.framework))
     except TrainledgerError:
         return None
+
+
+#: a GPU count whose DP degree does not divide the global batch may round the batch to the nearest
+#: multiple of micro-batch × DP if that changes it by at most this share (any GPU count, not only
+#: powers of two, can then run the job; the plan states the batch it used)
+BATCH_ROUNDING = 0.10
+
+
+def _global_batch(gb: int, unit: int) -> int | None:
+    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within BATCH_ROUNDING."""
+    if gb % unit == 0:
+        return gb
+    near = max(unit, round(gb / unit) * unit)
+    return near if abs(near - gb) <= BATCH_ROUNDING * gb else None
 
 
 def _cp_values(space: Space, room: int) -> list[int]:
@@ -103,7 +120,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     from .search import _KNOBS, evaluate
 
     gb = space.global_batch
-    mbs = [b for b in _MB if gb % (b * dp) == 0]
+    mbs = [b for b in _MB if _global_batch(gb, b * dp) is not None]
     if not mbs:
         return []
     z, rc, off = _KNOBS[-1]
@@ -220,13 +237,18 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
     """Search every hardware config; return (candidates, rejected, evaluated, gpu-count bounds)."""
     from .search import Rejected, _deadline_s, gpu_counts
 
+    import dataclasses
+
     st = _State()
     cands: list = []
     rejected: list = []
     bounds: list[dict[str, Any]] = []
     deadline = _deadline_s(space.job)
-    for i, (gpu, per_node, net) in enumerate(configs):
+    base_space = space
+    for i, (gpu, per_node, net, *fw) in enumerate(configs):
+        space = dataclasses.replace(base_space, framework=fw[0] if fw else base_space.framework)
         mem_bound = time_bound = None
+        missed = 0  # largest whole-node count tried that ran but missed the deadline
         for n in gpu_counts(per_node, space.job.max_gpus):
             found = _count_search(space, gpu, per_node, net, n, st, rejected)
             if not found:
@@ -235,14 +257,39 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
             best = min(found, key=lambda c: c.compute.step_time_s)
             if deadline and best.total_s is not None and best.total_s > deadline:
                 rejected.append(Rejected(best.plan, f"misses the {space.job.deadline_days:g}-day "
-                                         f"deadline: {best.total_s / 86400:.1f} days", gpu.name, n))
+                                         f"deadline: {best.total_s / 86400:.1f} days", gpu.name, n,
+                                         space.framework))
+                missed = max(missed, n)
                 continue
+            if deadline and time_bound is None and missed >= per_node and n - missed > per_node:
+                hit = _refine(space, gpu, per_node, net, missed, n, deadline, st, rejected)
+                if hit is not None:
+                    cands.append(hit)
+                    time_bound = hit.plan.cluster.world_size
             time_bound = time_bound or n
             cands.append(best)
         bounds.append(_bound_row(gpu, per_node, net, mem_bound, time_bound, deadline))
+        bounds[-1]["framework"] = space.framework
         if progress:
             progress(i + 1, len(configs))
     return cands, rejected, st.evaluated, bounds
+
+
+def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
+            deadline: float, st: _State, rejected: list):
+    """Smallest whole-node count in (lo, hi) that meets the deadline (bisection on node counts;
+    time falls as nodes are added). ``lo`` missed it, ``hi`` met it. None if only ``hi`` does."""
+    best = None
+    a, b = lo // per_node, hi // per_node
+    while b - a > 1:
+        mid = (a + b) // 2
+        found = _count_search(space, gpu, per_node, net, mid * per_node, st, [])
+        ok = [c for c in found if c.total_s is not None and c.total_s <= deadline]
+        if ok:
+            best, b = min(ok, key=lambda c: c.total_s), mid
+        else:
+            a = mid
+    return best
 
 
 def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:

@@ -21,7 +21,8 @@ def small():
 
 def test_gpu_counts_fill_a_node_then_double_nodes():
     assert gpu_counts(8, 64) == [1, 2, 4, 8, 16, 32, 64]
-    assert gpu_counts(4, 20) == [1, 2, 4, 8, 16]
+    assert gpu_counts(4, 20) == [1, 2, 4, 8, 16, 20]   # the whole-node budget itself is tried
+    assert gpu_counts(8, 800) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800]
 
 
 def test_plans_fit_with_headroom_and_meet_the_deadline(small):
