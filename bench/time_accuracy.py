@@ -21,7 +21,8 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
     stack, layout assumed).
 
-Usage: python bench/time_accuracy.py [--json] [--all]   (--all also shows secondary cases)
+Usage: python bench/time_accuracy.py [--json] [--all] [--write-intervals]
+(--all also shows secondary cases; --write-intervals stores the per-stack residual intervals)
 """
 
 from __future__ import annotations
@@ -404,9 +405,30 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "by_stack": stacks}
 
 
+def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """catalog/efficiency/intervals.yaml from this run's residuals (see estimate/intervals.py)."""
+    from trainledger.estimate import intervals
+
+    sg = [r["signed_error"] for r in rows if not r["secondary"]]
+    data = {"source": "bench/time_accuracy.py --write-intervals: p10/p90 of the signed rate error "
+                      "(pred/meas - 1) of the primary cases, per stack/GPU family",
+            "pooled": {"n": len(sg), "p10": round(_q(sg, 0.1), 4), "p90": round(_q(sg, 0.9), 4)},
+            "stacks": {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4),
+                           "median": round(v["bias"], 4)} for k, v in summary["by_stack"].items()}}
+    old = intervals._table()
+    if old.get("calibrated"):
+        data["calibrated"] = old["calibrated"]
+    path = intervals._path()
+    path.write_text("# generated; do not edit by hand\n" + yaml.safe_dump(data, sort_keys=True),
+                    encoding="utf-8")
+    return path
+
+
 def main(argv: list[str]) -> int:
     rows = evaluate_all()
     summary = summarize(rows)
+    if "--write-intervals" in argv:
+        print(f"wrote {write_intervals(summary, rows)}")
     if "--json" in argv:
         print(json.dumps({"rows": rows, "summary": summary}, indent=2))
         return 0

@@ -146,6 +146,13 @@ class Candidate:
         if self.time is not None:
             d["estimate"].update(total_s=self.time.total_s, days=self.time.days,
                                  gpu_hours=self.time.gpu_hours)
+            if self.time.interval:
+                lo, hi = self.time.interval["factor_p10"], self.time.interval["factor_p90"]
+                d["estimate"]["days_interval"] = [self.time.days * lo, self.time.days * hi]
+                if self.cost_usd is not None:
+                    d["estimate"]["cost_usd_interval"] = [self.cost_usd * lo, self.cost_usd * hi]
+                d["estimate"]["mfu_interval"] = [c.mfu / hi, c.mfu / lo]
+                d["estimate"]["interval_basis"] = self.time.interval["basis"]
         if self.usd_per_gpu_hour is not None:
             d["estimate"]["usd_per_gpu_hour"] = self.usd_per_gpu_hour
             d["estimate"]["cost_usd"] = self.cost_usd

@@ -87,7 +87,7 @@ def _read(path: Path) -> dict[str, Any]:
 def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
     out = []
     for p in sorted(_dir().glob("*.yaml")):
-        if p.stem == "interconnect":
+        if p.stem in ("interconnect", "intervals"):
             continue
         d = _read(p)
         try:

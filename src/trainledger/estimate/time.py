@@ -94,6 +94,13 @@ class ComputeEstimate:
     peak16_flop_per_s: float = 0.0
     stack: dict[str, Any] = field(default_factory=dict)
 
+    def interval(self, calibrated: bool = False) -> dict[str, Any]:
+        """p10/p90 of the step time from the accuracy suite's residuals (estimate/intervals.py)."""
+        from .intervals import time_interval
+
+        return time_interval(self.step_time_s, str(self.stack.get("framework", "hf")),
+                             str(self.stack.get("gpu_family", self.family)), calibrated)
+
     @property
     def model_flops_per_step(self) -> float:
         return self.flops.model
@@ -142,6 +149,12 @@ class ComputeEstimate:
         )
         if self.stack:
             d["stack_profile"] = dict(self.stack)
+            iv = self.interval()
+            d["step_time_interval_s"] = iv
+            d["tokens_per_s_per_gpu_interval"] = {
+                "p10": self.tokens_per_s_per_gpu / iv["factor_p90"],
+                "p90": self.tokens_per_s_per_gpu / iv["factor_p10"]}
+            d["mfu_interval"] = {"p10": self.mfu / iv["factor_p90"], "p90": self.mfu / iv["factor_p10"]}
         if self.peak16_flop_per_s and self.peak16_flop_per_s != self.peak_flop_per_s:
             d["mfu_vs_16bit_peak"] = self.flops.model / (
                 self.step_time_s * self.gpus * self.peak16_flop_per_s)
@@ -157,6 +170,7 @@ class TimeEstimate:
     total_s: float
     gpus: int
     scaling: list[dict[str, float]] = field(default_factory=list)
+    interval: dict[str, Any] | None = None   # step-time factors p10/p90 (estimate/intervals.py)
 
     @property
     def days(self) -> float:
@@ -171,6 +185,11 @@ class TimeEstimate:
                              "days": self.days, "gpu_hours": self.gpu_hours, "gpus": self.gpus}
         if self.scaling:
             d["scaling"] = self.scaling
+        if self.interval:
+            lo, hi = self.interval["factor_p10"], self.interval["factor_p90"]
+            d["days_interval"] = {"p10": self.days * lo, "p90": self.days * hi}
+            d["gpu_hours_interval"] = {"p10": self.gpu_hours * lo, "p90": self.gpu_hours * hi}
+            d["interval_basis"] = self.interval["basis"]
         return d
 
 
@@ -403,7 +422,8 @@ def estimate_time(plan: Plan, comp: ComputeEstimate,
         return None
     steps = math.ceil(tokens / comp.tokens_per_step)
     return TimeEstimate(tokens=tokens, steps=steps, total_s=steps * comp.step_time_s,
-                        gpus=comp.gpus, scaling=scaling or [])
+                        gpus=comp.gpus, scaling=scaling or [],
+                        interval=comp.interval() if comp.stack else None)
 
 
 from .scaling import scaling_curve  # noqa: E402,F401  (re-exported; it calls estimate_compute)
