@@ -63,7 +63,7 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
     from .search import _layout
 
-    gb = _global_batch(space.global_batch, mb * dp)
+    gb = _global_batch(space.global_batch, mb * dp, _tolerance(space))
     if gb is None:
         return None
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
@@ -78,16 +78,22 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
 
 #: a GPU count whose DP degree does not divide the global batch may round the batch to the nearest
 #: multiple of micro-batch × DP if that changes it by at most this share (any GPU count, not only
-#: powers of two, can then run the job; the plan states the batch it used)
+#: powers of two, can then run the job; the plan states the batch it used). A batch the user stated
+#: moves by at most BATCH_ROUNDING, the planner's own default (~4M tokens) by DEFAULT_BATCH_ROUNDING.
 BATCH_ROUNDING = 0.10
+DEFAULT_BATCH_ROUNDING = 0.25
 
 
-def _global_batch(gb: int, unit: int) -> int | None:
-    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within BATCH_ROUNDING."""
+def _global_batch(gb: int, unit: int, tolerance: float = BATCH_ROUNDING) -> int | None:
+    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within ``tolerance``."""
     if gb % unit == 0:
         return gb
     near = max(unit, round(gb / unit) * unit)
-    return near if abs(near - gb) <= BATCH_ROUNDING * gb else None
+    return near if abs(near - gb) <= tolerance * gb else None
+
+
+def _tolerance(space: "Space") -> float:
+    return BATCH_ROUNDING if getattr(space.job, "global_batch", None) else DEFAULT_BATCH_ROUNDING
 
 
 def _cp_values(space: Space, room: int) -> list[int]:
@@ -120,7 +126,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     from .search import _KNOBS, evaluate
 
     gb = space.global_batch
-    mbs = [b for b in _MB if _global_batch(gb, b * dp) is not None]
+    mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
         return []
     z, rc, off = _KNOBS[-1]

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS
+from ..runtime import FRAMEWORKS
 from ..units import fmt_params, fmt_seconds
 from .cost_opts import cost_options, cost_options_from_kwargs
 from .options import _count
@@ -30,16 +31,17 @@ def _job(kw: dict[str, Any]):
         hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
         given.setdefault("seq_len", hints["seq_len"])
         given.setdefault("tokens", float(hints["tokens"]) * (epochs or 1.0))
-    tpo = given.pop("tp_comm_overlap", False)
+    tpo = kw.get("tp_comm_overlap")
+    given.pop("tp_comm_overlap", None)
     epo = given.pop("ep_comm_overlap", False)
     runtime = given.pop("runtime", None)
-    if not given and not tpo and not epo and runtime is None:
+    if not given and tpo is None and not epo and runtime is None:
         return EXAMPLE_JOB, True
     from ..estimate.options import TimeOptions
 
-    if tpo or epo or runtime:
+    if tpo is not None or epo or runtime:
         given["time_options"] = TimeOptions(tp_comm_overlap=tpo, ep_comm_overlap=epo,
-                                            runtime=runtime or "hf")
+                                            runtime=runtime)
     from pydantic import ValidationError
 
     from .._spec import spec_error
@@ -58,6 +60,8 @@ def _layout_text(lay: dict[str, Any]) -> str:
     if lay["vp"] > 1:
         parts.append(f"v{lay['vp']}")
     s = "·".join(parts) + f" z{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']}"
+    if lay.get("framework") and lay["framework"] != "hf":
+        s = f"{lay['framework']} " + s
     if lay["recompute"] != "none":
         s += f" rc-{lay['recompute']}"
     if lay["offload"] != "none":
@@ -71,6 +75,9 @@ def _plans_table(plans: list[dict[str, Any]]) -> str:
         e = p["estimate"]
         cost = f"${e['cost_usd']:,.0f}" if e.get("cost_usd") is not None else "-"
         days = fmt_seconds(e["total_s"]) if "total_s" in e else "-"
+        if e.get("days_interval"):
+            lo, hi = e["days_interval"]
+            days += f" ({fmt_seconds(lo * 86400)}-{fmt_seconds(hi * 86400)})"
         gpuh = "-" if "gpu_hours" not in e else (
             f"{e['gpu_hours']:,.0f}" if e["gpu_hours"] >= 10 else f"{e['gpu_hours']:.2g}")
         rows.append([f"{i}{'*' if p['pareto'] else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
@@ -88,10 +95,12 @@ def _render(res: dict[str, Any], example: bool) -> None:
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}), seq {job['seq_len']}, "
                f"{tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
-    click.echo(f"time model: {to['runtime']} runtime kernels, TP comm "
-               f"{'overlapped' if to['tp_comm_overlap'] else 'exposed'}, MoE all-to-all "
+    over = lambda v, yes, no: "the stack's" if v is None else (yes if v else no)  # noqa: E731
+    click.echo(f"time model: stacks {', '.join(job.get('frameworks') or ['hf'])} "
+               f"(catalog/efficiency/stacks); kernels {over(to['runtime'], to['runtime'], '')}, TP comm "
+               f"{over(to['tp_comm_overlap'], 'overlapped', 'exposed')}, MoE all-to-all "
                f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
-               "(--runtime, --tp-comm-overlap, --ep-comm-overlap)")
+               "(--framework, --runtime, --tp-comm-overlap, --ep-comm-overlap)")
     click.echo(f"searched {res['evaluated']:,} layouts in {fmt_seconds(res['elapsed_s'])} "
                f"({res['plans_per_s']:,.0f}/s); {len(res['rejected'])} candidates rejected\n")
     if res["plans"]:
@@ -139,11 +148,12 @@ def register(main: click.Group) -> None:
     @click.option("--headroom", type=float, help="memory kept free for the fit verdict [0.10]")
     @click.option("--rank-by", type=click.Choice(_RANKS), help="rank by time, cost or GPU count [time]")
     @click.option("--top", type=int, help="plans to show [10]")
-    @click.option("--tp-comm-overlap", is_flag=True, default=False,
-                  help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)")
+    @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                  help="override: the runtime overlaps TP collectives with GEMMs [the stack profile's]")
     @click.option("--runtime", type=click.Choice(["hf", "megatron"]),
-                  help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) "
-                  "or megatron (fused kernels) [hf]")
+                  help="override the stack profile's kernel fusion: hf (eager) or megatron (fused)")
+    @click.option("--framework", "frameworks", multiple=True, type=click.Choice(FRAMEWORKS),
+                  help="software stack to plan for (repeatable: the planner searches them) [hf]")
     @click.option("--ep-comm-overlap", is_flag=True, default=False,
                   help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)")
     @cost_options
