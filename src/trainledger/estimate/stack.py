@@ -61,6 +61,7 @@ class StackProfile:
     collective_launch_s: float
     optimizer_passes: float
     host_step_s: float
+    selective_gemms: float = 0.0
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
 
@@ -74,6 +75,7 @@ class StackProfile:
             "fsdp_copy_passes": self.fsdp_copy_passes, "dp_overlap": self.dp_overlap,
             "collective_launch_s": self.collective_launch_s,
             "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
+            "selective_recompute_gemms": self.selective_gemms,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
         }
 
@@ -148,7 +150,8 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     dp_overlap=bool(v.get("dp_overlap", True)),
                     collective_launch_s=float(v.get("collective_launch_s", 0.0)),
                     optimizer_passes=float(v.get("optimizer_passes", 1.0)),
-                    host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)))
+                    host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
+                    selective_gemms=float(v.get("selective_recompute_gemms", 0.0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"catalog/efficiency/stacks/{framework}.yaml: invalid value ({exc})") from None
     over = []

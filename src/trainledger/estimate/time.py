@@ -367,7 +367,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     dtype = matmul_dtype(plan)
     peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
     clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
-    work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels)
+    work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
+                      prof.selective_gemms)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy

@@ -117,8 +117,13 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
 
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
-               matmul_dtype: str, runtime: str = "hf") -> StageWork:
-    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage."""
+               matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0) -> StageWork:
+    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
+
+    ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
+    the share of the layer's GEMM forwards recomputed, with all its elementwise ops (torchtitan's
+    op-level SAC saves every matmul output except every second one; see stacks/fsdp2.yaml).
+    """
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
     tokens = b * s / cp
@@ -131,6 +136,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     frozen = r.method in ("lora", "qlora")
     bwd_w = (1.0 if frozen else 2.0) if training else 0.0
     rc = recompute_fraction(plan) if training else 0.0
+    sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
     stage_layers = math.ceil(m.num_layers / pp)
     share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
@@ -147,12 +153,13 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
             nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
             t_main += nparams * 2.5 / (hbm * eff.hbm)
-        mm += nl * (t_main * (1 + bwd_w + rc) + t_lora * ((3.0 + rc) if training else 1.0))
+        mm += nl * (t_main * (1 + bwd_w + rc + sel) + t_lora * ((3.0 + rc) if training else 1.0))
         att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
         moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
         fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k, runtime)
-        ew += nl * tokens * (fwd_b * (1 + rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
+        ew_rc = rc if not sel else max(rc, 1.0)
+        ew += nl * tokens * (fwd_b * (1 + ew_rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
     # lm_head + loss on the last stage (the first holds only an embedding lookup)
     head = lm_head_gemm(m)
     head_w = (1.0 if frozen else 2.0) if training else 0.0
