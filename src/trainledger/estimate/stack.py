@@ -64,6 +64,8 @@ class StackProfile:
     selective_gemms: float = 0.0
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
+    gpu: str = ""
+    power_limit_w: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -77,6 +79,7 @@ class StackProfile:
             "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
             "selective_recompute_gemms": self.selective_gemms,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
+            "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
 
 
@@ -130,7 +133,7 @@ _CACHE: dict[tuple, StackProfile] = {}
 def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None) -> StackProfile:
     """The profile of ``framework`` on ``gpu``'s family, with the user's overrides applied."""
     opts = opts or TimeOptions()
-    key = (framework, gpu.architecture, getattr(gpu, "power_limit_w", None), gpu.tdp_w, gpu.idle_w,
+    key = (framework, gpu.name, gpu.architecture, getattr(gpu, "power_limit_w", None), gpu.tdp_w, gpu.idle_w,
            opts.runtime, opts.tp_comm_overlap, opts.overlap_grad_reduce, opts.matmul_efficiency)
     hit = _CACHE.get(key)
     if hit is not None:
@@ -169,7 +172,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
         over.append("overlap_grad_reduce")
     out = StackProfile(framework=framework, family=fam.family, eff=eff, kernels=kernels,
                        tp_overlap=tp_overlap, clock_scale=clock_scale(gpu), overrides=tuple(over),
-                       **prof)
+                       gpu=gpu.name, power_limit_w=getattr(gpu, "power_limit_w", None), **prof)
     if len(_CACHE) > 512:
         _CACHE.clear()
     _CACHE[key] = out
