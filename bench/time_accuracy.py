@@ -53,6 +53,9 @@ GT = Path(os.environ.get("TRAINLEDGER_GROUNDTRUTH", Path(__file__).resolve().par
 if not GT.exists():
     GT = Path("/work/shared/groundtruth")
 
+#: share of wall-clock spent on useful steps in Meta's large runs (Llama 3, arXiv:2407.21783, §3.3.4)
+EFFECTIVE_TRAINING_TIME = 0.90
+
 #: no overrides: the stack profile of the case's framework decides
 STACK = TimeOptions()
 
@@ -216,10 +219,11 @@ def reported_cases() -> list[Case]:
                             "step_time_s", m["iteration_time_s"], secondary=True))
         elif c["id"] in LLAMA2:
             # Layout not published: assumed FSDP (ZeRO-3) over 1024 A100-80GB, 4M-token batches
-            # (1024 x 4096), flash attention, fused kernels. GPU-hours include failures/restarts.
+            # (1024 x 4096), activation checkpointing, flash attention. GPU-hours include failures
+            # and restarts: predicted hours / EFFECTIVE_TRAINING_TIME (tests/golden/test_time_anchors.py)
             mdl = load_model(LLAMA2[c["id"]])
             p = plan(mdl, cluster("a100-sxm-80gb", 1024, inter="ib-hdr"), dp=1024, zero=3,
-                     gbs=1024, seq=4096, recompute="none", framework="pytorch-fsdp")
+                     gbs=1024, seq=4096, recompute="full", framework="pytorch-fsdp")
             p = p.model_copy(update={"recipe": p.recipe.model_copy(update={"train_tokens": s["tokens"]})})
             out.append(Case(c["id"], "llama2", p, STACK, "gpu_hours", m["gpu_hours"],
                             secondary=True, note="layout assumed; GPU-hours include restarts"))
@@ -356,6 +360,8 @@ def predict(case: Case) -> tuple[float, float]:
         return pred, abs(pred / case.measured - 1)
     if case.metric == "gpu_hours":
         pred = estimate_time(p, comp).gpu_hours
+        if case.source == "llama2":  # reported hours include downtime (Llama 3 paper §3.3.4: >90%)
+            pred /= EFFECTIVE_TRAINING_TIME
         return pred, abs(case.measured / pred - 1)
     pred = comp.step_time_s
     return pred, abs(case.measured / pred - 1)
