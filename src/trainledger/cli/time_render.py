@@ -25,6 +25,14 @@ def compute_lines(c: dict[str, Any]) -> list[str]:
         out.append(f"  step time p10-p90: {fmt_seconds(iv['p10'])} - {fmt_seconds(iv['p90'])}, MFU "
                    f"{100 * c['mfu_interval']['p10']:.1f}-{100 * c['mfu_interval']['p90']:.1f}% "
                    f"({iv['basis']})")
+    tc = c.get("time_calibration")
+    if tc and tc.get("calibrated"):
+        civ = c.get("calibrated_step_time_interval_s") or {}
+        out.append(f"  calibrated step {fmt_seconds(tc['step_time_s'])} (x{tc['scale']:.3f}, calibration "
+                   f"{tc.get('calibration_id')}; p10-p90 {fmt_seconds(civ.get('p10', 0))} - "
+                   f"{fmt_seconds(civ.get('p90', 0))})")
+    elif tc:
+        out.append(f"  {tc['reason']}")
     step = c["step_time_s"]
     rows = [[k, fmt_seconds(v), f"{100 * v / step:.1f}%"] for k, v in c["breakdown"].items()]
     out += ["  " + line for line in table(rows, ["part", "time", "share"], align="lrr").splitlines()]
