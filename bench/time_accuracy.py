@@ -113,10 +113,11 @@ def cluster(gpu: str, gpus: int, per_node: int = 8, inter: str = "ib-hdr", nics:
 
 def plan(model, cl: Cluster, *, tp=1, pp=1, cp=1, dp=None, vp=1, zero=0, sp=None, mbs=1, gbs=None, ep=1,
          seq=2048, precision="bf16-mixed", recompute="none", attention="flash", dropout=0.0,
-         framework="megatron-core", recompute_layers=None, method="pretrain") -> Plan:
+         framework="megatron-core", recompute_layers=None, method="pretrain", lora=None) -> Plan:
+    extra = {"lora_targets": lora[0], "lora_rank": lora[1]} if lora else {}
     rec = Recipe(method=method, precision=precision, seq_len=seq, micro_batch=mbs,
                  global_batch=gbs, recompute=recompute, attention=attention, dropout=dropout,
-                 recompute_layers=recompute_layers)
+                 recompute_layers=recompute_layers, **extra)
     lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=(tp > 1) if sp is None else sp,
                  pp_schedule="interleaved" if vp > 1 else "1f1b")
     return Plan(model=model, recipe=rec, layout=lay, cluster=cl, runtime=Runtime(framework=framework))
@@ -315,6 +316,11 @@ NEMO_DIMS = {
 }
 
 
+#: NeMo's LoRA default: adapters on the fused QKV projection only, adapter_dim 32 (NeMo
+#: examples/nlp/language_modeling/tuning/conf/megatron_gpt_finetuning_config.yaml, peft.lora_tuning)
+NEMO_LORA = (("q_proj", "k_proj", "v_proj"), 32)
+
+
 def nemo_cases() -> list[Case]:
     out = []
     for c in _load("nemo_24_07_perf.yaml"):
@@ -331,7 +337,8 @@ def nemo_cases() -> list[Case]:
         vp = s.get("vp") or 1
         p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                  cp=s["cp"], vp=vp, zero=1, mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"],
-                 precision="fp8-mixed", method=method, framework="megatron-core")
+                 precision="fp8-mixed", method=method, framework="megatron-core",
+                 lora=NEMO_LORA if method == "lora" else None)
         out.append(Case(c["id"], "nemo-24.07", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out
