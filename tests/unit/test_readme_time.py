@@ -27,7 +27,7 @@ def test_readme_plan_any_gpu_count():
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
     assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  19.7/80            3.98      "
-            "1,028  46%  29.3 days (24.5 days-34.2 days)  540,257  $1,615,369") in out
+            "1,028  46%  29.3 days (26.3 days-34.2 days)  540,257  $1,615,369") in out
 
 
 def test_readme_calibrate_then_estimate(tmp_path):
