@@ -29,7 +29,7 @@ class Space:
     recipe: Recipe
     global_batch: int
     lower_bound: float
-    framework: str = "hf"
+    framework: str = ""   # the stack searched ('' = the job's framework)
 
 
 @dataclass
@@ -71,21 +71,18 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
     try:
         return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
                     cluster=cluster, headroom=space.job.headroom,
-                    runtime=Runtime(framework=space.framework))
+                    runtime=Runtime(framework=space.framework or space.job.framework))
     except TrainledgerError:
         return None
 
 
-#: a GPU count whose DP degree does not divide the global batch may round the batch to the nearest
-#: multiple of micro-batch × DP if that changes it by at most this share (any GPU count, not only
-#: powers of two, can then run the job; the plan states the batch it used). A batch the user stated
-#: moves by at most BATCH_ROUNDING, the planner's own default (~4M tokens) by DEFAULT_BATCH_ROUNDING.
-BATCH_ROUNDING = 0.10
-DEFAULT_BATCH_ROUNDING = 0.25
+def _global_batch(gb: int, unit: int, tolerance: float = 0.0) -> int | None:
+    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within ``tolerance``.
 
-
-def _global_batch(gb: int, unit: int, tolerance: float = BATCH_ROUNDING) -> int | None:
-    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within ``tolerance``."""
+    A GPU count whose DP degree does not divide the global batch may round the batch to the nearest
+    multiple of micro-batch × DP (``Job.batch_rounding``): any whole-node GPU count, not only powers
+    of two, can then run the job; the token budget is unchanged and the plan states the batch used.
+    """
     if gb % unit == 0:
         return gb
     near = max(unit, round(gb / unit) * unit)
@@ -93,7 +90,7 @@ def _global_batch(gb: int, unit: int, tolerance: float = BATCH_ROUNDING) -> int 
 
 
 def _tolerance(space: "Space") -> float:
-    return BATCH_ROUNDING if getattr(space.job, "global_batch", None) else DEFAULT_BATCH_ROUNDING
+    return float(getattr(space.job, "batch_rounding", 0.0))
 
 
 def _cp_values(space: Space, room: int) -> list[int]:

@@ -100,11 +100,9 @@ def test_planner_answers_every_job(job):
         # the job's batch, rounded to a multiple of micro-batch x DP by at most the planner's
         # tolerance (any whole-node GPU count can run the job; issue 15)
         from trainledger.search import default_global_batch
-        from trainledger.search_space import BATCH_ROUNDING, DEFAULT_BATCH_ROUNDING
 
         asked = job.global_batch or default_global_batch(job)
-        tol = BATCH_ROUNDING if job.global_batch else DEFAULT_BATCH_ROUNDING
-        assert abs(c.plan.global_batch - asked) <= tol * asked + 1e-9
+        assert abs(c.plan.global_batch - asked) <= job.batch_rounding * asked + 1e-9
         if job.deadline_days and c.total_s is not None:
             assert c.total_s <= job.deadline_days * 86400 * (1 + 1e-9)
     for r in res.rejected:

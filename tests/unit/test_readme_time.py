@@ -23,7 +23,7 @@ def test_readme_estimate_with_power_limit_and_interval():
 
 
 def test_readme_plan_any_gpu_count():
-    out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--deadline-days",
+    out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
     assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  19.7/80            3.98      "
