@@ -273,19 +273,32 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
     fsdp = fsdp_hidden = fsdp_copy = 0.0
     if lay.zero == 3 and topo.dp.n > 1 and training:
-        # Per FSDP unit (one decoder layer): all-gather in forward, again in backward, reduce-scatter
-        # of its gradients — each with its own ring latency (n-1)·α (Zhao et al. 2023,
-        # arXiv:2304.11277, §3.3). Prefetching hides a layer's collectives behind the previous
-        # layer's compute; the excess, the first gather and the last reduce-scatter are exposed.
+        # Per FSDP unit (one decoder layer): all-gather in forward, again in backward (unless the
+        # stack keeps the gathered weights: fsdp2 reshard_after_forward=False), reduce-scatter of
+        # its gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277,
+        # §3.3). Prefetching hides a layer's collectives behind the neighbouring layer's compute
+        # of the same phase: the forward gathers behind the forward, the backward gathers and
+        # reduce-scatters (one communicator: NCCL runs them one after the other) behind the
+        # backward and its recomputation; the excess of each phase, the first gather and the last
+        # reduce-scatter are exposed.
         p = _stage_params(plan, ep_sharded=True) / lay.tp
         units = max(1.0, float(layers))
         wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
         gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
+        regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
         ag_u = all_gather_s(topo.dp, p * wb / units)
         rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
-        t = units * (2 * ag_u + rs_u) + units * 3 * prof.collective_launch_s
+        launch = prof.collective_launch_s
+        t_fwd = units * (ag_u + launch)
+        t_bwd = units * ((ag_u + launch if regather else 0.0) + rs_u + launch)
+        t = t_fwd + t_bwd
         edge = ag_u + rs_u
-        fsdp = max(edge, t - work.total_s) if prof.fsdp_prefetch else t
+        fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
+        w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
+        if prof.fsdp_prefetch:
+            fsdp = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd))
+        else:
+            fsdp = t
         fsdp_hidden = t - fsdp
         # FSDP2 copy-out of the gathered parameters and copy-in of the gradients (one read + one
         # write each), on the compute stream
