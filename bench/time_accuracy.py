@@ -233,7 +233,8 @@ def reported_cases() -> list[Case]:
             # FP8, DualPipe overlapping the all-to-all, seq 4096, batch up to 15360 sequences.
             # GPU-hours include context extension and post-training: a loose, secondary check.
             mdl = load_model("deepseek-v3")
-            p = plan(mdl, cluster("h800", 2048, inter="ib-ndr"), pp=16, ep=64, dp=128, zero=1,
+            # DualPipe bubble ~1/3 of 1F1B (report Table 2 with B = 2F, W = B/2): 3 virtual stages
+            p = plan(mdl, cluster("h800", 2048, inter="ib-ndr"), pp=16, vp=3, ep=64, dp=128, zero=1,
                      gbs=15360, seq=4096, precision="fp8-mixed")
             p = p.model_copy(update={"recipe": p.recipe.model_copy(
                 update={"train_tokens": m["pretrain_tokens"]})})

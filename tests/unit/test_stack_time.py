@@ -99,3 +99,15 @@ def test_every_time_figure_has_an_interval():
     assert d["mfu_interval"]["p10"] <= d["mfu"] <= d["mfu_interval"]["p90"]
     lo, hi, basis = rate_interval("deepspeed", "cdna")
     assert lo < 0 < hi and "pooled" in basis
+
+
+def test_routing_imbalance_is_the_expected_maximum_of_binomial_loads():
+    import math
+
+    from trainledger.estimate.work import routing_imbalance
+
+    assert routing_imbalance(1e6, 1) == 1.0
+    n, ep = 4096 * 64 * 8, 64
+    assert routing_imbalance(n, ep) == pytest.approx(
+        1 + math.sqrt(2 * math.log(ep)) * math.sqrt((1 - 1 / ep) * ep / n))
+    assert routing_imbalance(1e4, 64) > routing_imbalance(1e6, 64) > 1.0

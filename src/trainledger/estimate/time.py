@@ -265,7 +265,10 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     t_ep = 0.0
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
+        from .work import routing_imbalance
+
         size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
+        size *= routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)  # the busiest rank
         t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
     t_pp = 0.0
     if lay.pp > 1:

@@ -63,9 +63,27 @@ class StageWork:
         return self.matmul_s + self.attention_s + self.elementwise_s + self.overhead_s
 
 
+def routing_imbalance(routed_tokens: float, ep: int) -> float:
+    """Load of the busiest of ``ep`` expert-parallel ranks relative to the mean (≥ 1).
+
+    Each of the ``routed_tokens`` (tokens × top-k) lands on a rank with probability 1/ep even when
+    the router is balanced in expectation, so a rank's load is Binomial(n, 1/ep) with relative
+    standard deviation √((1 − 1/ep)·ep/n); the largest of ep such loads sits about √(2 ln ep)
+    standard deviations above the mean (expected maximum of ep near-Gaussian variables; Cramér
+    1946, Mathematical Methods of Statistics, §28.6). Every EP rank waits for the busiest one in
+    the all-to-all, so expert GEMMs and the all-to-all run at this factor. A learned router's own
+    imbalance comes on top of this statistical floor.
+    """
+    if ep <= 1 or routed_tokens <= 0:
+        return 1.0
+    rel_sd = math.sqrt((1.0 - 1.0 / ep) * ep / routed_tokens)
+    return 1.0 + math.sqrt(2.0 * math.log(ep)) * rel_sd
+
+
 def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
                 hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
-    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP)."""
+    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
+    busiest EP rank's share, see :func:`routing_imbalance`)."""
     t = 0.0
     for g in gemms:
         k, n = g.k, g.n
@@ -75,7 +93,7 @@ def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: 
             k = max(1, k // tp) if k >= tp else k / tp
         if g.experts:
             local = max(1.0, g.experts / ep)
-            m = tokens * g.mult * ep / g.experts
+            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep)
             t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
