@@ -79,8 +79,8 @@ def layer_linears(m: ModelSpec, i: int) -> dict[str, Linear]:
     assert x is not None
     fe, n_in = x.expert_intermediate_size, 2 if m.mlp_type == "gated" else 1
     out["mlp.gate"] = Linear(h, x.num_experts)  # router: weight E×h, no bias
-    out["mlp.experts.gate_up_proj"] = Linear(h, n_in * fe, count=x.num_experts)
-    out["mlp.experts.down_proj"] = Linear(fe, h, count=x.num_experts)
+    out["mlp.experts.gate_up_proj"] = Linear(h, n_in * fe, m.mlp_bias, count=x.num_experts)
+    out["mlp.experts.down_proj"] = Linear(fe, h, m.mlp_bias, count=x.num_experts)
     if x.num_shared_experts and x.shared_intermediate_size:
         name = "mlp.shared_expert" if x.shared_expert_gate else "mlp.shared_experts"
         out.update(_ffn(m, name, x.shared_intermediate_size))
@@ -167,3 +167,17 @@ def lora_params(m: ModelSpec, targets: tuple[str, ...], rank: int) -> int:
 def _first_layer(m: ModelSpec, moe: bool) -> int:
     """Index of the first decoder layer that is (or is not) a MoE layer; -1 when there is none."""
     return next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), -1)
+
+
+def component(path: str) -> str:
+    """The parameter-count component of a projection path: attention, mlp, experts, router, shared_experts."""
+    head, _, rest = path.partition(".")
+    if head in ("self_attn", "attn", "attention"):
+        return "attention"
+    if rest.startswith("experts."):
+        return "experts"
+    if rest == "gate":
+        return "router"
+    if rest.startswith("shared_expert"):
+        return "shared_experts"
+    return "mlp"
