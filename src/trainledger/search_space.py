@@ -49,11 +49,11 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
             continue
         if tp > per_node:
             rejected.append(Rejected(None, f"TP={tp} would span nodes of {per_node} GPUs",
-                                     gpu.name, n_gpus))
+                                     gpu.name, n_gpus, space.framework or space.job.framework))
             continue
         if pcie and tp >= 4:
             rejected.append(Rejected(None, f"TP={tp} across PCIe without NVLink ({gpu.link}): "
-                                     "per-layer all-reduces through the host bridge", gpu.name, n_gpus))
+                                     "per-layer all-reduces through the host bridge", gpu.name, n_gpus, space.framework or space.job.framework))
             continue
         out.append(tp)
     return out
@@ -198,7 +198,7 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
     if space.lower_bound / n > budget:
         rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of weights "
                                  f"and optimizer states per GPU even fully sharded over {n}, has "
-                                 f"{budget / GIB:.0f}", gpu.name, n))
+                                 f"{budget / GIB:.0f}", gpu.name, n, space.framework or space.job.framework))
         return []
     cluster = _cluster(gpu, per_node, n, net)
     found: list = []
@@ -228,10 +228,10 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
             plan, mem = min(fails, key=lambda f: f[1].device_total_bytes)
             rejected.append(Rejected(plan, f"needs {mem.device_total_bytes / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "
-                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n))
+                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
         else:
             rejected.append(Rejected(None, f"no layout divides global batch {space.global_batch} "
-                                     f"over {n} GPUs", gpu.name, n))
+                                     f"over {n} GPUs", gpu.name, n, space.framework or space.job.framework))
     return found
 
 
