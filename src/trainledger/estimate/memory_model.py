@@ -389,14 +389,21 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
     k_bytes = R if flow.autocast else c
+    kv_set = plan.serving.kv_cache_dtype
+    if kv_set != "auto":  # an explicit KV dtype (e.g. fp8) stores keys and values in it
+        k_bytes = c = DTYPE_BYTES[kv_set]
+    latent = plan.serving.mla_latent_cache
+    latent = opts.kv_cache == "paged" if latent is None else latent
     if m.mla is not None:
         ml = m.mla
-        if opts.kv_cache == "paged":
+        if latent:  # one shared latent per token: every TP rank holds all of it (DeepSeek-V2 §2.1.2)
             per_tok = (ml.kv_lora_rank + ml.qk_rope_head_dim) * c
-        else:
-            per_tok = m.num_heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
-    else:
-        per_tok = m.kv_dim * (c if opts.kv_cache == "paged" else k_bytes) / t + m.kv_dim * c / t
+        else:  # per-head K and V: the heads split over TP
+            heads = max(1, m.num_heads // t)
+            per_tok = heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
+    else:  # KV heads split over TP, replicated when fewer than t (vLLM get_num_kv_heads)
+        kv_local = max(1, m.num_kv_heads // t) * m.head_dim
+        per_tok = kv_local * (c if opts.kv_cache == "paged" else k_bytes) + kv_local * c
     n_sliding = _count_sliding(m) * n_layers / m.num_layers
     win = min(ctx, m.sliding_window or ctx)
     tokens = (n_layers - n_sliding) * ctx + n_sliding * win

@@ -42,6 +42,10 @@ from .engine import kernels_for, resolve
 from .kv import kv_dtype, kv_layout
 from .memory import act_bytes, served_format
 
+#: rows per expert block of the fused MoE kernel at small batch: the tokens routed to one expert
+#: are padded to a multiple of it (vllm/model_executor/layers/fused_moe/fused_moe.py
+#: ``get_default_config``: BLOCK_SIZE_M 16 for small M; ``moe_align_block_size``).
+MOE_BLOCK_M = 16
 #: decode-context sample points used to integrate a static batch's decode phase
 DECODE_SAMPLES = 12
 #: elementwise traffic per token and layer, in units of h·c bytes (2 norms read+write, residual
@@ -96,9 +100,13 @@ class ServingPerf:
         if M <= 0:
             return 0.0
         d = self.eff.half_dim
-        m_each = M / n_mat
-        eta = self.eta_max * (m_each / (m_each + d)) * (N / (N + d)) * (K / (K + d))
-        t_c = 2.0 * M * K * N / (self.peak * eta)
+        nk = (N / (N + d)) * (K / (K + d))
+        if n_mat > 1:  # grouped expert GEMM: each expert's rows padded to the kernel's M block
+            rows = n_mat * math.ceil(M / n_mat / MOE_BLOCK_M) * MOE_BLOCK_M
+            t_c = 2.0 * rows * K * N / (self.peak * self.eta_max * nk)
+        else:
+            eta = self.eta_max * (M / (M + d)) * nk
+            t_c = 2.0 * M * K * N / (self.peak * eta)
         t_m = (n_mat * K * N * bytes_w + self.c * M * (K + N)) / (self.hbm * self.kern.decode_hbm_efficiency)
         return max(t_c, t_m)
 
@@ -173,7 +181,8 @@ class ServingPerf:
             att += self._attention_decode(decode_seqs, ctx)
         if prefill_seqs and prompt:
             att += self._attention_prefill(prefill_seqs, prompt)
-        graphs = self.es.cuda_graphs and prefill_seqs == 0 and decode_seqs <= self.es.cuda_graph_max_batch
+        # vLLM V1 replays piecewise CUDA graphs for any step of at most the largest captured size
+        graphs = self.es.cuda_graphs and M <= self.es.cuda_graph_max_batch
         samples = decode_seqs + prefill_seqs
         return StepTime(self._gemms(M), att, self._comm(M), self._other(M, samples, graphs))
 
@@ -213,19 +222,28 @@ class ServingPerf:
                 "output_tokens_per_s": tps, "output_tokens_per_s_per_gpu": tps / gpus}
 
     def continuous(self, concurrency: float, prompt: float, out: float) -> dict[str, float]:
-        """Steady state of continuous batching with chunked prefill at ``concurrency`` sequences."""
+        """Steady state of continuous batching with chunked prefill at ``concurrency`` sequences.
+
+        A round gives each of the C running sequences one token and admits C/n_out new prompts
+        (their prefill rides in the same steps, vLLM/SGLang chunked prefill): TPOT = round time.
+        A step carrying a whole prefill chunk (the step budget less the decodes) is the slow
+        step (p99 TPOT); a new prompt needs cdiv(s_in, budget − C) such steps before its first token.
+        """
         C = max(concurrency, 1.0)
         ctx = prompt + out / 2.0
-        pre_seqs = C / max(out, 1.0)  # prompts admitted per step in steady state
+        pre_seqs = C / max(out, 1.0)  # prompts admitted per round in steady state
         st = self.step(C, ctx, pre_seqs, prompt)
         tpot = self.stage_to_token(st.total)
-        # the slowest decode step carries a whole prefill chunk (p99 TPOT under chunked prefill)
-        chunk = min(float(self.es.max_num_batched_tokens), max(C * prompt / max(out, 1.0), prompt))
-        worst = self.stage_to_token(self.step(C, ctx, chunk / max(prompt, 1.0), prompt).total)
-        ttft = max(self.prefill_s(1, prompt), math.ceil(prompt / max(self.es.max_num_batched_tokens - C, 1.0)) * tpot)
+        room = max(self.es.max_num_batched_tokens - C, 1.0)
+        chunk = min(room, prompt)
+        t_chunk = self.stage_to_token(self.step(C, ctx, chunk / max(prompt, 1.0), prompt).total)
+        if C <= 1:
+            ttft = self.prefill_s(1, prompt)
+        else:
+            ttft = math.ceil(prompt / room) * t_chunk
         tps = C / tpot
         gpus = self.t * self.p
-        return {"concurrency": C, "ttft_s": ttft, "tpot_s": tpot, "tpot_worst_s": max(worst, tpot),
+        return {"concurrency": C, "ttft_s": ttft, "tpot_s": tpot, "tpot_worst_s": max(t_chunk, tpot),
                 "e2e_s": ttft + out * tpot, "output_tokens_per_s": tps,
                 "output_tokens_per_s_per_gpu": tps / gpus, "requests_per_s": tps / max(out, 1.0),
                 "gemm_s": st.gemm, "attention_s": st.attention, "comm_s": st.comm, "other_s": st.other}
