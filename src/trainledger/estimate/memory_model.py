@@ -33,6 +33,8 @@ from ..modules import lora_params as _lora_params_uncached
 from .options import MemoryOptions
 
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: eager inference without autocast: bytes per (b, s, ctx) element of the attention mask's transients
+EAGER_MASK_BYTES_NO_AUTOCAST = 7
 
 
 @dataclass(slots=True)
@@ -421,11 +423,16 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
         mo = m.moe  # copies of the input, then gate|up, act, act·up — or the down output, weighted
         fe = mo.expert_intermediate_size
         mlp = mo.top_k * R * max(2 * h + 4 * fe, 4 * h) / t
-        mlp += c * h + FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router cast, softmax, indices
+        mlp += FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router softmax, indices
+        if flow.autocast:  # autocast casts the router input
+            mlp += c * h
     else:
         mlp = 3 * c * m.intermediate_size / t
     work = T * (4 * R * h + mlp)
     if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
-        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + c)
+        # without autocast the 4-D mask exists as a bool, its c-byte additive form and an fp32
+        # intermediate at once (transformers masking_utils; measured, torch 2.13: 7 bytes/element)
+        mask = c if flow.autocast else EAGER_MASK_BYTES_NO_AUTOCAST
+        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + mask)
     parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
     parts.inputs = T * INT64

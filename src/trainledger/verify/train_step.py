@@ -240,7 +240,9 @@ class StepRunner:
         from transformers import DynamicCache
 
         r = self.recipe
-        amp = autocast_context(r, self.built.tensor_device, self.cuda_autocast)
+        # inference loads the served dtype (recipe.INFERENCE_POLICY) and runs without autocast,
+        # as serving engines do
+        amp = contextlib.nullcontext()
         # transformers >= 5.2x names the cache argument ``cache``; older ones ``past_key_values``
         arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with torch.no_grad(), amp:

@@ -184,13 +184,11 @@ def engine_memory(plan: Plan) -> EngineMemory:
     elif es.kv_budget == "fraction_of_free":  # TensorRT-LLM: a fraction of what is free after loading
         pool = es.gpu_memory_utilization * (total - context - w - acts - es.non_torch_bytes)
     else:
-        pool = requested - w - acts - es.non_torch_bytes - graphs
+        pool = vllm_kv_pool(total, es.gpu_memory_utilization, w, acts, es.non_torch_bytes, graphs)
     pool = max(pool, 0.0)
     B = es.block_size
-    block_bytes = kv.bytes_per_token_layer * B * (kv.full_layers + kv.sliding_layers)
-    num_blocks = int(pool // block_bytes) if block_bytes else 0
+    num_blocks, block_bytes, max_conc = pool_concurrency(kv, pool, es.max_model_len, B)
     seq = kv.sequence_bytes(es.max_model_len, B)
-    max_conc = (num_blocks * block_bytes) / seq if seq else 0.0
     longest = _longest(kv, num_blocks * block_bytes, B)
     longest = min(longest, m.max_position_embeddings) if plan.serving.max_model_len is None else longest
     b = plan.recipe.micro_batch
@@ -211,6 +209,26 @@ def engine_memory(plan: Plan) -> EngineMemory:
         batch=b, batch_kv=batch_kv, max_concurrency=max_conc, max_num_seqs=es.max_num_seqs,
         longest_context=int(longest), notes=notes,
     )
+
+
+def pool_concurrency(kv: KvLayout, pool: float, max_model_len: int, block: int) -> tuple[int, float, float]:
+    """(blocks, bytes per block over the stage's layers, max concurrency) of a KV pool.
+
+    blocks = pool // (block × per-token bytes × layers) (vllm/v1/core/kv_cache_utils.py
+    ``get_num_blocks``); concurrency = blocks / cdiv(max_model_len, block)
+    (``get_max_concurrency_for_kv_cache_config``; vLLM V0: blocks × block / max_model_len).
+    """
+    block_bytes = kv.bytes_per_token_layer * block * (kv.full_layers + kv.sliding_layers)
+    blocks = int(pool // block_bytes) if block_bytes else 0
+    seq = kv.sequence_bytes(max_model_len, block)
+    return blocks, block_bytes, (blocks * block_bytes) / seq if seq else 0.0
+
+
+def vllm_kv_pool(total: float, utilization: float, weights: float, activation_peak: float,
+                 non_torch: float, cuda_graphs: float = 0.0) -> float:
+    """vLLM's KV budget: utilization × total − weights − activation peak − non-torch [− graphs]
+    (vllm/v1/worker/gpu_worker.py ``determine_available_memory``)."""
+    return utilization * total - weights - activation_peak - non_torch - cuda_graphs
 
 
 def _longest(kv: KvLayout, pool: float, block: int) -> int:
