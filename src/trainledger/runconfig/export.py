@@ -23,7 +23,7 @@ from ..planfile import PlanInputs, build_plan
 from ..units import GIB
 from .arch import decoder_layer_class
 
-EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm")
+EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm", "vllm", "sglang")
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
 #: (deepspeed/runtime/zero/config.py: reduce_bucket_size, allgather_bucket_size); we export the
@@ -340,4 +340,11 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
         return _export_fsdp(plan, inputs, pred)
     if fmt == "trainer-args":
         return _export_trainer_args(plan, head)
+    if fmt in ("vllm", "sglang"):  # serving launch scripts (runconfig/serving.py, issue 16)
+        from .serving import serving_script
+
+        if plan.recipe.is_training:
+            raise SpecError(f"--to {fmt} serves a model: give --method inference")
+        name, text = serving_script(plan, inputs, fmt, head)
+        return [ExportedFile(name, text, fmt)]
     return _export_slurm(plan, head)

@@ -184,12 +184,12 @@ def serving_section(plan: Plan, prices: Any = None, cost_options: Any = None) ->
     if em.concurrency < b:
         notes.append(f"the KV pool holds {em.max_concurrency:.1f} sequences of {em.max_model_len} tokens: "
                      f"the batch of {b} does not run at once (the engine queues the rest)")
-    cost = _cost(plan, best, prices, cost_options)
+    cost = cost_per_million(plan, best, prices, cost_options)
     return ServingEstimate(engine=em.engine, engine_text=perf.es.text, memory=em, at_batch=at, static=static,
                            curve=curve, max_throughput=best, cost=cost, notes=notes)
 
 
-def _cost(plan: Plan, best: dict[str, float], prices: Any, cost_options: Any) -> dict[str, Any]:
+def cost_per_million(plan: Plan, best: dict[str, float], prices: Any, cost_options: Any) -> dict[str, Any]:
     """USD and kWh per million output tokens at the largest concurrency, cloud and owned.
 
     Cloud: the catalog's (or the user's) price per GPU-hour × GPUs per replica × hours per million
