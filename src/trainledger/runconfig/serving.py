@@ -209,7 +209,7 @@ def preset_for(hub_id: str) -> str:
     from ..hfconfig import preset_sources
 
     want = hub_id.lower().removesuffix("-instruct")
-    for name, src in preset_sources().items():
+    for src, name in preset_sources().items():  # source (lower case) -> preset
         if src and src.lower().removesuffix("-instruct") == want:
             return name
     return hub_id

@@ -46,6 +46,9 @@ from .memory import act_bytes, served_format
 #: are padded to a multiple of it (vllm/model_executor/layers/fused_moe/fused_moe.py
 #: ``get_default_config``: BLOCK_SIZE_M 16 for small M; ``moe_align_block_size``).
 MOE_BLOCK_M = 16
+#: int4-weight GEMMs (Marlin) work on 16-row activation tiles and stay memory-bound up to batch
+#: 16-32 (Frantar et al. 2024, arXiv:2408.11743, §4 and Fig. 1)
+DEQUANT_BLOCK_M = 16
 #: decode-context sample points used to integrate a static batch's decode phase
 DECODE_SAMPLES = 12
 #: elementwise traffic per token and layer, in units of h·c bytes (2 norms read+write, residual
@@ -101,8 +104,9 @@ class ServingPerf:
             return 0.0
         d = self.eff.half_dim
         nk = (N / (N + d)) * (K / (K + d))
-        if n_mat > 1:  # grouped expert GEMM: each expert's rows padded to the kernel's M block
-            rows = n_mat * math.ceil(M / n_mat / MOE_BLOCK_M) * MOE_BLOCK_M
+        if n_mat > 1 or self.fmt.dequant:  # grouped expert GEMM / int4 Marlin: rows padded to the M block
+            block = MOE_BLOCK_M if n_mat > 1 else DEQUANT_BLOCK_M
+            rows = n_mat * math.ceil(M / n_mat / block) * block
             t_c = 2.0 * rows * K * N / (self.peak * self.eta_max * nk)
         else:
             eta = self.eta_max * (M / (M + d)) * nk
