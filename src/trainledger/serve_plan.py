@@ -107,7 +107,7 @@ def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,
     out = max(inputs.generate_len, 1)
     best = None
     broke = ""
-    for c in curve_points(em.concurrency):
+    for c in curve_points(max(1, em.steady_concurrency(prompts.mean, out))):
         p50 = perf.continuous(c, prompts.p50, out)
         p99 = perf.continuous(c, prompts.p99, out)
         why = _slo_ok(inputs, p50, p99)

@@ -76,6 +76,18 @@ class EngineMemory:
         """Sequences of max_model_len that run at once: the KV pool's limit and max_num_seqs."""
         return int(min(math.floor(self.max_concurrency), self.max_num_seqs))
 
+    def steady_concurrency(self, prompt: float, out: float) -> int:
+        """Sequences running at once in the steady state of continuous batching.
+
+        Engines allocate KV blocks as sequences grow (vLLM ``KVCacheManager.allocate_slots``,
+        TensorRT-LLM on-demand block allocation), so with requests at uniformly spread stages a
+        sequence holds on average the blocks of s_in + s_out/2 tokens; the pool, not
+        max_model_len, bounds the running count, and max_num_seqs caps it.
+        """
+        per_seq = self.kv.sequence_bytes(int(math.ceil(prompt + out / 2.0)), self.block_size)
+        fit = (self.num_blocks * self.block_bytes) / per_seq if per_seq else 0.0
+        return int(max(0, min(math.floor(fit), self.max_num_seqs)))
+
     @property
     def fits(self) -> bool:
         return self.kv_pool > 0 and self.batch_kv <= self.kv_pool

@@ -174,7 +174,7 @@ def serving_section(plan: Plan, prices: Any = None, cost_options: Any = None) ->
     b = r.micro_batch
     at = perf.continuous(b, prompt, out)
     static = perf.static_batch(b, prompt, out)
-    limit = max(1, em.concurrency)
+    limit = max(1, em.steady_concurrency(prompt, out))
     curve = [perf.continuous(c, prompt, out) for c in curve_points(limit)]
     best = perf.continuous(limit, prompt, out)
     notes = [f"batch = --micro-batch {b} concurrent sequences of {prompt} prompt + {out} output tokens"]
