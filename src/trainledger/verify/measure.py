@@ -111,6 +111,7 @@ class MemoryMeasurement:
     tracker_peak_bytes: int | None = None
     timeline: list[tuple[str, int]] = field(default_factory=list)
     kv_cache_bytes: int | None = None
+    serving: dict[str, Any] = field(default_factory=dict)  # inference on cuda: TTFT, TPOT, tokens/s
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
