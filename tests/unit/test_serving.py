@@ -182,3 +182,23 @@ def test_cli_estimate_and_serve_plan() -> None:
 def test_inference_default_memory_is_not_fp32() -> None:
     est = estimate(plan(model="llama-3.1-8b"))
     assert est.memory.breakdown["weights"] / GIB < 16  # bf16: 14.96 GiB, fp32 would be 29.9
+
+
+def test_report_and_web_show_serving_for_inference(tmp_path) -> None:
+    from trainledger.web.schemas import EstimateRequest, WebInputs
+    from trainledger.web.service import estimate_view, options
+
+    v = estimate_view(EstimateRequest(inputs=WebInputs(method="inference", seq_len=2048, generate_len=256,
+                                                       micro_batch=8, kv_cache_dtype="fp8")))
+    sec = {s["id"]: s for s in v["sections"]}["serving"]
+    kinds = [b["kind"] for b in sec["blocks"]]
+    assert kinds[:3] == ["kv", "svg", "table"]
+    assert "concurrency" in sec["blocks"][2]["headers"]
+    assert "fp8" in options()["kv_cache_dtype"] and "vllm" in options()["serving_engine"]
+    train = estimate_view(EstimateRequest(inputs=WebInputs(method="lora")))
+    assert "serving" not in {s["id"] for s in train["sections"]}
+    out = tmp_path / "r.md"
+    r = CliRunner().invoke(main, ["report", "--method", "inference", "--seq-len", "1024", "--generate-len", "64",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "Serving: latency, throughput and cost per token" in out.read_text()

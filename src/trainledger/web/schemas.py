@@ -15,6 +15,7 @@ from .._spec import Spec
 from ..layout import Offload, PipelineSchedule
 from ..planfile import DEFAULT_GPU, DEFAULT_MODEL
 from ..recipe import Attention, Method, Optimizer, Precision, Recompute
+from ..serving_spec import Engine, KvCacheDtype, Quantization
 
 #: longest pasted config.json accepted (characters); real ones are a few KB.
 MAX_CONFIG_CHARS = 200_000
@@ -73,6 +74,11 @@ class WebInputs(JsonSpec):
     zero: int = Field(0, ge=0, le=3)
     offload: Offload = "none"
     headroom: float = Field(0.10, ge=0.0, lt=0.9)
+    # inference serving (issue 16)
+    generate_len: int = Field(0, ge=0, le=1_048_576, description="inference: output tokens per sequence")
+    serving_engine: Engine = "vllm"
+    quantization: Quantization = "none"
+    kv_cache_dtype: KvCacheDtype = "auto"
 
 
 class Prices(JsonSpec):

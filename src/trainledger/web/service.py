@@ -85,6 +85,9 @@ def gpus() -> list[dict[str, Any]]:
              "link": g.link} for g in all_gpus()]
 
 
+from ..serving_spec import ENGINES, KV_CACHE_DTYPES, QUANTIZATIONS  # noqa: E402 - serving menus (issue 16)
+
+
 def options() -> dict[str, Any]:
     """Choices and defaults of every form field (the page builds its menus from this)."""
     from ..runconfig import EXPORT_FORMATS
@@ -92,7 +95,9 @@ def options() -> dict[str, Any]:
     return {"method": list(METHODS), "precision": list(PRECISIONS), "optimizer": list(OPTIMIZERS),
             "recompute": list(RECOMPUTES), "attention": list(ATTENTIONS), "offload": list(Offload.__args__),  # type: ignore[attr-defined]
             "network": [n.name for n in all_networks("inter-node")], "export_formats": list(EXPORT_FORMATS),
-            "compare_gpus": list(DEFAULT_COMPARE_GPUS), "defaults": WebInputs().model_dump(mode="json")}
+            "compare_gpus": list(DEFAULT_COMPARE_GPUS), "defaults": WebInputs().model_dump(mode="json"),
+            "serving_engine": list(ENGINES), "quantization": list(QUANTIZATIONS),
+            "kv_cache_dtype": list(KV_CACHE_DTYPES)}
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -174,7 +179,7 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
+    order = ("summary", "gpus", "memory", "serving", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return finite({"title": data.title, "fits": bool(mem.get("fits")),
