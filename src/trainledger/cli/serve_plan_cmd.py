@@ -73,7 +73,7 @@ def serve_plan_lines(res: dict[str, Any], top: int = 8) -> list[str]:
         out += table(rows, ["gpu", "tp", "replicas", "GPUs", "conc", "TTFT p99", "TPOT p99", "tok/s/GPU",
                             "cloud $/h", "cloud $/M", "owned $/M", "kWh/M"], align="llrrrrrrrrrr").splitlines()
         b = res["best"]
-        out.append(f"cheapest: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --format vllm "
+        out.append(f"cheapest: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --to vllm "
                    f"--model {res['model']} --gpu {b['gpu']} --tp {b['tp']} --gpus {b['tp']} --method inference ...)")
     else:
         out.append("no GPU type and TP degree meets the SLOs at this load; relax an SLO or try other GPUs")
