@@ -23,7 +23,9 @@ from ..planfile import PlanInputs, build_plan
 from ..units import GIB
 from .arch import decoder_layer_class
 
-EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm", "vllm", "sglang")
+EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm")
+#: launch scripts of serving engines, for inference plans (runconfig/serving.py, issue 16)
+SERVING_EXPORT_FORMATS = ("vllm", "sglang")
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
 #: (deepspeed/runtime/zero/config.py: reduce_bucket_size, allgather_bucket_size); we export the
@@ -324,9 +326,10 @@ def _export_slurm(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
     """Render the plan given by ``inputs`` in one launch/config format."""
-    if fmt not in EXPORT_FORMATS:
-        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, EXPORT_FORMATS)} "
-                        f"Formats: {', '.join(EXPORT_FORMATS)}")
+    known = EXPORT_FORMATS + SERVING_EXPORT_FORMATS
+    if fmt not in known:
+        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
+                        f"Formats: {', '.join(known)}")
     plan = build_plan(inputs)
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
