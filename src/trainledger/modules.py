@@ -150,11 +150,20 @@ def lora_params(m: ModelSpec, targets: tuple[str, ...], rank: int) -> int:
     """
     names = PEFT_MOE_CONVERSION.get(m.model_type, {})
     roles, module_targets = _converted(tuple(targets), names)
+    n_moe = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i))
     total = 0
-    for i in range(m.num_layers):
-        for path, lin in layer_linears(m, i).items():
-            if lin.count == 1 and any(matches(path, t) for t in module_targets):
-                total += rank * (lin.in_features + lin.out_features)
+    # a layer's projections depend on i only through is_moe_layer(i): count each kind once
+    for kind_count, i in ((m.num_layers - n_moe, _first_layer(m, moe=False)), (n_moe, _first_layer(m, moe=True))):
+        if not kind_count:
+            continue
+        per_layer = sum(rank * (lin.in_features + lin.out_features) for path, lin in layer_linears(m, i).items()
+                        if lin.count == 1 and any(matches(path, t) for t in module_targets))
         if roles and m.is_moe_layer(i):
-            total += _moe_lora(m, roles, rank)
+            per_layer += _moe_lora(m, roles, rank)
+        total += kind_count * per_layer
     return total
+
+
+def _first_layer(m: ModelSpec, moe: bool) -> int:
+    """Index of the first decoder layer that is (or is not) a MoE layer; -1 when there is none."""
+    return next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), -1)

@@ -21,13 +21,18 @@ from .hfconfig import load_model
 from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
-from .runtime import FRAMEWORKS, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
-from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from .recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .safety import check_tree, clip, path_exists, read_text, shorten
 from .serving_spec import Engine, KvCacheDtype, Quantization, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
+
+
+#: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
+_RECIPE, _LAYOUT, _RUNTIME = Recipe.model_fields, Layout.model_fields, Runtime.model_fields
+_SERVING = Serving.model_fields
 
 
 class PlanInputs(Spec):
@@ -47,61 +52,61 @@ class PlanInputs(Spec):
     network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
     nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
     # -- the software stack
-    framework: Framework = Field("hf", description="software stack that runs the job: " + ", ".join(FRAMEWORKS))
-    reshard_after_forward: bool = Field(True, description="fsdp2: free gathered parameters after forward")
-    param_dtype: ParamDtype = Field("bf16", description="fsdp2 MixedPrecisionPolicy param_dtype")
-    reduce_dtype: ReduceDtype = Field("fp32", description="fsdp2 MixedPrecisionPolicy reduce_dtype")
-    wrap: Wrap = Field("layers", description="fsdp2 wrapping: layers, or layers+embed+head")
-    loss_parallel: bool = Field(False, description="torch TP loss_parallel (cross-entropy on sharded logits)")
-    gradient_as_bucket_view: bool = Field(False, description="DDP gradient_as_bucket_view (no separate gradient copy)")
+    framework: Framework = _RUNTIME["framework"]
+    reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
+    param_dtype: ParamDtype = _RUNTIME["param_dtype"]
+    reduce_dtype: ReduceDtype = _RUNTIME["reduce_dtype"]
+    wrap: Wrap = _RUNTIME["wrap"]
+    loss_parallel: bool = _RUNTIME["loss_parallel"]
+    gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     # -- the recipe
-    method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
-    precision: Precision = Field("bf16-mixed", description="precision policy")
-    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
-    seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens")
-    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass")
-    grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
-    global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas")
-    recompute: Recompute = Field("none", description="activation recomputation")
-    recompute_layers: int | None = Field(None, ge=0, description="with --recompute full: only this many layers are checkpointed [all]")
-    attention: Attention = Field("sdpa", description="attention kernel")
-    lora_rank: int = Field(16, gt=0, le=65536, description="LoRA rank")
-    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling only; no memory effect)")
-    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
+    method: Method = _RECIPE["method"]
+    precision: Precision = _RECIPE["precision"]
+    optimizer: Optimizer = _RECIPE["optimizer"]
+    seq_len: int = _RECIPE["seq_len"]
+    micro_batch: int = _RECIPE["micro_batch"]
+    grad_accum: int = _RECIPE["grad_accum"]
+    global_batch: int | None = _RECIPE["global_batch"]
+    recompute: Recompute = _RECIPE["recompute"]
+    recompute_layers: int | None = _RECIPE["recompute_layers"]
+    attention: Attention = _RECIPE["attention"]
+    lora_rank: int = _RECIPE["lora_rank"]
+    lora_alpha: float = _RECIPE["lora_alpha"]
+    lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
+    dropout: float = _RECIPE["dropout"]
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
     tokens: float | None = Field(None, gt=0, description="token budget of the run, e.g. 2B")
-    generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
-    # -- serving (method inference; see serving_spec.Serving)
-    serving_engine: Engine = Field("vllm", description="inference: serving engine (vllm, sglang, trtllm; hf = transformers generate)")
-    quantization: Quantization = Field("none", description="inference: weight quantization (fp8, int8, awq, gptq, nf4)")
-    quant_group_size: int = Field(128, ge=-1, le=65536, description="inference: awq/gptq group size (-1 = per channel)")
-    kv_cache_dtype: KvCacheDtype = Field("auto", description="inference: KV cache dtype (auto = compute dtype)")
-    mla_latent_cache: bool | None = Field(None, description="inference, MLA models: cache the compressed latent [engines: on, hf: off]")
-    block_size: int | None = Field(None, gt=0, le=65536, description="inference: tokens per paged KV block [engine default]")
-    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="inference: share of GPU memory the engine uses")
-    max_num_seqs: int | None = Field(None, gt=0, le=1_000_000, description="inference: max concurrent sequences [engine default]")
-    max_num_batched_tokens: int | None = Field(None, gt=0, le=10_000_000, description="inference: tokens per engine step [engine default]")
-    max_model_len: int | None = Field(None, gt=0, le=100_000_000, description="inference: context limit [seq_len + generate_len]")
-    cuda_graphs: bool = Field(True, description="inference: decode in captured CUDA graphs")
-    requests_per_s: float | None = Field(None, gt=0, le=1e7, description="inference: offered load, requests/s")
-    ttft_p50_s: float | None = Field(None, gt=0, description="inference SLO: median time to first token, s")
-    ttft_p99_s: float | None = Field(None, gt=0, description="inference SLO: p99 time to first token, s")
-    tpot_p50_s: float | None = Field(None, gt=0, description="inference SLO: median time per output token, s")
-    tpot_p99_s: float | None = Field(None, gt=0, description="inference SLO: p99 time per output token, s")
+    generate_len: int = _RECIPE["generate_len"]
+    # -- serving (method inference; declared in serving_spec.Serving)
+    serving_engine: Engine = _SERVING["engine"]
+    quantization: Quantization = _SERVING["quantization"]
+    quant_group_size: int = _SERVING["quant_group_size"]
+    kv_cache_dtype: KvCacheDtype = _SERVING["kv_cache_dtype"]
+    mla_latent_cache: bool | None = _SERVING["mla_latent_cache"]
+    block_size: int | None = _SERVING["block_size"]
+    gpu_memory_utilization: float = _SERVING["gpu_memory_utilization"]
+    max_num_seqs: int | None = _SERVING["max_num_seqs"]
+    max_num_batched_tokens: int | None = _SERVING["max_num_batched_tokens"]
+    max_model_len: int | None = _SERVING["max_model_len"]
+    cuda_graphs: bool = _SERVING["cuda_graphs"]
+    requests_per_s: float | None = _SERVING["requests_per_s"]
+    ttft_p50_s: float | None = _SERVING["ttft_p50_s"]
+    ttft_p99_s: float | None = _SERVING["ttft_p99_s"]
+    tpot_p50_s: float | None = _SERVING["tpot_p50_s"]
+    tpot_p99_s: float | None = _SERVING["tpot_p99_s"]
     # -- the layout
-    dp: int | None = Field(None, gt=0, description="data-parallel degree [gpus / (tp·pp·cp)]")
-    tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
-    pp: int = Field(1, gt=0, le=1024, description="pipeline-parallel degree")
-    cp: int = Field(1, gt=0, le=1024, description="context-parallel degree")
-    ep: int = Field(1, gt=0, le=4096, description="expert-parallel degree")
-    sp: bool = Field(True, description="sequence parallelism with TP")
-    vp: int = Field(1, gt=0, le=128, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    dp: int | None = _LAYOUT["dp"]
+    tp: int = _LAYOUT["tp"]
+    pp: int = _LAYOUT["pp"]
+    cp: int = _LAYOUT["cp"]
+    ep: int = _LAYOUT["ep"]
+    sp: bool = _LAYOUT["sp"]
+    vp: int = _LAYOUT["vp"]
     pp_schedule: PipelineSchedule | None = Field(None, description="pipeline schedule [1f1b, interleaved when --vp > 1]")
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
-    hybrid_shard: bool = Field(False, description="shard within a node, replicate across nodes (HSDP)")
-    offload: Offload = Field("none", description="CPU offload of optimizer states, or of params too")
-    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
+    hybrid_shard: bool = _LAYOUT["hybrid_shard"]
+    offload: Offload = _LAYOUT["offload"]
+    headroom: float = Plan.model_fields["headroom"]
     corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
                                "and tokens (padding included) unless they are given")
 

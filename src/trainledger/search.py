@@ -19,7 +19,9 @@ the token budget in time); both are reported.
 from __future__ import annotations
 
 import math
+import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,7 +39,9 @@ from .hfconfig import load_model
 from .layout import Layout
 from .model import ModelSpec
 from .plan import Plan
+from .planfile import PlanInputs
 from .recipe import Attention, Method, Optimizer, Precision, Recipe
+from .runtime import Framework
 from .units import GIB, SECONDS_PER_DAY
 
 RankBy = Literal["time", "cost", "gpus"]
@@ -53,26 +57,35 @@ _KNOBS: tuple[tuple[int, str, str], ...] = (  # (zero, recompute, offload), chea
 )
 
 
-class Job(Spec):
-    """What the planner is asked: one training job, its deadline or budget, candidate hardware."""
+#: the job fields the planner shares with ``PlanInputs``: declared there once, reused here as they are
+_SHARED = PlanInputs.model_fields
 
-    model: str = Field("llama-3.1-8b", description="preset name, config.json path or Hub id")
-    method: Method = "full"
-    precision: Precision = "bf16-mixed"
-    optimizer: Optimizer = "adamw"
-    attention: Attention = "sdpa"
-    seq_len: int = Field(4096, gt=0, le=10_000_000)
-    global_batch: int | None = Field(None, gt=0, description="samples per step [~1M tokens]")
-    tokens: float | None = Field(None, gt=0, description="token budget of the run")
-    deadline_days: float | None = Field(None, gt=0)
-    max_gpus: int = Field(1024, gt=0, le=1_000_000, description="GPU budget")
+
+class Job(Spec):
+    """What the planner is asked: one training job, its deadline or budget, candidate hardware.
+
+    The fields that describe the job itself (model, method, precision, ...) are the ``PlanInputs``
+    fields of the same name — one declaration, one unit, one help text; the rest are the planner's.
+    """
+
+    model: str = _SHARED["model"]
+    framework: Framework = _SHARED["framework"]
+    method: Method = _SHARED["method"]
+    precision: Precision = _SHARED["precision"]
+    optimizer: Optimizer = _SHARED["optimizer"]
+    attention: Attention = _SHARED["attention"]
+    seq_len: int = _SHARED["seq_len"]
+    global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas [~1M tokens]")
+    tokens: float | None = _SHARED["tokens"]
+    deadline_days: float | None = Field(None, gt=0, description="wall-clock deadline in days")
+    max_gpus: int = Field(1024, gt=0, le=1_000_000, description="GPU budget (largest count searched)")
     gpus: tuple[str, ...] = Field((), description="candidate GPU types [all catalog GPUs]")
     gpus_per_node: tuple[int, ...] = Field((), description="node sizes [8]")
     networks: tuple[str, ...] = Field((), description="inter-node networks [ib-ndr]")
-    lora_rank: int = Field(16, gt=0, le=65536)
-    headroom: float = Field(0.10, ge=0.0, lt=0.9)
-    rank_by: RankBy = "time"
-    top: int = Field(10, gt=0, le=1000)
+    lora_rank: int = _SHARED["lora_rank"]
+    headroom: float = _SHARED["headroom"]
+    rank_by: RankBy = Field("time", description="rank plans by time, cost or GPU count")
+    top: int = Field(10, gt=0, le=1000, description="plans to show")
     time_options: TimeOptions = TimeOptions()
     cost_options: CostOptions = CostOptions()
 
@@ -324,3 +337,13 @@ def _layout(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp:
 
 def _catalog_error_reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, (CatalogError, TrainledgerError)) else repr(exc)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``trainledger.search`` be both this module and the function ``search(job)``."""
+
+    def __call__(self, job: Job, progress: Callable[[int, int], None] | None = None) -> SearchResult:
+        return search(job, progress)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -11,6 +11,7 @@ from .errors import TrainledgerError
 from .estimate.memory import estimate_memory
 from .model import ModelSpec
 from .plan import Plan
+from .runtime import Runtime
 from .recipe import Recipe
 from .units import GIB
 
@@ -68,7 +69,8 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
                                           "grad_accum": gb // (mb * dp)})
     try:
         return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
-                    cluster=cluster, headroom=space.job.headroom)
+                    cluster=cluster, runtime=Runtime(framework=space.job.framework),
+                    headroom=space.job.headroom)
     except TrainledgerError:
         return None
 

@@ -37,6 +37,8 @@ from .comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, top
 from .compute import FlopCount, step_flops
 from .efficiency import GpuEfficiency, LinkEfficiency, for_gpu, link_efficiency
 from .options import TimeOptions
+from .optimizers import STATES_PER_PARAM, bytes_per_state
+from .stage import Stage
 from .work import StageWork, stage_work
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
@@ -45,9 +47,6 @@ HOST_PCIE_BYTES_PER_S = 25e9
 #: DeepSpeed CPU-Adam streams at about half the host memory bandwidth (Ren et al. 2021,
 #: ZeRO-Offload, arXiv:2101.06840, §5: 6x faster than PyTorch CPU Adam, memory-bound).
 CPU_ADAM_BW_FRACTION = 0.5
-#: Optimizer-state bytes per element (per state) and number of states.
-_OPT_STATES = {"adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1,
-               "adafactor": 0, "lion": 1}
 
 
 _PEAK: dict[tuple, float] = {}
@@ -212,7 +211,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
     training = r.is_training
     act = 4.0 if r.policy["compute"] == "fp32" else 2.0
-    tokens = r.micro_batch * r.seq_len / lay.cp
+    tokens = Stage.of(plan).tokens_per_micro_batch
     A = tokens * m.hidden_size * act
     layers = work.layers
     from .compute import recompute_fraction
@@ -297,10 +296,10 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology) -> float:
     if lay.zero >= 1:
         p /= max(1, topo.dp.n)
     pol = r.policy
-    sb = 1.0 if r.optimizer == "adamw-8bit" else DTYPE_BYTES[pol["states"]]
+    sb = bytes_per_state(r.optimizer, pol["states"])
     wb, gb = DTYPE_BYTES[pol["weights"]], DTYPE_BYTES[pol["grads"]]
     mb = DTYPE_BYTES.get(pol["master"], 0.0) if pol["master"] != "none" else 0.0
-    per = 2 * _OPT_STATES.get(r.optimizer, 2) * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
+    per = 2 * STATES_PER_PARAM[r.optimizer] * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
     if lay.offload in ("optimizer", "params"):
         host_bw = cl.host_mem_bw_gb_per_s * 1e9 / cl.gpus_per_node * CPU_ADAM_BW_FRACTION
         return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S

@@ -18,7 +18,7 @@ from ..errors import SpecError
 from ..estimate import EstimateOptions, estimate
 from ..model import ModelSpec
 from ..planfile import PlanInputs, build_plan, parse_inputs
-from ..jsonsafe import finite_json
+from ..format import finite_json
 from . import risks as _risks
 from . import sheet as _sheet
 from . import sweeps

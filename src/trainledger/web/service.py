@@ -46,7 +46,7 @@ class WebError(Exception):
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..jsonsafe import finite_json
+    from ..format import finite_json
 
     return finite_json(obj)
 
@@ -57,7 +57,8 @@ def field_of(message: str) -> str | None:
 
 
 def library_error(exc: TrainledgerError) -> WebError:
-    return WebError(str(exc), field_of(str(exc)))
+    """The library names the input an error concerns (``exc.field``); older errors fall back to words."""
+    return WebError(str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
 
 # ---- catalogs -------------------------------------------------------------------------------
@@ -134,6 +135,7 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
                        "Pick a preset or paste a config.json.", "model")
     _check_name(inputs.gpu, "gpus", "gpu")
     _check_name(inputs.network, "networks", "network")
+    _check_name(inputs.intra, "networks", "intra")
     data = inputs.model_dump(exclude_unset=True)
     data["model"] = inputs.model.lower()
     try:
