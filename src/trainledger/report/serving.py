@@ -16,7 +16,8 @@ def curve_chart(s: dict[str, Any]) -> str:
     pts = [{"x": c["tpot_s"] * 1e3, "y": c["output_tokens_per_s_per_gpu"], "label": f"c={c['concurrency']:.0f}",
             "front": True} for c in s.get("curve") or [] if c.get("tpot_s")]
     return charts.scatter("Throughput vs latency over concurrency (continuous batching)", pts,
-                          "time per output token, ms", "output tokens/s per GPU")
+                          "time per output token, ms", "output tokens/s per GPU",
+                          legend=[("c = concurrent sequences", charts.color(1))])
 
 
 def serving_blocks(s: dict[str, Any]) -> list[tuple]:
