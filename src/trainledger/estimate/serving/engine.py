@@ -90,7 +90,9 @@ def resolve(plan: Plan) -> EngineSettings:
     """Concrete engine settings of ``plan`` (its Serving fields, else the engine's defaults)."""
     s, r = plan.serving, plan.recipe
     d = engine_data(s.engine)
-    large = plan.cluster.gpu.memory_bytes >= float(d["large_gpu_gib"]) * GIB
+    gpu = plan.cluster.gpu
+    large = gpu.memory_bytes >= float(d["large_gpu_gib"]) * GIB and not any(
+        x in (gpu.name + " " + gpu.display_name).lower() for x in d.get("large_excludes") or ())
     size = "large" if large else "small"
     latent = s.mla_latent_cache if s.mla_latent_cache is not None else s.engine != "hf"
     util = 1.0 if s.engine == "hf" else s.gpu_memory_utilization
