@@ -65,6 +65,7 @@ class ServingKernels:
     int4_gemm_efficiency: float
     kernel_overhead_graph_s: float
     kernels_per_layer: int
+    fp4_over_fp8: float = 0.0  # dense FP4 tensor rate / dense FP8 rate (0: no FP4 tensor cores)
 
 
 def kernels_for(plan: Plan) -> ServingKernels:
@@ -74,7 +75,7 @@ def kernels_for(plan: Plan) -> ServingKernels:
     try:
         return ServingKernels(float(d["decode_hbm_efficiency"]), float(d["attention_decode_efficiency"]),
                               float(d["int4_gemm_efficiency"]), float(d["kernel_overhead_graph_s"]),
-                              int(d["kernels_per_layer"]))
+                              int(d["kernels_per_layer"]), float(d.get("fp4_over_fp8", 0.0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"catalog/serving/kernels.yaml: invalid entry {fam!r} ({exc})") from None
 

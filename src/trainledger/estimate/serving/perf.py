@@ -31,6 +31,7 @@ step time, output tokens/s = C / step time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -84,8 +85,14 @@ class ServingPerf:
         self.t, self.p = lay.tp, lay.pp
         self.hbm = gpu.hbm_bytes_per_s
         dt = self.fmt.gemm_dtype
-        self.peak = gpu.peak_flop_per_s(dt)
         self.peak16 = gpu.peak_flop_per_s("bf16" if gpu.bf16_tflops else "fp16")
+        if dt == "fp4" and self.kern.fp4_over_fp8 > 0:  # FP4 tensor cores (Blackwell)
+            self.peak, dt = gpu.peak_flop_per_s("fp8") * self.kern.fp4_over_fp8, "fp8"
+        else:
+            if dt == "fp4":  # no FP4 tensor cores: dequantized into a 16-bit GEMM (Marlin W4A16)
+                self.fmt = dataclasses.replace(self.fmt, dequant=True, gemm_dtype="bf16")
+                dt = "bf16"
+            self.peak = gpu.peak_flop_per_s(dt)
         if self.fmt.dequant:
             self.eta_max = self.kern.int4_gemm_efficiency
             self.peak = self.peak16

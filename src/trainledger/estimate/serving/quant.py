@@ -12,6 +12,9 @@ Symbols: K input features of a linear layer, N output features, g the group size
   ``AWQLinearMethod.create_weights``): 0.5 + (2 + 0.5)/g bytes per weight.
 * ``gptq``: the same tensors plus ``g_idx`` (int32 per input row, [K]) (Frantar et al. 2023,
   arXiv:2210.17323; vLLM gptq.py ``GPTQLinearMethod.create_weights``): 0.5 + 2.5/g + 4/N.
+* ``nvfp4``: FP4 (E2M1) weights and activations with one FP8 (E4M3) scale per 16 values and one
+  fp32 scale per tensor (NVIDIA, "Introducing NVFP4", 2025; ModelOpt ``NVFP4`` checkpoints, vLLM
+  ``modelopt_fp4``): 0.5 + 1/16 bytes per weight; the GEMMs run on Blackwell's FP4 tensor cores.
 * ``nf4``: bitsandbytes 4-bit NF4 with double quantization, 0.5 + 1/64 + 4/(64·256) bytes
   (Dettmers et al. 2023, arXiv:2305.14314, §3).
 
@@ -36,6 +39,9 @@ ZERO_BYTES = 0.5
 G_IDX_BYTES = 4.0
 FP32_SCALE = 4.0
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
+#: NVFP4: one E4M3 scale (1 byte) per 16-value micro-block
+NVFP4_BLOCK = 16
+NVFP4_SCALE_BYTES = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,8 @@ class WeightFormat:
             return INT4_BYTES + (SCALE_BYTES + ZERO_BYTES) / g + G_IDX_BYTES / n
         if q == "nf4":
             return NF4_BYTES_PER_WEIGHT
+        if q == "nvfp4":
+            return INT4_BYTES + NVFP4_SCALE_BYTES / NVFP4_BLOCK
         return self.other_bytes
 
 
@@ -80,6 +88,8 @@ def weight_format(weights_dtype: str, compute_dtype: str, quantization: str, gro
         gs = "per-channel" if group_size <= 0 else f"g{group_size}"
         return WeightFormat(f"int4 {quantization.upper()} {gs} (fp16 scales, 4-bit zeros)", quantization,
                             group_size, other, act, True)
+    if quantization == "nvfp4":
+        return WeightFormat("NVFP4 W4A4 (E4M3 scale per 16)", "nvfp4", NVFP4_BLOCK, other, "fp4", False)
     if quantization == "nf4":
         return WeightFormat("NF4 bitsandbytes (double-quantized absmax)", "nf4", 64, other, act, True)
     return WeightFormat(weights_dtype, "none", group_size, other, compute_dtype, False)
