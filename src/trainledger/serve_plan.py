@@ -4,10 +4,14 @@ For each candidate GPU and tensor-parallel degree t (dividing the attention head
 node), one replica of t GPUs is evaluated with the serving model (:mod:`trainledger.estimate.serving`):
 
 1. the engine's KV pool bounds the concurrency C_max of a replica (vLLM's accounting);
-2. for C = 1, 2, 4, … C_max the steady state of continuous batching gives TTFT and TPOT at the
-   median prompt (p50) and at the p99 prompt with the slow step that carries a prefill chunk (p99);
-3. the largest C meeting every SLO sets the replica's rate, C / TPOT / n_out requests per second;
-4. replicas = ceil(offered requests/s ÷ replica rate) — the load is spread evenly (an ideal router).
+2. for C = 1, 2, 4, … C_max the steady state of continuous batching gives the replica's rate,
+   C / TPOT / n_out requests per second, and the replicas the load needs, ceil(offered ÷ rate)
+   (the load spread evenly: an ideal router);
+3. at that load per replica, TTFT (prefill plus the M/D/1 wait for the prefills ahead,
+   :func:`~trainledger.estimate.serving.perf.prefill_queueing`) and TPOT are taken at the median
+   prompt (p50) and at the p99 prompt with the p99 queue wait and the slow step that carries a
+   prefill chunk (p99);
+4. the C meeting every SLO with the fewest replicas is the candidate's operating point.
 
 Ranking: cloud USD per hour of the whole deployment, then fewer GPUs. Each candidate reports cost
 and energy per million output tokens at the offered load, cloud and owned. Prompt lengths come from
@@ -73,7 +77,7 @@ def prompt_lengths(inputs: PlanInputs, corpus: str | None) -> PromptLengths:
 
 def _slo_ok(inputs: PlanInputs, p50: dict[str, float], p99: dict[str, float]) -> str:
     """'' when every SLO holds, else the first one broken, with the numbers."""
-    checks = (("ttft_p50_s", p50["ttft_s"], "TTFT p50"), ("ttft_p99_s", p99["ttft_s"], "TTFT p99"),
+    checks = (("ttft_p50_s", p50["ttft_s"], "TTFT p50"), ("ttft_p99_s", p99["ttft_p99_s"], "TTFT p99"),
               ("tpot_p50_s", p50["tpot_s"], "TPOT p50"), ("tpot_p99_s", p99["tpot_worst_s"], "TPOT p99"))
     for key, value, name in checks:
         limit = getattr(inputs, key)
@@ -106,27 +110,29 @@ def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,
     perf = ServingPerf(plan)
     out = max(inputs.generate_len, 1)
     best = None
-    broke = ""
     for c in curve_points(max(1, em.steady_concurrency(prompts.mean, out))):
-        p50 = perf.continuous(c, prompts.p50, out)
-        p99 = perf.continuous(c, prompts.p99, out)
+        mean = perf.continuous(c, prompts.mean, out)
+        rate = mean["requests_per_s"]
+        replicas = max(1, math.ceil(inputs.requests_per_s / rate - 1e-9)) if inputs.requests_per_s else 1
+        lam = (inputs.requests_per_s or rate) / replicas  # offered load per replica (open loop)
+        p50 = perf.continuous(c, prompts.p50, out, lam)
+        p99 = perf.continuous(c, prompts.p99, out, lam)
         why = _slo_ok(inputs, p50, p99)
         if why:
-            broke = broke or why
-            if best is None:
-                cand.reason = f"at concurrency {c}: {why}"
-            break
-        best = (c, p50, p99)
+            cand.reason = cand.reason or f"at concurrency {c}: {why}"
+            continue
+        if best is None or replicas < best[0]:
+            best = (replicas, c, p50, p99, mean)
     if best is None:
         return cand
-    c, p50, p99 = best
-    mean = perf.continuous(c, prompts.mean, out)
+    replicas, c, p50, p99, mean = best
     rate = mean["requests_per_s"]
     rps = inputs.requests_per_s or rate
-    cand.replicas = max(1, math.ceil(rps / rate - 1e-9))
+    cand.replicas = replicas
     cand.concurrency = c
     cand.ok = True
-    cand.figures = {"ttft_p50_s": p50["ttft_s"], "ttft_p99_s": p99["ttft_s"], "tpot_p50_s": p50["tpot_s"],
+    cand.reason = ""
+    cand.figures = {"ttft_p50_s": p50["ttft_s"], "ttft_p99_s": p99["ttft_p99_s"], "tpot_p50_s": p50["tpot_s"],
                     "tpot_p99_s": p99["tpot_worst_s"], "requests_per_s_per_replica": rate,
                     "output_tokens_per_s_per_replica": mean["output_tokens_per_s"],
                     "output_tokens_per_s_per_gpu": mean["output_tokens_per_s_per_gpu"],

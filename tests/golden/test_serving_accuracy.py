@@ -32,3 +32,10 @@ def test_max_load_throughput_and_first_token_latency() -> None:
     mx, lat = b.max_load_rows(), b.latency_rows()
     assert statistics.median(abs(r["error"]) for r in mx) <= 0.15
     assert statistics.median(abs(r["error"]) for r in lat) <= 0.15
+
+
+def test_concurrency_sweep_against_nim() -> None:
+    rows = _bench().concurrency_rows()
+    assert statistics.median(abs(r["error"]) for r in rows) <= 0.15
+    ttft = [abs(r["predicted_ttft_ms"] / r["published_ttft_ms"] - 1) for r in rows if r["predicted_ttft_ms"]]
+    assert len(ttft) >= 4 and max(ttft) <= 0.25

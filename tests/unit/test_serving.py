@@ -202,3 +202,22 @@ def test_report_and_web_show_serving_for_inference(tmp_path) -> None:
                                   "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "Serving: latency, throughput and cost per token" in out.read_text()
+
+
+def test_prefill_queueing_grows_with_load() -> None:
+    from trainledger.estimate.serving.perf import prefill_queueing
+
+    assert prefill_queueing(0.4, 0.02, 500, 1) == (0.0, 0.0)  # one user never waits for another
+    w_lo, p99_lo = prefill_queueing(0.4, 0.02, 500, 0, arrival_rate=0.5)  # rho = 0.2
+    assert w_lo == pytest.approx(0.2 * 0.4 / (2 * 0.8))
+    w_hi, p99_hi = prefill_queueing(0.4, 0.02, 500, 0, arrival_rate=2.0)  # rho = 0.8
+    assert w_hi > 5 * w_lo and p99_hi > w_hi
+
+
+def test_nvfp4_weights_and_export() -> None:
+    assert weight_format("bf16", "bf16", "nvfp4", 128).linear_bytes(8192, 8192) == pytest.approx(0.5 + 1 / 16)
+    b200 = ServingPerf(plan(gpu="b200", quantization="nvfp4"))
+    h100 = ServingPerf(plan(gpu="h100-sxm", quantization="nvfp4"))
+    assert not b200.fmt.dequant and h100.fmt.dequant  # FP4 tensor cores on Blackwell only
+    (f,) = export_plan(PlanInputs(model="llama-3.1-8b", method="inference", quantization="nvfp4"), "vllm")
+    assert "--quantization modelopt_fp4" in f.text

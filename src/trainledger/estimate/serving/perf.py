@@ -232,13 +232,16 @@ class ServingPerf:
         return {"ttft_s": t_pre, "tpot_s": t_dec / n_dec if n_dec else 0.0, "e2e_s": total,
                 "output_tokens_per_s": tps, "output_tokens_per_s_per_gpu": tps / gpus}
 
-    def continuous(self, concurrency: float, prompt: float, out: float) -> dict[str, float]:
+    def continuous(self, concurrency: float, prompt: float, out: float,
+                   arrival_rate: float | None = None) -> dict[str, float]:
         """Steady state of continuous batching with chunked prefill at ``concurrency`` sequences.
 
         A round gives each of the C running sequences one token and admits C/n_out new prompts
         (their prefill rides in the same steps, vLLM/SGLang chunked prefill): TPOT = round time.
         A step carrying a whole prefill chunk (the step budget less the decodes) is the slow
-        step (p99 TPOT); a new prompt needs cdiv(s_in, budget − C) such steps before its first token.
+        step (p99 TPOT); a new prompt needs cdiv(s_in, budget − C) such steps before its first token,
+        after waiting for the prompts ahead of it (:func:`prefill_queueing`). ``arrival_rate``
+        (requests/s, open loop) defaults to the closed loop of C users, (C − 1) / e2e.
         """
         C = max(concurrency, 1.0)
         ctx = prompt + out / 2.0
@@ -249,12 +252,39 @@ class ServingPerf:
         chunk = min(room, prompt)
         t_chunk = self.stage_to_token(self.step(C, ctx, chunk / max(prompt, 1.0), prompt).total)
         if C <= 1:
-            ttft = self.prefill_s(1, prompt)
+            service = self.prefill_s(1, prompt)
         else:
-            ttft = math.ceil(prompt / room) * t_chunk
+            service = math.ceil(prompt / room) * t_chunk
+        wait, wait99 = prefill_queueing(service, tpot, out, C, arrival_rate)
         tps = C / tpot
         gpus = self.t * self.p
-        return {"concurrency": C, "ttft_s": ttft, "tpot_s": tpot, "tpot_worst_s": max(t_chunk, tpot),
-                "e2e_s": ttft + out * tpot, "output_tokens_per_s": tps,
+        return {"concurrency": C, "ttft_s": service + wait, "ttft_p99_s": service + wait99,
+                "prefill_s": service, "prefill_wait_s": wait, "tpot_s": tpot, "tpot_worst_s": max(t_chunk, tpot),
+                "e2e_s": service + wait + out * tpot, "output_tokens_per_s": tps,
                 "output_tokens_per_s_per_gpu": tps / gpus, "requests_per_s": tps / max(out, 1.0),
                 "gemm_s": st.gemm, "attention_s": st.attention, "comm_s": st.comm, "other_s": st.other}
+
+
+#: highest prefill utilization the closed-loop estimate shows (beyond it the queue only grows)
+RHO_MAX = 0.95
+
+
+def prefill_queueing(service: float, tpot: float, out: float, users: float,
+                     arrival_rate: float | None = None) -> tuple[float, float]:
+    """(mean, p99) wait of a new prompt for the prefills ahead of it.
+
+    Prefills are served one chunk budget at a time, so new prompts queue for the prefill slot: an
+    M/D/1 queue with service time S and utilization ρ = λ·S. Mean wait (Pollaczek-Khinchine):
+    W = ρ·S / (2(1 − ρ)). p99: the M/M/1 tail P(W > t) = ρ·e^{−(1−ρ)t/S} scaled by Kingman's
+    (1 + c_s²)/2 = 1/2 for deterministic service (Kingman 1961, Proc. Camb. Phil. Soc. 57(4)):
+    t99 = S·ln(100ρ) / (2(1 − ρ)). Closed loop of C users: λ = (C − 1) / (S + n_out·TPOT).
+    """
+    if service <= 0:
+        return 0.0, 0.0
+    lam = arrival_rate if arrival_rate is not None else max(users - 1.0, 0.0) / (service + out * tpot)
+    rho = min(lam * service, RHO_MAX)
+    if rho <= 0:
+        return 0.0, 0.0
+    mean = rho * service / (2.0 * (1.0 - rho))
+    p99 = service * max(0.0, math.log(100.0 * rho)) / (2.0 * (1.0 - rho))
+    return mean, p99

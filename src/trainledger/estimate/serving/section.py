@@ -26,7 +26,7 @@ NOT_MODELLED = (
     "speculative decoding (draft/MTP/EAGLE tokens per step)",
     "prefix caching (shared prompt prefixes reuse KV blocks and skip their prefill)",
     "disaggregated prefill (separate prefill and decode GPUs)",
-    "queueing delay beyond the steady-state step (TTFT at the plan's concurrency assumes an admitted request)",
+    "output-length distributions (every request generates --generate-len tokens)",
 )
 
 _SRC = {
