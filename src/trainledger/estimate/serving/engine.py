@@ -53,6 +53,7 @@ class EngineSettings:
     latent: bool
     source: str
     native_launch: bool = False  # no per-kernel Python dispatch (TensorRT engines)
+    static_batch: bool = False  # the whole batch is prefilled at once (no step budget)
     kv_reads_per_query_head: bool = False  # GQA decode kernel loads K/V once per query head
 
 
@@ -109,7 +110,7 @@ def resolve(plan: Plan) -> EngineSettings:
         cuda_graph_bytes_per_graph=float(d["cuda_graph_bytes_per_graph"]),
         kv_budget=str(d["kv_budget"]), non_torch_bytes=float(d["non_torch_bytes"][tp_key]),
         step_overhead_s=float(d["step_overhead_s"]), latent=latent, source=str(d["source"]),
-        native_launch=bool(d.get("native_launch", False)),
+        native_launch=bool(d.get("native_launch", False)), static_batch=bool(d.get("static_batch", False)),
         kv_reads_per_query_head=d.get("decode_kv_reads") == "per_query_head",
     )
 

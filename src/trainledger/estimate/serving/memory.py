@@ -179,8 +179,12 @@ def engine_memory(plan: Plan) -> EngineMemory:
     fmt = served_format(plan)
     w = weight_bytes(plan, fmt)
     kv = kv_layout(m, lay.tp, lay.pp, kv_dtype(plan.serving.kv_cache_dtype, plan.recipe.policy["compute"]), es.latent)
-    T = min(es.max_num_batched_tokens, max(es.max_model_len, es.max_num_batched_tokens))
-    rows = min(es.max_num_seqs, T)
+    if es.static_batch:  # static batching (transformers generate, TensorRT-LLM <= 0.6): the batch's prefill
+        T = plan.recipe.micro_batch * plan.recipe.seq_len
+        rows = plan.recipe.micro_batch
+    else:  # the profile run: one step of max_num_batched_tokens, a sampler over max_num_seqs rows
+        T = es.max_num_batched_tokens
+        rows = min(es.max_num_seqs, T)
     acts = max(forward_working_set(plan, T), sampler_bytes(plan, rows) + T * m.hidden_size * act_bytes(plan))
     graphs = 0.0
     notes: list[str] = []
@@ -205,7 +209,7 @@ def engine_memory(plan: Plan) -> EngineMemory:
     longest = min(longest, m.max_position_embeddings) if plan.serving.max_model_len is None else longest
     b = plan.recipe.micro_batch
     batch_kv = b * seq
-    if requested + context > total:
+    if requested + context > total and es.engine != "hf":
         notes.append(f"gpu_memory_utilization {es.gpu_memory_utilization:g} leaves no room for the CUDA "
                      f"context outside the engine's share; the engine fails at start-up — lower it")
     if es.max_model_len > m.max_position_embeddings:
