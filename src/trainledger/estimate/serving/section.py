@@ -178,6 +178,9 @@ def serving_section(plan: Plan, prices: Any = None, cost_options: Any = None) ->
     curve = [perf.continuous(c, prompt, out) for c in curve_points(limit)]
     best = perf.continuous(limit, prompt, out)
     notes = [f"batch = --micro-batch {b} concurrent sequences of {prompt} prompt + {out} output tokens"]
+    if r.generate_len == 0:
+        notes.append("--generate-len 0: every request is a prefill with one output token, so TPOT carries a "
+                     "whole prompt; give --generate-len for decode figures")
     if plan.layout.pp > 1:
         notes.append("pipeline parallel: a token passes every stage in turn (latency × pp); micro-batch "
                      "interleaving across stages is not modelled")
