@@ -50,6 +50,15 @@ MOE_BLOCK_M = 16
 #: int4-weight GEMMs (Marlin) work on 16-row activation tiles and stay memory-bound up to batch
 #: 16-32 (Frantar et al. 2024, arXiv:2408.11743, §4 and Fig. 1)
 DEQUANT_BLOCK_M = 16
+#: kernels a routed-expert MLP adds over a dense one in vLLM's fused MoE path: router GEMM,
+#: topk_softmax, moe_align_block_size, two grouped GEMMs, silu_and_mul, moe_sum replace gate_up,
+#: act, down (vllm/model_executor/layers/fused_moe/fused_moe.py ``fused_experts``): 7 - 3 = 4
+MOE_EXTRA_KERNELS = 4
+#: a shared expert runs as a dense MLP beside them: gate_up, act, down
+SHARED_EXPERT_KERNELS = 3
+#: MLA adds the q/kv down-projections and their norms to the attention block (q_a, q_a_norm,
+#: kv_a, kv_a_norm; DeepSeek-V2 §2.1): 4
+MLA_EXTRA_KERNELS = 4
 #: decode-context sample points used to integrate a static batch's decode phase
 DECODE_SAMPLES = 12
 #: elementwise traffic per token and layer, in units of h·c bytes (2 norms read+write, residual
@@ -103,6 +112,8 @@ class ServingPerf:
         self.kinds = layer_kinds(m)
         self.stage_frac = math.ceil(m.num_layers / self.p) / m.num_layers
         self.tp_group = group(plan.cluster, self.t, 1)
+        self.kernels_per_step = sum(kind.count * (self.kern.kernels_per_layer + extra_kernels(kind, m))
+                                    for kind in self.kinds) * self.stage_frac
 
     # ------------------------------------------------------------------ pieces
     def _gemm(self, M: float, K: float, N: float, bytes_w: float, n_mat: float = 1.0) -> float:
@@ -178,7 +189,7 @@ class ServingPerf:
         ew = layers * ELEMENTWISE_PASSES * M * m.hidden_size * self.c / (self.hbm * self.eff.hbm)
         graphs = graphs or self.es.native_launch
         per_kernel = self.kern.kernel_overhead_graph_s if graphs else self.eff.kernel_overhead_s
-        kern = layers * self.kern.kernels_per_layer * per_kernel
+        kern = self.kernels_per_step * per_kernel
         head = self._gemm(samples, m.hidden_size, m.vocab_size / self.t, self.fmt.other_bytes)
         return ew + kern + head + self.es.step_overhead_s
 
@@ -288,3 +299,15 @@ def prefill_queueing(service: float, tpot: float, out: float, users: float,
     mean = rho * service / (2.0 * (1.0 - rho))
     p99 = service * max(0.0, math.log(100.0 * rho)) / (2.0 * (1.0 - rho))
     return mean, p99
+
+
+def extra_kernels(kind, m) -> int:
+    """Kernels a layer of ``kind`` launches beyond a dense GQA layer (MoE block, MLA attention)."""
+    extra = 0
+    if kind.is_moe:
+        extra += MOE_EXTRA_KERNELS
+        if m.moe is not None and m.moe.num_shared_experts:
+            extra += SHARED_EXPERT_KERNELS
+    if m.mla is not None:
+        extra += MLA_EXTRA_KERNELS
+    return extra
