@@ -13,7 +13,8 @@ with the largest micro-batch that fits. Pruning:
 
 Every infeasible candidate comes back as ``Rejected(plan, reason)``. The GPU count of a job is
 the larger of the memory bound (fewest GPUs that hold it) and the deadline bound (fewest that finish
-the token budget in time); both are reported.
+the token budget in time, counting the expected interruptions, checkpoints and restarts of
+``estimate/goodput.py``); both are reported.
 """
 
 from __future__ import annotations
@@ -122,10 +123,21 @@ class Candidate:
     usd_per_gpu_hour: float | None
     risks: list[str] = field(default_factory=list)
     pareto: bool = False
+    wall_factor: float | None = None  # T_w / T_s with interruptions (estimate/goodput.py), set by the deadline check
 
     @property
     def total_s(self) -> float | None:
         return self.time.total_s if self.time else None
+
+    def wall_s(self, options: CostOptions | None = None) -> float | None:
+        """Goodput-adjusted wall-clock time of the run: failure-free time × T_w/T_s (Daly 2006)."""
+        if self.total_s is None:
+            return None
+        if self.wall_factor is None:
+            from .estimate.goodput import wall_factor
+
+            self.wall_factor = wall_factor(self.plan, options)
+        return self.total_s * self.wall_factor
 
     @property
     def cost_usd(self) -> float | None:
@@ -153,6 +165,8 @@ class Candidate:
         if self.time is not None:
             d["estimate"].update(total_s=self.time.total_s, days=self.time.days,
                                  gpu_hours=self.time.gpu_hours)
+            if self.wall_factor is not None:
+                d["estimate"].update(goodput=1 / self.wall_factor, days_with_failures=self.time.days * self.wall_factor)
         if self.usd_per_gpu_hour is not None:
             d["estimate"]["usd_per_gpu_hour"] = self.usd_per_gpu_hour
             d["estimate"]["cost_usd"] = self.cost_usd

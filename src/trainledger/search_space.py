@@ -235,9 +235,11 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
                 continue
             mem_bound = mem_bound or n
             best = min(found, key=lambda c: c.compute.step_time_s)
-            if deadline and best.total_s is not None and best.total_s > deadline:
+            wall = best.wall_s(space.job.cost_options) if deadline else None
+            if deadline and wall is not None and wall > deadline:
                 rejected.append(Rejected(best.plan, f"misses the {space.job.deadline_days:g}-day "
-                                         f"deadline: {best.total_s / 86400:.1f} days", gpu.name, n))
+                                         f"deadline: {wall / 86400:.1f} days with interruptions "
+                                         f"({best.total_s / 86400:.1f} without)", gpu.name, n))
                 continue
             time_bound = time_bound or n
             cands.append(best)

@@ -61,7 +61,11 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     if d.get("time"):
         from .time_render import time_lines
 
-        click.echo("\n" + "\n".join(time_lines(d["time"])))
+        lines, g = time_lines(d["time"]), d.get("goodput") or {}
+        if g.get("wall_days") is not None:  # goodput section: the same run with interruptions
+            lines.insert(2, f"  with interruptions: {g['wall_days']:,.1f} days (goodput {g['goodput']:.1%}, "
+                            f"+{g['added_days']:,.1f} days)")
+        click.echo("\n" + "\n".join(lines))
     if est.extra:
         from .cost_opts import ledger_lines
 

@@ -29,6 +29,10 @@ def _summary(result: dict[str, Any]) -> str:
         return f"peak {fmt_bytes(m['peak_allocated_bytes'])} on {m.get('device')}"
     if "items" in result:
         return f"{sum(i['status'] == 'pass' for i in result['items'])}/{len(result['items'])} items pass"
+    if "crossed" in result and "checks" in result:  # verify soak
+        rec = (result.get("recovery") or {}).get("recovery_s")
+        return (f"{sum(c['status'] == 'pass' for c in result['checks'])}/{len(result['checks'])} checks pass"
+                + (f", recovery {rec:.0f} s" if rec is not None else ""))
     if "verdict" in result:
         return f"efficiency {result.get('efficiency', 0):.2f} ({result['verdict']})"
     if "n_measurements" in result:

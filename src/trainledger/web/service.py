@@ -181,7 +181,8 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    order = ("summary", "gpus", "memory", "serving", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
+    order = ("summary", "gpus", "memory", "serving", "seq", "mb", "time", "scaling", "risks", "sheet", "facility",
+             "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return finite({"title": data.title, "fits": bool(mem.get("fits")),
