@@ -51,6 +51,7 @@ class PlanInputs(Spec):
     intra: str | None = Field(None, description="intra-node link, e.g. nvlink4, pcie5-x16 [the GPU's own link]")
     network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
     nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
+    power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
     # -- the software stack
     framework: Framework = _RUNTIME["framework"]
     reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
@@ -157,6 +158,8 @@ def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
 
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
+    if inputs.power_limit_w:
+        gpu = gpu.model_copy(update={"power_limit_w": inputs.power_limit_w})
     per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
     if inputs.gpus % per_node:
         raise LayoutError(

@@ -294,14 +294,27 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
 
     full: every checkpointed layer's forward runs again (lm_head is not recomputed, as in
     Narayanan eq. 3). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
-    a flash kernel, which keeps no scores to begin with.
+    a flash kernel, which keeps no scores to begin with — plus the share of GEMM forwards the
+    stack's selective policy recomputes (torchtitan's op-level SAC: every second matmul).
     """
     r = plan.recipe
     if r.recompute == "full":
         return recompute_fraction(plan) * (layers_fwd + attn_executed + adapters)
+    out = 0.0
     if r.recompute == "selective" and not uses_flash(r.attention):
-        return attn_executed
-    return 0.0
+        out += attn_executed
+    if r.recompute == "selective":
+        out += _selective_gemm_share(plan) * layers_fwd  # the stack's op-level SAC (stacks/*.yaml)
+    return out
+
+
+def _selective_gemm_share(plan: Plan) -> float:
+    """Share of GEMM forwards the plan's stack recomputes under ``recompute=selective``."""
+    from .efficiency import for_gpu
+    from .stack import stack_values
+
+    v = stack_values(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
+    return float(v.get("selective_recompute_gemms", 0.0))
 
 
 def narayanan_flops_per_iteration(B: int, s: int, L: int, h: int, V: int,
