@@ -29,7 +29,7 @@ def register(main: click.Group) -> None:
 
 @click.group("verify")
 def verify_group() -> None:
-    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept, soak."""
+    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept, soak, serve."""
 
 
 def _progress(msg: str) -> None:
@@ -123,6 +123,10 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     from ..verify.measure import measure_memory
 
     plan = build_plan(inputs_from_options(kwargs))
+    if not plan.recipe.is_training and plan.serving.engine != "hf":  # what runs here is transformers
+        _progress(f"inference: measuring transformers generate (engine hf); the {plan.serving.engine} "
+                  f"accounting is in `trainledger estimate`")
+        plan = plan.model_copy(update={"serving": plan.serving.model_copy(update={"engine": "hf"})})
     _progress(f"estimating, then measuring {steps} step(s) of {plan.model.name} on {device}")
     est = estimate(plan)
     predicted = est.memory.to_dict()
@@ -136,10 +140,55 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     if tolerance is not None and ok and peak_err is not None and abs(peak_err) > tolerance:
         ok = False
         result["tolerance_failure"] = f"peak error {100 * peak_err:+.1f}% exceeds ±{100 * tolerance:.1f}%"
+    text_extra = ""
+    if m.get("serving"):  # inference on a GPU: measured latency against the serving model
+        from ..estimate.serving import ServingPerf
+
+        r = plan.recipe
+        pred = ServingPerf(plan).static_batch(r.micro_batch, r.seq_len, max(r.generate_len, 1))
+        result["serving"] = {"measured": m["serving"], "predicted": pred}
+        ms = m["serving"]
+        text_extra = (f"\nlatency: TTFT measured {1e3 * ms['ttft_s']:.1f} ms, predicted {1e3 * pred['ttft_s']:.1f} ms"
+                      + (f"; TPOT measured {1e3 * ms['tpot_s']:.2f} ms, predicted {1e3 * pred['tpot_s']:.2f} ms"
+                         if ms.get("tpot_s") else ""))
     result["ok"] = ok
     _record(kwargs, "verify memory", result, plan, ok)
-    text = render_memory(result) + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
+    text = render_memory(result) + text_extra + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
     _finish(result, text, as_json, ok)
+
+
+# ------------------------------------------------------------------------------------------ serve
+@verify_group.command("serve")
+@plan_options
+@click.option("--concurrency", type=int, default=None, help="client --max-concurrency [--micro-batch]")
+@click.option("--num-prompts", type=int, default=None, help="requests sent [10 x concurrency]")
+@click.option("--port", type=int, default=8765, show_default=True, help="port of the vLLM server")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="seconds for start-up and for the client")
+@click.option("--logs", "log_dir", type=click.Path(file_okay=False), help="folder for the server log and result")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def serve_cmd(concurrency: int | None, num_prompts: int | None, port: int, timeout_s: float, log_dir: str | None,
+              as_json: bool, **kwargs: Any) -> None:
+    """Serve the plan with vLLM on this GPU (dummy weights) and measure TTFT, TPOT and tokens/s with
+    vLLM's benchmark client; compare with the serving model. Skips cleanly without vLLM or a GPU."""
+    from ..planfile import build_plan
+    from ..verify.serve import run
+
+    plan = build_plan(inputs_from_options(dict(kwargs, method="inference")))
+    conc = concurrency or plan.recipe.micro_batch
+    res = run(plan, conc, num_prompts or 10 * conc, port, timeout_s, log_dir)
+    if "skipped" in res:
+        kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", None)
+        _finish(res, f"skipped: {res['skipped']}", as_json, True)
+        return
+    _record(kwargs, "verify serve", res, plan, True)
+    lines = [f"vLLM measured at concurrency {conc} (logs: {res['logs']})"]
+    for row in res["comparison"]:
+        m, p, e = row["measured"], row["predicted"], row["relative_error"]
+        lines.append(f"  {row['name']:16} measured {m if m is not None else float('nan'):10.4g}  "
+                     f"predicted {p if p is not None else float('nan'):10.4g}  "
+                     f"{'' if e is None else f'{100 * e:+.1f}%'}")
+    _finish(res, "\n".join(lines), as_json, True)
 
 
 # ------------------------------------------------------------------------------------------ comm

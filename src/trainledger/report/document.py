@@ -290,6 +290,11 @@ def build_document(d: Any) -> list[Section]:
                                      (d.mb_sweep, "mb", "Peak memory vs micro-batch", "micro-batch", "micro-batch")):
         if sw:
             secs.append({"id": sid, "title": title, "blocks": [("svg", sweep_chart(sw, title, xl)), sweep_table(sw, name)]})
+    if est.get("serving"):  # inference: latency, throughput, concurrency, cost per token (issue 16)
+        from .serving import serving_blocks
+
+        secs.append({"id": "serving", "title": "Serving: latency, throughput and cost per token",
+                     "blocks": serving_blocks(est["serving"])})
     sc = step_chart(est)
     secs.append({"id": "time", "title": "Step time",
                  "blocks": [("svg", sc), step_table(est)] if sc else [("p", "step time: not estimated")]})
