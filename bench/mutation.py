@@ -65,16 +65,17 @@ def mutate(text: str, line: int, src: str) -> str:
     return "".join(lines[:i]) + joined[:k] + new + joined[k + len(src):]
 
 
-def run_tests(src_dir: Path, tests: list[str], timeout: float) -> tuple[bool, float]:
+def run_tests(src_dir: Path, tests: list[str], timeout: float) -> tuple[str, float]:
+    """'caught' (a test failed), 'survived' (all passed) or 'timeout' (neither; not counted as caught)."""
     env = dict(os.environ, PYTHONPATH=str(src_dir), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                            cwd=ROOT, env=env, capture_output=True, timeout=timeout)
-        failed = r.returncode != 0
+        verdict = "caught" if r.returncode != 0 else "survived"
     except subprocess.TimeoutExpired:
-        failed = True
-    return failed, time.perf_counter() - t0
+        verdict = "timeout"
+    return verdict, time.perf_counter() - t0
 
 
 def main() -> None:
@@ -95,17 +96,17 @@ def main() -> None:
             target = scratch / rel
             original = target.read_text()
             target.write_text(mutate(original, line, src))
-            caught, secs = run_tests(scratch, a.tests, a.timeout)
+            verdict, secs = run_tests(scratch, a.tests, a.timeout)
             target.write_text(original)
-            rows.append({"file": str(rel), "line": line, "constant": name, "value": src, "caught": caught,
+            rows.append({"file": str(rel), "line": line, "constant": name, "value": src, "verdict": verdict,
                          "seconds": round(secs, 1)})
-            print(f"{'caught  ' if caught else 'SURVIVED'} {rel}:{line} {name} = {src}  ({secs:.0f} s)",
-                  flush=True)
-    n = len(rows)
-    k = sum(r["caught"] for r in rows)
-    print(f"\n{k}/{n} mutants caught ({100 * k / n:.0f}%) by {' '.join(a.tests)}" if n else "no constants")
+            print(f"{verdict:8s} {rel}:{line} {name} = {src}  ({secs:.0f} s)", flush=True)
+    judged = [r for r in rows if r["verdict"] != "timeout"]
+    n, k = len(judged), sum(r["verdict"] == "caught" for r in judged)
+    print(f"\n{k}/{n} mutants caught ({100 * k / n:.0f}%) by {' '.join(a.tests)}; "
+          f"{len(rows) - n} timed out (not counted)" if n else "no mutant judged")
     if a.json_out:
-        Path(a.json_out).write_text(json.dumps({"tests": a.tests, "rows": rows, "caught": k, "total": n}, indent=1))
+        Path(a.json_out).write_text(json.dumps({"tests": a.tests, "rows": rows, "caught": k, "judged": n}, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from .layout import Layout
 from .model import ModelSpec
 from .recipe import Recipe
 from .runtime import Runtime
+from .serving_spec import Serving
 
 
 class Plan(Spec):
@@ -21,6 +22,7 @@ class Plan(Spec):
     layout: Layout
     cluster: Cluster
     runtime: Runtime = Runtime()
+    serving: Serving = Serving()
     headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from .plan import Plan
 from .runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from .recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .safety import check_tree, clip, path_exists, read_text, shorten
+from .serving_spec import Engine, KvCacheDtype, Quantization, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -31,6 +32,7 @@ DEFAULT_GPU = "h100-sxm"
 
 #: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
 _RECIPE, _LAYOUT, _RUNTIME = Recipe.model_fields, Layout.model_fields, Runtime.model_fields
+_SERVING = Serving.model_fields
 
 
 class PlanInputs(Spec):
@@ -49,6 +51,7 @@ class PlanInputs(Spec):
     intra: str | None = Field(None, description="intra-node link, e.g. nvlink4, pcie5-x16 [the GPU's own link]")
     network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
     nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
+    power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
     # -- the software stack
     framework: Framework = _RUNTIME["framework"]
     reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
@@ -75,6 +78,23 @@ class PlanInputs(Spec):
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
     tokens: float | None = Field(None, gt=0, description="token budget of the run, e.g. 2B")
     generate_len: int = _RECIPE["generate_len"]
+    # -- serving (method inference; declared in serving_spec.Serving)
+    serving_engine: Engine = _SERVING["engine"]
+    quantization: Quantization = _SERVING["quantization"]
+    quant_group_size: int = _SERVING["quant_group_size"]
+    kv_cache_dtype: KvCacheDtype = _SERVING["kv_cache_dtype"]
+    mla_latent_cache: bool | None = _SERVING["mla_latent_cache"]
+    block_size: int | None = _SERVING["block_size"]
+    gpu_memory_utilization: float = _SERVING["gpu_memory_utilization"]
+    max_num_seqs: int | None = _SERVING["max_num_seqs"]
+    max_num_batched_tokens: int | None = _SERVING["max_num_batched_tokens"]
+    max_model_len: int | None = _SERVING["max_model_len"]
+    cuda_graphs: bool = _SERVING["cuda_graphs"]
+    requests_per_s: float | None = _SERVING["requests_per_s"]
+    ttft_p50_s: float | None = _SERVING["ttft_p50_s"]
+    ttft_p99_s: float | None = _SERVING["ttft_p99_s"]
+    tpot_p50_s: float | None = _SERVING["tpot_p50_s"]
+    tpot_p99_s: float | None = _SERVING["tpot_p99_s"]
     # -- the layout
     dp: int | None = _LAYOUT["dp"]
     tp: int = _LAYOUT["tp"]
@@ -138,6 +158,8 @@ def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
 
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
+    if inputs.power_limit_w:
+        gpu = gpu.model_copy(update={"power_limit_w": inputs.power_limit_w})
     per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
     if inputs.gpus % per_node:
         raise LayoutError(
@@ -153,6 +175,12 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
+
+
+def serving_of(inputs: PlanInputs) -> Serving:
+    """The serving settings of ``inputs`` (read by inference plans only)."""
+    keys = {k: k for k in Serving.model_fields if k != "engine"}
+    return Serving(engine=inputs.serving_engine, **{k: getattr(inputs, v) for k, v in keys.items()})
 
 
 def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
@@ -184,6 +212,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         )
         cluster = build_cluster(inputs)
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
-                    headroom=inputs.headroom)
+                    headroom=inputs.headroom, serving=serving_of(inputs))
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None

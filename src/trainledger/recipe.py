@@ -33,6 +33,17 @@ PRECISION_POLICY: dict[str, dict[str, str]] = {
     "fp16": {"weights": "fp16", "compute": "fp16", "grads": "fp16", "master": "none", "states": "fp16"},
 }
 
+#: Inference serves in the policy's 16-bit (or 8-bit) dtype: nobody serves fp32 weights under
+#: autocast. ``bf16-mixed`` loads bf16 weights (vLLM ``--dtype auto`` takes the checkpoint's bf16;
+#: transformers ``from_pretrained(torch_dtype="auto")``), ``fp8-mixed`` fp8 weights (vLLM
+#: ``--quantization fp8``: W8A8, docs/features/quantization/fp8.md), ``fp32`` stays fp32 when asked.
+INFERENCE_POLICY: dict[str, dict[str, str]] = {
+    "fp32": PRECISION_POLICY["fp32"],
+    "bf16-mixed": PRECISION_POLICY["bf16"], "bf16": PRECISION_POLICY["bf16"],
+    "fp16-mixed": PRECISION_POLICY["fp16"], "fp16": PRECISION_POLICY["fp16"],
+    "fp8-mixed": {"weights": "fp8", "compute": "fp8", "grads": "bf16", "master": "none", "states": "bf16"},
+}
+
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -71,8 +82,8 @@ class Recipe(Spec):
 
     @property
     def policy(self) -> dict[str, str]:
-        """Dtype of weights, compute, grads, master copy and optimizer states."""
-        return PRECISION_POLICY[self.precision]
+        """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes)."""
+        return (INFERENCE_POLICY if self.method == "inference" else PRECISION_POLICY)[self.precision]
 
     @property
     def is_training(self) -> bool:

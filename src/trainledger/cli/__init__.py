@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "export_cmd",
     "prices_cmd",
     "check_cmd",
+    "serve_plan_cmd",
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ..runtime import FRAMEWORKS
 from ..units import fmt_params, fmt_seconds
 from .cost_opts import cost_options, cost_options_from_kwargs
 from .output import echo_json, table
@@ -59,6 +60,8 @@ def _layout_text(lay: dict[str, Any]) -> str:
     if lay["vp"] > 1:
         parts.append(f"v{lay['vp']}")
     s = "·".join(parts) + f" z{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']}"
+    if lay.get("framework") and lay["framework"] != "hf":
+        s = f"{lay['framework']} " + s
     if lay["recompute"] != "none":
         s += f" rc-{lay['recompute']}"
     if lay["offload"] != "none":
@@ -72,6 +75,9 @@ def _plans_table(plans: list[dict[str, Any]]) -> str:
         e = p["estimate"]
         cost = f"${e['cost_usd']:,.0f}" if e.get("cost_usd") is not None else "-"
         days = fmt_seconds(e["total_s"]) if "total_s" in e else "-"
+        if e.get("days_interval"):
+            lo, hi = e["days_interval"]
+            days += f" ({fmt_seconds(lo * 86400)}-{fmt_seconds(hi * 86400)})"
         gpuh = "-" if "gpu_hours" not in e else (
             f"{e['gpu_hours']:,.0f}" if e["gpu_hours"] >= 10 else f"{e['gpu_hours']:.2g}")
         rows.append([f"{i}{'*' if p['pareto'] else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
@@ -90,10 +96,12 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}, "
                f"{tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
-    click.echo(f"time model: {to['runtime']} runtime kernels, TP comm "
-               f"{'overlapped' if to['tp_comm_overlap'] else 'exposed'}, MoE all-to-all "
+    over = lambda v, yes, no: "the stack's" if v is None else (yes if v else no)  # noqa: E731
+    click.echo(f"time model: stacks {', '.join(job.get('frameworks') or [job['framework']])} "
+               f"(catalog/efficiency/stacks); kernels {over(to['runtime'], to['runtime'], '')}, TP comm "
+               f"{over(to['tp_comm_overlap'], 'overlapped', 'exposed')}, MoE all-to-all "
                f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
-               "(--runtime, --tp-comm-overlap, --ep-comm-overlap)")
+               "(--framework, --search-framework, --runtime, --tp-comm-overlap, --ep-comm-overlap)")
     click.echo(f"searched {res['evaluated']:,} layouts in {fmt_seconds(res['elapsed_s'])} "
                f"({res['plans_per_s']:,.0f}/s); {len(res['rejected'])} candidates rejected\n")
     if res["plans"]:
@@ -123,7 +131,7 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
 _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "tokens",
                  "lora_rank", "headroom", "corpus")
 #: the planner's own flags, generated from its Job fields
-_JOB_FLAGS = ("global_batch", "deadline_days", "max_gpus", "rank_by", "top")
+_JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")
 
 
 def _plan_options(func: Any) -> Any:
@@ -138,11 +146,14 @@ def _plan_options(func: Any) -> Any:
         click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]"),
         click.option("--gpus-per-node", "gpus_per_node", type=int, multiple=True, help="node size (repeatable) [8]"),
         click.option("--network", "networks", multiple=True, help="inter-node network (repeatable) [ib-ndr]"),
-        click.option("--tp-comm-overlap", is_flag=True, default=None,
-                     help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="override: the runtime overlaps TP collectives with GEMMs [the stack profile's]"),
         click.option("--runtime", type=click.Choice(["hf", "megatron"]),
-                     help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) "
-                     "or megatron (fused kernels) [hf]"),
+                     help="override the stack profile's kernel fusion: hf (eager) or megatron (fused: "
+                     "TE, Apex, torch.compile)"),
+        click.option("--search-framework", "frameworks", multiple=True, type=click.Choice(FRAMEWORKS),
+                     help="software stacks the planner compares (repeatable; a layout is a stack plus "
+                     "degrees) [--framework]"),
         click.option("--ep-comm-overlap", is_flag=True, default=None,
                      help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)"),
     ]

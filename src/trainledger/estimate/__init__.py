@@ -41,6 +41,8 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "sp": lay.sp,
         "vp": lay.vp, "zero": lay.zero, "offload": lay.offload,
         "framework": plan.runtime.framework, "runtime": plan.runtime.summary(),
+        "generate_len": r.generate_len,
+        "serving": plan.serving.model_dump(mode="json") if r.method == "inference" else None,
     }
 
 
@@ -97,6 +99,10 @@ def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     from .sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
 
     extra = dict(ledger_sections(plan, options.cost, mem, comp, tm))
+    if not plan.recipe.is_training:  # latency, throughput, concurrency, cost per token (issue 16)
+        from .serving import serving_section
+
+        extra["serving"] = serving_section(plan, None, options.cost)
     return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra,
                     stage=Stage.of(plan))
 
