@@ -103,6 +103,15 @@ def test_trl_sft_full_recipe_reads_model_and_max_seq_length():
     assert m.get("method", "full") == "full"
 
 
+def test_trl_lora_keys_without_use_peft_are_a_full_fine_tune(tmp_path):
+    p = tmp_path / "sft.yaml"
+    p.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\nlora_r: 8\noutput_dir: x\n")
+    res = import_configs([p])
+    assert res.merged().get("method", "full") == "full" and any("use_peft" in n for n in res.notes)
+    p.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nmax_length: 512\nlora_r: 8\nuse_peft: true\noutput_dir: x\n")
+    assert import_configs([p]).merged()["method"] == "lora"
+
+
 def test_trl_config_without_max_length_is_an_error_naming_the_key():
     r = CliRunner().invoke(main, ["estimate", "--from", str(DATA / "trl_cli_example_config.yaml"), "--json"])
     assert r.exit_code != 0

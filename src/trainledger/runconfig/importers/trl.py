@@ -66,7 +66,10 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if d.get("packing") is not None:
         res.notes.append(f"{where}: packing {d['packing']} — every sequence is "
                          f"{'filled to' if d['packing'] else 'padded to at most'} max_length tokens")
-    peft = bool(d.get("use_peft")) or d.get("lora_r") is not None and bool(d.get("use_peft", True))
+    # TRL applies LoRA only with use_peft: true (ModelConfig.use_peft defaults to False, lora_r to 16)
+    peft = bool(d.get("use_peft"))
+    if not peft and d.get("lora_r") is not None:
+        res.notes.append(f"{where}: lora_r without use_peft: true — TRL trains all weights (sized as full)")
     q4, q8 = bool(d.get("load_in_4bit")), bool(d.get("load_in_8bit"))
     if peft:
         res.set("method", "qlora" if q4 else "lora", where)
