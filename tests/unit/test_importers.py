@@ -67,6 +67,12 @@ def test_axolotl_unmodeled_memory_keys_are_listed(tmp_path):
     assert not any("lr_scheduler" in u for u in res.unknown_keys)
 
 
+def test_axolotl_dpo_holds_chosen_and_rejected(tmp_path):
+    p = tmp_path / "a.yml"
+    p.write_text("base_model: x/y\nsequence_len: 1024\nmicro_batch_size: 2\nadapter: lora\nlora_r: 8\nrl: dpo\n")
+    assert import_configs([p]).merged()["micro_batch"] == 4
+
+
 def test_axolotl_gradient_checkpointing_offload_is_recompute_and_listed(tmp_path):
     p = tmp_path / "a.yml"
     p.write_text("base_model: x/y\nsequence_len: 1024\nmicro_batch_size: 1\ngradient_checkpointing: offload\n")

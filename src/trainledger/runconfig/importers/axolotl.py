@@ -28,7 +28,7 @@ USED = {"base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_r", "lora
         "sdp_attention", "xformers_attention", "eager_attention", "deepspeed", "fsdp", "fsdp_config",
         "fsdp_version", "tensor_parallel_size", "context_parallel_size", "sequence_parallel_degree",
         "dp_shard_size", "dp_replicate_size", "max_steps", "sample_packing", "pad_to_sequence_len",
-        "lora_dropout", "max_grad_norm"}
+        "lora_dropout", "max_grad_norm", "rl"}
 
 #: keys that change memory or time and are not modeled (reported when set)
 _RELEVANT_WORDS = ("offload", "liger", "unsloth", "kernel", "quant", "relora", "lisa", "peft_",
@@ -64,7 +64,16 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         if not truthy(d.get("lora_target_linear") or False):
             set_lora_targets(res, d.get("lora_target_modules"), where)
     res.set("seq_len", num(d.get("sequence_len"), where, "sequence_len"), where)
-    res.set("micro_batch", num(d.get("micro_batch_size"), where, "micro_batch_size"), where)
+    mb = num(d.get("micro_batch_size"), where, "micro_batch_size")
+    rl = str(d.get("rl") or "").lower()
+    if rl in ("dpo", "ipo", "orpo", "simpo") and mb:
+        # axolotl runs these with TRL's trainers: chosen and rejected in one forward
+        # (trl DPOTrainer.concatenated_forward), so the GPU holds 2 × micro_batch_size sequences
+        res.notes.append(f"{where}: rl {rl}: chosen + rejected in one batch: micro-batch 2 × {mb}")
+        mb *= 2
+    elif rl:
+        res.unknown_keys.append(f"{where}: rl={rl} (its reference/reward models and rollouts are not modeled)")
+    res.set("micro_batch", mb, where)
     res.set("grad_accum", num(d.get("gradient_accumulation_steps"), where, "gradient_accumulation_steps"), where)
     if d.get("batch_size") is not None and d.get("gradient_accumulation_steps") is None:
         res.notes.append(f"{where}: batch_size is per-GPU micro-batch × grad-accum in axolotl; "
