@@ -155,7 +155,7 @@ def test_missing_required_field(tmp_path, key):
 def test_unsupported_or_missing_model_type(tmp_path):
     # a model_type without a built-in reader goes to transformers on the meta device (issue 17):
     # one transformers does not know is refused, remote code is never run
-    with pytest.raises(SpecError, match=r"model_type 'no_such_arch' is not built into transformers"):
+    with pytest.raises(SpecError, match=r"model_type 'no_such_arch' is not supported: it is not built into transformers"):
         from_hf_config(dict(TINY, model_type="no_such_arch"), name="x.json")
     with pytest.raises(SpecError, match="the field is missing"):
         from_hf_config({k: v for k, v in TINY.items() if k != "model_type"}, name="x.json")

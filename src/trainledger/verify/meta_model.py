@@ -84,17 +84,47 @@ def _flags(layer: Any, model: Any, torch: Any) -> dict[str, Any]:
     return f
 
 
+#: the largest model built on the meta device (building is O(layers) Python work)
+MAX_META_LAYERS = 2048
+MAX_META_WIDTH = 1_000_000
+
+
 def spec_from_transformers(cfg: dict[str, Any], name: str, source: str | None = None) -> Any:
-    """A ModelSpec for ``cfg`` (a config.json mapping) whose model_type has no built-in reader."""
+    """A ModelSpec for ``cfg`` (a config.json mapping) whose model_type has no built-in reader.
+
+    Every failure is one SpecError line naming the file (transformers' own errors included)."""
+    from ..errors import TrainledgerError
+
+    try:
+        return _spec_from_transformers(cfg, name, source)
+    except TrainledgerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a config transformers cannot build is a user error
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise SpecError(f"{name}: transformers could not build model_type {str(cfg.get('model_type'))[:60]!r} "
+                        f"from this config ({text})") from None
+
+
+def _sane(cfg: dict[str, Any], name: str) -> None:
+    for key, hi in (("num_hidden_layers", MAX_META_LAYERS), ("n_layer", MAX_META_LAYERS),
+                    ("hidden_size", MAX_META_WIDTH), ("n_embd", MAX_META_WIDTH),
+                    ("intermediate_size", 10 * MAX_META_WIDTH), ("vocab_size", 100_000_000)):
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= hi):
+            raise SpecError(f"{name}: {key} must be an integer in 1..{hi} to build the model (got {str(v)[:40]})")
+
+
+def _spec_from_transformers(cfg: dict[str, Any], name: str, source: str | None = None) -> Any:
     torch, transformers = _imports()
     from ..families import Cfg, generic
     from ..model import ModelSpec
 
     mt = cfg.get("model_type")
     if mt not in transformers.CONFIG_MAPPING:
-        raise SpecError(f"{name}: model_type {mt!r} is not built into transformers "
+        raise SpecError(f"{name}: model_type {str(mt)[:60]!r} is not supported: it is not built into transformers "
                         f"{transformers.__version__} (remote code is never run); write a config with "
                         "\"model_type\": \"generic\" and its dimensions")
+    _sane(cfg, name)
     conf = transformers.AutoConfig.for_model(mt, **{k: v for k, v in cfg.items() if k not in _SKIP})
     text = conf.get_text_config() if hasattr(conf, "get_text_config") else conf
     try:
