@@ -207,6 +207,8 @@ ROUND = {
                           micro_batch=2, grad_accum=2, recompute="full"),
     "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
                            seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective"),
+    "megatron-fsdp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", zero=3, tp=2,
+                          seq_len=4096, micro_batch=1, grad_accum=2, recompute="full"),
     "nemo-recipe": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=2, cp=2, zero=1,
                         seq_len=8192, micro_batch=1, grad_accum=4, recompute="full", dropout=0.0),
     "deepspeed-offload": dict(model="qwen2.5-7b", gpus=8, framework="deepspeed", zero=2, offload="optimizer",

@@ -96,9 +96,6 @@ def megatron_args(plan: Plan) -> list[str]:
     if m.moe is not None or m.mla is not None:
         raise SpecError(f"{m.name}: MoE/MLA models need Megatron's MoE/MLA arguments, which this export "
                         "does not write; use the model's Megatron-Bridge recipe")
-    if lay.zero > 1:
-        raise SpecError("Megatron-LM shards optimizer states (--use-distributed-optimizer, ZeRO-1), not "
-                        "gradients or weights; plan --zero 0 or 1")
     if r.method not in ("pretrain", "full"):
         raise SpecError(f"Megatron-LM pretrain_gpt.py trains all weights; a {r.method} plan needs a PEFT trainer")
     if lay.offload == "params":
@@ -153,6 +150,9 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (lay.pp * lay.vp))]
     if lay.zero == 1:
         a += ["--use-distributed-optimizer"]
+    elif lay.zero > 1:  # Megatron-FSDP (megatron/training/arguments.py --use-megatron-fsdp)
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+              {2: "optim_grads", 3: "optim_grads_params"}[lay.zero]]
     if lay.offload == "optimizer":
         a += ["--optimizer-cpu-offload"]
     return a
@@ -199,7 +199,10 @@ def nemo_script(plan: Plan, head: str) -> str:
     if recipe is None:
         raise SpecError(f"no NeMo 2 recipe for {plan.model.name} (recipes here: "
                         f"{', '.join(sorted(set(NEMO_RECIPES.values())))}); export megatron instead")
-    megatron_args(plan)  # the same refusals as the Megatron-LM export (ZeRO-2/3, PEFT, ...)
+    megatron_args(plan)  # the same refusals as the Megatron-LM export (MoE, PEFT, ...)
+    if plan.layout.zero > 1:
+        raise SpecError("this NeMo export writes ZeRO-0/1 (distributed optimizer); for Megatron-FSDP "
+                        "(ZeRO-2/3) export megatron")
     r, lay, c = plan.recipe, plan.layout, plan.cluster
     if r.dropout:
         raise SpecError(f"the {recipe} recipe trains without dropout; plan --dropout 0")

@@ -30,6 +30,8 @@ from ._common import model_from_dims, num
 NEMO_RECIPES = {"llama3_8b": "llama-3.1-8b", "llama31_8b": "llama-3.1-8b", "llama3_70b": "llama-3.1-70b",
                 "llama31_70b": "llama-3.1-70b", "llama31_405b": "llama-3.1-405b",
                 "mixtral_8x7b": "mixtral-8x7b", "mistral_7b": "mistral-7b", "qwen2_7b": "qwen2.5-7b"}
+#: Megatron-FSDP sharding strategy -> ZeRO stage
+MEGATRON_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 #: GPT-2 BPE vocabulary (``--vocab-file gpt2-vocab.json``): 50257 tokens (Radford et al. 2019)
 GPT2_VOCAB = 50257
 
@@ -52,7 +54,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "deepspeed", "deepspeed_config", "zero_stage", "use_flash_attn", "attention_backend", "attention",
         "use_mcore_models", "factory", "train_iters", "train_samples", "cpu_offloading",
         "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
-        "grad_div_ar_fusion", "max_steps", "recompute_modules", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
+        "grad_div_ar_fusion", "max_steps", "use_megatron_fsdp", "data_parallel_sharding_strategy", "recompute_modules", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
         "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func"}
 #: arguments that change memory or time: reported when set and not understood
@@ -267,7 +269,12 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     elif not deepspeed:
         res.set("precision", "fp32", where)
         res.notes.append(f"{where}: neither --bf16 nor --fp16: Megatron trains in fp32")
-    if _on(a, "use_distributed_optimizer"):
+    if _on(a, "use_megatron_fsdp"):
+        # Megatron-FSDP: --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params
+        # (megatron/training/arguments.py; default optim_grads_params = ZeRO-3)
+        strategy = str(a.get("data_parallel_sharding_strategy", "optim_grads_params"))
+        res.set("zero", MEGATRON_FSDP_ZERO.get(strategy, 3), where)
+    elif _on(a, "use_distributed_optimizer"):
         res.set("zero", 1, where)
     if deepspeed and a.get("zero_stage") is not None:
         res.set("zero", _int(a, "zero_stage", where) if str(a["zero_stage"]) != "0" else 0, where)
