@@ -53,6 +53,12 @@ class PlanInputs(Spec):
     wrap: Wrap = Field("layers", description="fsdp2 wrapping: layers, or layers+embed+head")
     loss_parallel: bool = Field(False, description="torch TP loss_parallel (cross-entropy on sharded logits)")
     gradient_as_bucket_view: bool = Field(False, description="DDP gradient_as_bucket_view (no separate gradient copy)")
+    ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size, elements [5e8]")
+    ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size, elements [5e8]")
+    ds_stage3_prefetch_bucket_size: int | None = Field(None, ge=0, description="deepspeed stage3_prefetch_bucket_size, elements [5e7]")
+    ds_stage3_param_persistence_threshold: int | None = Field(None, ge=0, description="deepspeed stage3_param_persistence_threshold, elements [1e5]")
+    ds_stage3_max_live_parameters: int | None = Field(None, ge=0, description="deepspeed stage3_max_live_parameters, elements [1e9]")
+    ds_overlap_comm: bool | None = Field(None, description="deepspeed overlap_comm [on for ZeRO-3 only]")
     # -- the recipe
     method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
     precision: Precision = Field("bf16-mixed", description="precision policy")
@@ -171,6 +177,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
+            **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(

@@ -15,6 +15,7 @@ from typing import Any
 from ..plan import Plan
 from ..units import gib
 from .memory_model import Parts, activations, inference, model_states
+from . import memory_runtimes as RT
 from .memory_runtime import runtime_defaults
 from .options import MemoryOptions
 from .terms import Term
@@ -54,7 +55,7 @@ MEASURED_CATEGORY: dict[str, str] = {
     "optimizer_states": "optimizer_states", "optimizer_temporaries": "optimizer_temporaries",
     "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
     "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
-    "ddp_buckets": "other", "zero_buffers": "other", "other": "activations",
+    "ddp_buckets": "sharding_buffers", "zero_buffers": "sharding_buffers", "other": "activations",
 }
 
 
@@ -169,6 +170,12 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     return points
 
 
+def _bucket_view(d: dict[str, float]) -> dict[str, float]:
+    out = dict(d)
+    out["gradients"] = out.pop("ddp_buckets", 0.0)
+    return out
+
+
 def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
                                     "activations": x.infer_work, "other": x.inputs})]
@@ -186,7 +193,16 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     model_states(plan, x)
     if plan.recipe.is_training:
         activations(plan, opts, x)
-        points = _training_points(plan, x)
+        if RT.fsdp_sharded(plan):
+            points = RT.fsdp_points(plan, x)
+        else:
+            points = _training_points(plan, x)
+            if x.grads_static:
+                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
+                          for ph, lb, d in points]
+            if plan.runtime.gradient_as_bucket_view and x.ddp:
+                # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
+                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
     else:
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
@@ -236,6 +252,8 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
 def _notes(plan: Plan) -> list[str]:
     r, lay = plan.recipe, plan.layout
     out = []
+    if RT.framework(plan) != "hf" or lay.dp_size > 1 or lay.tp > 1:
+        out.append(RT.runtime_note(plan))
     if r.recompute == "selective":
         out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
                    "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")
