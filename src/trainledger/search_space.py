@@ -208,7 +208,8 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
             plan, mem = min(fails, key=lambda f: f[1].device_total_bytes)
             rejected.append(Rejected(plan, f"needs {mem.device_total_bytes / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "
-                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n))
+                                     f"{mem.budget_bytes / GIB:.1f} usable under {plan.runtime.framework}",
+                                     gpu.name, n))
         else:
             rejected.append(Rejected(None, f"no layout divides global batch {space.global_batch} "
                                      f"over {n} GPUs", gpu.name, n))

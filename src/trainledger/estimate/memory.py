@@ -86,6 +86,7 @@ class MemoryEstimate:
     runtime_terms: dict[str, int]
     suggestions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    framework: str = "hf"  # the runtime whose memory semantics were assumed
 
     @property
     def budget_bytes(self) -> int:
@@ -113,13 +114,14 @@ class MemoryEstimate:
             "terms": [t.to_dict() for t in self.terms],
             "suggestions": list(self.suggestions),
             "notes": list(self.notes),
+            "framework": self.framework,
         }
 
     def summary(self) -> str:
         verdict = "fits" if self.fits else "does not fit"
         return (f"peak {gib(self.peak_allocated_bytes):.2f} GiB allocated ({self.peak_phase}), "
                 f"{gib(self.device_total_bytes):.2f} GiB on the device: {verdict} in "
-                f"{gib(self.budget_bytes):.2f} GiB usable")
+                f"{gib(self.budget_bytes):.2f} GiB usable under {self.framework}")
 
 
 def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
@@ -240,7 +242,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         breakdown=breakdown, phases=phases, timeline=timeline,
         usable_bytes=plan.cluster.gpu.usable_bytes, headroom=plan.headroom,
         host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
-        notes=_notes(plan),
+        notes=_notes(plan), framework=RT.framework(plan),
     )
     if suggest and opts.suggestions and not est.fits:
         from .memory_suggest import suggestions

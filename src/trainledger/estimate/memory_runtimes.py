@@ -245,7 +245,8 @@ def fsdp_parts(plan: Any) -> FsdpParts:
 
     n_layers, _ = _layers_on_stage(plan)
     f = FsdpParts(n_layers=n_layers, reshard=reshard_after_forward(plan))
-    sep = rt.wrap == "layers+embed+head" and framework(plan) == "fsdp2"
+    # a tied embedding/head cannot be wrapped on its own (FSDP2 needs both in one group): root
+    sep = rt.wrap == "layers+embed+head" and framework(plan) == "fsdp2" and bool(s.head_full)
     n = shard_group(plan)
     if framework(plan) == "pytorch-fsdp":  # one flat root unit (padded)
         root = math.ceil((s.emb_full + s.head_full + s.norm_full) / n) * n

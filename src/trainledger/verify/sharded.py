@@ -118,6 +118,10 @@ def _local_tracker_class() -> type:
         def _kind_for(self, func: object, args: tuple, out: Any) -> str:
             if self.buffer_scope:
                 return "sharding_buffers"
+            if _op_name(func) == "_to_copy" and args and isinstance(args[0], FakeTensor):
+                src = self._live.get(args[0].untyped_storage()._cdata)
+                if src is not None and src.category == "sharding_buffers" and args[0].dtype != out.dtype:
+                    return "autocast_weight_copies"  # autocast's copy of a gathered parameter
             return super()._kind_for(func, args, out)
 
         def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -335,10 +339,12 @@ def _wrap(built: Any, plan: Any, mesh: Any) -> _Setup:
         for layer in _decoder_layers(model):
             fully_shard(layer, **kw)
         if rt.wrap == "layers+embed+head":
+            head = base.get_output_embeddings()
+            if head is None or head.weight is base.get_input_embeddings().weight:
+                raise VerifyError("wrap layers+embed+head needs an untied head: this model ties its embedding "
+                                  "and head (FSDP2 would need them in one group); use --wrap layers")
             fully_shard(base.get_input_embeddings(), **kw)
-            if base.get_output_embeddings() is not None and \
-                    base.get_output_embeddings().weight is not base.get_input_embeddings().weight:
-                fully_shard(base.get_output_embeddings(), **kw)
+            fully_shard(head, **kw)
         fully_shard(model, **kw)
         s.model = model
         s.notes.append(f"FSDP2 fully_shard per decoder layer{' + embed + head' if rt.wrap != 'layers' else ''}, "
