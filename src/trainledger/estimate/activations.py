@@ -51,6 +51,10 @@ class Flow:
     c: int  # compute dtype of matmul inputs/outputs
     R: int  # residual stream (embedding output, residual adds, norm outputs)
     autocast: bool  # linears cast their inputs (weights are not in the compute dtype)
+    #: bytes of peft's LoRA adapter weights: fp32 (peft's autocast_adapter_dtype=True upcasts them),
+    #: or the compute dtype when the runtime casts every parameter (FSDP MixedPrecisionPolicy,
+    #: DeepSpeed/Megatron 16-bit modules)
+    adapter: int = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +127,7 @@ class _Layer:
             if f.autocast and (src != f.c or not self.trainable):
                 # peft casts x to the fp32 adapter dtype first, so lora_A always makes its own cast
                 out += len(savers) * f.c * width
-            elif not already_saved and (self.trainable or src == FP32):
+            elif not already_saved and (self.trainable or src == FP32 or src == f.adapter):
                 out += src * width
         for _r in savers if not self.trainable else ():
             out += self._lora(width, src)
@@ -133,9 +137,9 @@ class _Layer:
         """peft LoRA (fp32 adapters): lora_A output, and without autocast an fp32 input copy."""
         assert self.lora is not None
         f, r = self.flow, self.lora.rank
-        out = (f.c if f.autocast else FP32) * r
-        if not f.autocast and src != FP32:
-            out += FP32 * width  # peft casts x to the adapter dtype
+        out = (f.c if f.autocast else f.adapter) * r
+        if not f.autocast and src != f.adapter:
+            out += f.adapter * width  # peft casts x to the adapter dtype
         if self.lora.dropout:
             out += width + (0 if f.autocast else src * width)  # bool mask (+ the dropped copy)
         return out

@@ -87,7 +87,7 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
         w_emb = 2.0 if c == 2 else 4.0
         return Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed")), w_emb, 4.0
     if sixteen_bit_model(plan):  # DeepSpeed / Megatron / FSDP param_dtype=bf16: all in 16 bits
-        return Flow(c=c, R=c, autocast=False), float(c), 4.0 if r.method == "lora" else float(c)
+        return Flow(c=c, R=c, autocast=False, adapter=c), float(c), 4.0 if r.method == "lora" else float(c)
     autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
     R = int(max(w, c))
     train_w = 4.0 if r.method == "lora" else w
