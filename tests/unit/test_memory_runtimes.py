@@ -173,3 +173,29 @@ def test_deepspeed_export_import_round_trip(tmp_path):
     after = estimate_memory(build_plan(back))
     assert after.peak_allocated_bytes == before.peak_allocated_bytes
     assert cfg["_trainledger"]["predicted"]["peak_allocated_gib"] == round(before.peak_allocated_bytes / GIB, 2)
+
+
+def test_readme_runtime_example_is_real():
+    """The README's --framework example: every output line shown comes from running the command."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from trainledger.cli import main
+
+    text = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
+    block = text.split("### Runtimes: `--framework`")[1].split("```")[1]
+    runs: list[tuple[str, list[str]]] = []
+    for line in block.strip().splitlines():
+        if line.startswith("$ "):
+            runs.append((line[2:], []))
+        elif line.strip():
+            runs[-1][1].append(line)
+    assert len(runs) == 2
+    for cmd, expected in runs:
+        r = CliRunner().invoke(main, shlex.split(cmd)[1:])
+        out = re.sub(r"\s+\n", "\n", r.output)
+        for line in expected:
+            assert line in out, (cmd, line)

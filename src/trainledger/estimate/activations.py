@@ -177,8 +177,11 @@ def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, f
     if attention == "eager":
         k_saved = c * q if grouped else c * kv
         probs_copy = c * a if c != FP32 else 0
+        # Gemma-2 soft-capping, cap·tanh(scores/cap): tanh saves its c-byte output for backward
+        # (transformers gemma2 ``eager_attention_forward``); the division and the product save nothing
+        capped = c * a if getattr(m, "attn_softcap", None) else 0
         core = c * q + 2 * k_saved
-        return rep, sh + core + out, FP32 * a + probs_copy, core, keep
+        return rep, sh + core + out, FP32 * a + probs_copy + capped, core, keep
     k_saved = c * q if (masked and grouped) else c * kv
     core = c * q + 2 * k_saved + FP32 * a
     per_s = c if masked else 0.0  # each layer's SDPA keeps its own c-byte copy of the mask

@@ -393,8 +393,11 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     up = FP32 if logit_b != FP32 else 0.0
     if torch_tp(plan) and not plan.runtime.loss_parallel:
         t = 1  # the head's output is replicated: every rank holds the whole vocabulary's logits
-    parts.logits_fwd = (logit_b + up + FP32) * V * T / t
-    parts.logits_bwd = 3 * FP32 * V * T / t
+    # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
+    # the tanh output is saved for backward until the loss gradient reaches it
+    capped = logit_b * V * T / t if m.logit_softcap else 0.0
+    parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
+    parts.logits_bwd = 3 * FP32 * V * T / t + capped
     parts.logits_grad = logit_b * V * T / t
 
 
