@@ -199,3 +199,31 @@ def test_readme_runtime_example_is_real():
         out = re.sub(r"\s+\n", "\n", r.output)
         for line in expected:
             assert line in out, (cmd, line)
+
+
+def test_gemma2_softcap_defaults_follow_transformers():
+    """transformers' Gemma2Config: final_logit_softcapping=30.0, attn_logit_softcapping=50.0 when
+    config.json omits them; an explicit null turns a cap off."""
+    from trainledger.hfconfig import from_hf_config, load_hf_config
+
+    cfg = dict(load_hf_config("gemma-2-2b"))
+    cfg.pop("final_logit_softcapping")
+    cfg.pop("attn_logit_softcapping")
+    m = from_hf_config(cfg)
+    assert (m.logit_softcap, m.attn_softcap) == (30.0, 50.0)
+    cfg["attn_logit_softcapping"] = None
+    assert from_hf_config(cfg).attn_softcap is None
+
+
+def test_gemma2_eager_softcap_adds_the_saved_tanh_outputs():
+    from trainledger.hfconfig import from_hf_config, load_hf_config
+
+    cfg = dict(load_hf_config("gemma-2-2b"))
+    capped = from_hf_config(cfg)
+    plain = from_hf_config({**cfg, "attn_logit_softcapping": None, "final_logit_softcapping": None})
+    kw = dict(gpu="h100-sxm", gpus=1, attention="eager", seq_len=1024)
+    a = estimate_memory(build_plan(PlanInputs(model="gemma-2-2b", **kw), model=capped), suggest=False)
+    b = estimate_memory(build_plan(PlanInputs(model="gemma-2-2b", **kw), model=plain), suggest=False)
+    T, V, s, heads, layers = 1024, 256000, 1024, 8, 26
+    # attention: one bf16 a·s·s tanh output per layer; logits: one bf16 V·T tanh output
+    assert a.phases["forward"] - b.phases["forward"] == pytest.approx(2 * heads * s * T * layers + 2 * V * T, rel=1e-6)

@@ -23,7 +23,8 @@ from .terms import Term
 #: term -> (formula source, assumptions); shown with every breakdown entry.
 SOURCES: dict[str, tuple[str, str]] = {
     "weights": ("P·bytes(weight dtype); QLoRA NF4 + double-quant constants (Dettmers et al. 2023, §3)",
-                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d"),
+                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d; per runtime "
+                "(FSDP dim-0 shards, DeepSpeed 16-bit): estimate/memory_runtimes.py"),
     "master_weights": ("4·P_t fp32 master copy (Micikevicius et al. 2018; ZeRO Fig. 1 '2+2+12')", ""),
     "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
     "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
@@ -42,7 +43,9 @@ SOURCES: dict[str, tuple[str, str]] = {
                       "config use_cache=True; gone with gradient checkpointing"),
     "kv_cache": ("b·ctx·L·2·k·d·c (GQA); MLA latent in paged engines (DeepSeek-V2 §2.1.2)", ""),
     "ddp_buckets": ("DDP bucket copy of all gradients (torch DDP, gradient_as_bucket_view=False)", ""),
-    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter",
+    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter; FSDP2: the "
+                     "root group's gathered embedding/head, gathered layers, reduce-dtype reduce-scatter "
+                     "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
                      "largest wrapped unit = largest decoder layer or the embedding"),
     "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
 }
