@@ -85,6 +85,10 @@ class LayerBytes:
     first_layer_per_s: float = 0.0  # LoRA: layer 0's scores, not kept when q, k, v need no gradient
     core_drop: float = 0.0  # selective recompute: what the checkpointed attention core no longer saves
     core_keep: float = 0.0  # ... and the core inputs the checkpoint keeps instead (q, k after RoPE, v)
+    #: part of ``replicated``: the saved inputs of the column-parallel linears. Megatron's sequence
+    #: parallelism saves them sequence-sharded (and all-gathers again in backward); torch's
+    #: ``PrepareModuleInput`` hands the linears the gathered tensor, which they save whole.
+    linear_inputs: float = 0.0
 
     def total(self, s_attended: float) -> float:
         return self.replicated + self.sharded + self.per_s * s_attended
@@ -289,7 +293,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
                       layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,
                       core_drop=drop, core_keep=keep, per_layer_const=const,
-                      first_layer_per_s=first_per_s)
+                      first_layer_per_s=first_per_s, linear_inputs=rep_a + rep_m)
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,

@@ -324,6 +324,8 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     for (moe_layer, masked), count in _layer_kinds(plan).items():
         lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
+        if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
+            full += lb.linear_inputs * (1 - 1 / t)
         sel = full - (lb.per_s * s_att + lb.core_drop - lb.core_keep) / t
         per_layer.append((count, lb, full, sel))
     inflight = inflight_microbatches(plan)
