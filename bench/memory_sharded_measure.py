@@ -2,7 +2,7 @@
 process group (rank 0 of the real runtime, FakeTensors) and save the measurements to
 tests/groundtruth/data/sharded_memory_measured.json (what the accuracy test compares with).
 
-Usage: python bench/memory_sharded_measure.py [--only SUBSTRING] [--out PATH]
+Usage: python bench/memory_sharded_measure.py [--only SUBSTRING[|SUBSTRING...]] [--out PATH]
 A full run takes 15-30 minutes on one CPU core; existing entries are kept unless re-measured.
 """
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else DATA
     saved = json.loads(out.read_text()) if out.exists() else {}
     for name, kw in cases():
-        if only and only not in name:
+        if only and not any(part in name for part in only.split("|")):
             continue
         t0 = time.time()
         try:

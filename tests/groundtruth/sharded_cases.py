@@ -38,7 +38,7 @@ CASES: list[tuple[str, dict]] = [
     ("fsdp2 qwen3-0.6b 16", dict(Q06, **F2, gpus=16)),
     ("fsdp2 mistral-7b 16", dict(MIS, **F2, gpus=16)),
     ("fsdp2 qwen3-30b-a3b MoE 8", dict(MOE, **F2, gpus=8)),
-    ("fsdp2 qwen3-30b-a3b MoE 1024 (expert padding)", dict(MOE, **F2, gpus=1024)),
+    ("fsdp2 qwen3-30b-a3b MoE 256 (expert padding)", dict(MOE, **F2, gpus=256)),
     # FSDP1
     ("fsdp1 llama-1b 8 full shard", dict(L1, **F1, gpus=8)),
     ("fsdp1 llama-1b 8 shard-grad-op", dict(L1, **F1, gpus=8, zero=2)),
