@@ -41,7 +41,7 @@ CASES: list[tuple[str, dict]] = [
     ("fsdp2 qwen3-30b-a3b MoE 256 (expert padding)", dict(MOE, **F2, gpus=256)),
     # FSDP1
     ("fsdp1 llama-1b 8 full shard", dict(L1, **F1, gpus=8)),
-    ("fsdp1 llama-1b 8 shard-grad-op", dict(L1, **F1, gpus=8, zero=2)),
+    ("fsdp1 llama-1b 16 grad-accum 2", dict(L1, **F1, gpus=16, grad_accum=2)),
     ("fsdp1 llama-1b 64", dict(L1, **F1, gpus=64)),
     ("fsdp1 llama-1b 8 lora", dict(L1, **F1, gpus=8, method="lora")),
     ("fsdp1 qwen2.5-0.5b 16", dict(Q05, **F1, gpus=16)),
@@ -64,6 +64,12 @@ CASES: list[tuple[str, dict]] = [
     ("fsdp2 tp4 sp loss-parallel llama-8b 32", dict(L8, **F2, gpus=32, tp=4, sp=True, loss_parallel=True)),
     ("fsdp2 tp2 sp qwen3-0.6b 8", dict(Q06, **F2, gpus=8, tp=2, sp=True)),
 ]
+
+#: known deviations beyond the tolerance, with what was found (kept in the table, marked xfail)
+KNOWN: dict[str, str] = {
+    "fsdp1 llama-1b 8 lora": "FSDP1 + LoRA: the all-frozen root flat parameter holds about two more fp32 copies "
+                             "of its shard in backward than modeled (-3.5% peak); mechanism not identified yet",
+}
 
 #: a quick subset measured live in CI (the rest is compared with the committed measurements)
 LIVE = ("fsdp2 qwen3-0.6b 16", "ddp qwen3-0.6b 16", "tp2 llama-1b")

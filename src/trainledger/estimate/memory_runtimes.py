@@ -259,9 +259,13 @@ def fsdp_parts(plan: Any) -> FsdpParts:
         f.root_gathered = gb * (s.emb_full + s.head_full + s.norm_full)
     layer_padded = s.layer_local * n
     f.layer_gathered = gb * layer_padded
-    if not lora:
+    flat = framework(plan) == "pytorch-fsdp"
+    if not lora or flat:
+        # FSDP1: a flat parameter holding any trainable tensor gets a gradient for all of it (the
+        # frozen base weights' part zero-filled), so LoRA reduces whole decoder units
         f.layer_grad = gb * s.layer_full
         f.layer_reduce = rb * layer_padded
+    if not lora:
         head = s.head_full or s.emb_full  # tied: the embedding's gradient arrives from the head first
         f.head_grad = gb * (head + s.norm_full)
         f.emb_grad = gb * s.emb_full if s.head_full else 0.0
@@ -302,15 +306,20 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
             other=x.inputs, zero_buffers=gathered_fwd + f.layer_gathered * f.reshard)))
     for j in (0, n - 1):
         keep = (n - j) / n
-        acts = x.acts * keep + x.act_layer
         copies = x.copies_layer if r.recompute == "full" else (x.copies - x.copies_head) * keep
         live_layers = (2 * f.layer_gathered if f.reshard else (n - j) * f.layer_gathered)
-        grads = max(g_prev, x.grads * (j + x.mlp_share) / n)
-        label = "last layer backward" if j == 0 else "first layer backward"
-        points.append(("backward", label, dict(
-            base, gradients=grads, autocast_weight_copies=copies,
-            activations=acts + x.bwd_work + f.head_grad + f.layer_grad, other=x.inputs + x.grad_flow,
-            zero_buffers=f.root_gathered + live_layers + f.layer_reduce)))
+        label = "last layer" if j == 0 else "first layer"
+        # inside the layer's backward (the MLP's unsharded gradients exist, attention runs) ...
+        points.append(("backward", f"{label} backward", dict(
+            base, gradients=max(g_prev, x.grads * j / n), autocast_weight_copies=copies,
+            activations=x.acts * keep + x.act_layer + x.bwd_work + f.head_grad + x.mlp_share * f.layer_grad,
+            other=x.inputs + x.grad_flow, zero_buffers=f.root_gathered + live_layers)))
+        # ... and its post-backward: its activations are gone, its unsharded gradients are copied
+        # into the reduce-scatter input (foreach_reduce) while the next layer is already gathered
+        points.append(("backward", f"{label} reduce-scatter", dict(
+            base, gradients=max(g_prev, x.grads * j / n), autocast_weight_copies=copies * (n - j - 1) / max(n - j, 1),
+            activations=x.acts * (n - j - 1) / n + f.head_grad + f.layer_grad,
+            other=x.inputs + x.grad_flow, zero_buffers=f.root_gathered + live_layers + f.layer_reduce)))
     end = dict(base, gradients=x.grads, activations=f.head_grad + f.emb_grad, other=x.inputs,
                zero_buffers=f.root_gathered + f.emb_gathered + f.root_reduce)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)

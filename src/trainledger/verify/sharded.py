@@ -76,6 +76,9 @@ def check_measurable(plan: Any) -> None:
     if fw == "hf" and lay.tp > 1 and lay.dp_size > 1:
         raise VerifyError("torch TP with DDP is not measured; use --framework fsdp2 for TP + data parallelism, "
                           "or --gpus equal to --tp")
+    if fw == "pytorch-fsdp" and (lay.zero in (1, 2) or not plan.runtime.reshard_after_forward):
+        raise VerifyError("FSDP1 SHARD_GRAD_OP does not run on fake tensors (it checks the unsharded flat "
+                          "parameter's storage); measure FULL_SHARD (--zero 3) or use --framework fsdp2")
     if fw == "pytorch-fsdp" and lay.tp > 1:
         raise VerifyError("FSDP1 with tensor parallelism is not measured; use --framework fsdp2 for TP + FSDP")
     if plan.recipe.method == "qlora" or not plan.recipe.is_training:
