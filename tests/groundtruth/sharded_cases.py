@@ -10,7 +10,8 @@ L1 = dict(model="llama-3.2-1b", gpu="h100-sxm", seq_len=2048)
 L8 = dict(model="llama-3.1-8b", gpu="h100-sxm", seq_len=2048)
 Q05 = dict(model="qwen2.5-0.5b", gpu="h100-sxm", seq_len=2048)
 Q06 = dict(model="qwen3-0.6b", gpu="h100-sxm", seq_len=2048)
-MOE = dict(model="qwen3-30b-a3b", gpu="h100-sxm", seq_len=1024)
+MOE = dict(model="qwen1.5-moe-a2.7b", gpu="h100-sxm", seq_len=1024)
+MIX = dict(model="mixtral-8x7b", gpu="h100-sxm", seq_len=1024)
 MIS = dict(model="mistral-7b-v0.1", gpu="h100-sxm", seq_len=2048)
 F2 = dict(framework="fsdp2")
 F1 = dict(framework="pytorch-fsdp")
@@ -37,8 +38,8 @@ CASES: list[tuple[str, dict]] = [
     ("fsdp2 qwen2.5-0.5b 256 (dim-0 padding)", dict(Q05, **F2, gpus=256)),
     ("fsdp2 qwen3-0.6b 16", dict(Q06, **F2, gpus=16)),
     ("fsdp2 mistral-7b 16", dict(MIS, **F2, gpus=16)),
-    ("fsdp2 qwen3-30b-a3b MoE 8", dict(MOE, **F2, gpus=8)),
-    ("fsdp2 qwen3-30b-a3b MoE 256 (expert padding)", dict(MOE, **F2, gpus=256)),
+    ("fsdp2 qwen1.5-moe MoE 8", dict(MOE, **F2, gpus=8)),
+    ("fsdp2 mixtral-8x7b MoE 16 (expert padding)", dict(MIX, **F2, gpus=16)),
     # FSDP1
     ("fsdp1 llama-1b 8 full shard", dict(L1, **F1, gpus=8)),
     ("fsdp1 llama-1b 16 grad-accum 2", dict(L1, **F1, gpus=16, grad_accum=2)),
