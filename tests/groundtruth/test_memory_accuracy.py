@@ -68,6 +68,8 @@ CPU_CASES: list[tuple[str, dict]] = [
     ("gemma family", dict(model="@gemma-2b")),
     ("mixtral family (MoE, no shared expert)", dict(model="@mixtral-8x7b")),
     ("mixtral lora (frozen experts)", dict(model="@mixtral-8x7b", method="lora")),
+    ("llama eager lora q,v (frozen o_proj saves no input)", dict(model=LL, method="lora", attention="eager",
+                                                                 lora_targets=("q_proj", "v_proj"))),
     ("llama lora o,down only (frozen q,k,v)", dict(model=LL, method="lora", lora_targets=("o_proj", "down_proj"))),
     ("olmo-2 family (post-norms, full qk-norm)", dict(model="@olmo-2-7b")),
     ("gemma-3 family (4 norms, sliding window)", dict(model="@gemma-3-1b")),

@@ -179,6 +179,10 @@ def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, f
     rope = R if f.autocast else c  # q, k after RoPE with R-byte cos/sin
     keep = rope * (q + kv) + c * kv
     if attention == "eager":
+        # eager: the bmm output is saved only by an o_proj that needs its input (trainable, or a
+        # LoRA adapter on it); a frozen o_proj keeps just its weight (matmul backward saves probs, v)
+        if not (x.trainable or "self_attn.o_proj" in x.wrapped):
+            out = 0.0
         k_saved = c * q if grouped else c * kv
         probs_copy = c * a if c != FP32 else 0
         # Gemma-2 soft-capping, cap·tanh(scores/cap): tanh saves its c-byte output for backward
