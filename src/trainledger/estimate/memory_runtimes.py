@@ -284,17 +284,21 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     ga = r.grad_accum > 1
     g_prev = x.grads if ga else 0.0
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states}
-    layers_kept = 0.0 if f.reshard else n * f.layer_gathered
+    # no reshard after forward: every layer (and a separately wrapped embedding / head) stays
+    # gathered from its forward to its backward
+    layers_kept = 0.0 if f.reshard else n * f.layer_gathered + f.emb_gathered + f.head_gathered
     gathered_fwd = f.root_gathered + layers_kept
     copies_bwd = x.copies_head if r.recompute == "full" else x.copies
     fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
                dynamic_cache=x.cache, other=x.inputs, zero_buffers=gathered_fwd)
-    prefetch = f.head_gathered or (0.0 if not f.reshard else f.layer_gathered)
+    # backward starts by gathering (prefetching) the head group, or else the last layer; without
+    # reshard-after-forward they are still gathered from forward
+    prefetch = (f.head_gathered or f.layer_gathered) if f.reshard else 0.0
     b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
               activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs,
               zero_buffers=gathered_fwd + prefetch)
-    head_bwd = (f.head_gathered + (f.layer_gathered if f.reshard else 0.0)) if f.head_gathered else prefetch
+    head_bwd = (f.head_gathered + f.layer_gathered if f.head_gathered else prefetch) if f.reshard else 0.0
     b1 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
               activations=x.acts + x.head_saves + f.head_grad + x.grad_transient,
               logits=x.logits_grad, other=x.inputs, zero_buffers=gathered_fwd + head_bwd)
