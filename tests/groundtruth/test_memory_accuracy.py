@@ -93,6 +93,8 @@ FAKE_CASES: list[tuple[str, dict]] = [
     ("Qwen3-0.6B b1 s1024", dict(model="qwen3-0.6b", seq_len=1024, micro_batch=1)),
     ("Llama-3.2-1B inference b4 s2048", dict(model="llama-3.2-1b", seq_len=2048, micro_batch=4,
                                              method="inference", precision="bf16")),
+    ("Llama-3.2-1B LoRA + recompute (autocast caches trainable casts only)",
+     dict(model="llama-3.2-1b", seq_len=1024, micro_batch=1, method="lora", recompute="full")),
     ("Gemma-2-2B eager soft-capping s2048", dict(model="gemma-2-2b", seq_len=2048, micro_batch=1,
                                                  attention="eager", precision="bf16", optimizer="sgd")),
 ]

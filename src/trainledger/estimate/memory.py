@@ -144,7 +144,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
     copies_bwd = x.copies_head if recompute else x.copies
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
+    # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
+    # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
+    # saved for backward, i.e. not at all inside a checkpointed layer
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
                dynamic_cache=x.cache, other=x.inputs)
     b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
@@ -156,7 +160,9 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
               ("backward", "lm_head backward", b1)]
     if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
         points.insert(0, ("forward", "last layer forward", dict(
-            base, gradients=g_prev, autocast_weight_copies=x.copies, activations=x.acts + x.act_layer,
+            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
+                                                                         else 0.0),
+            activations=x.acts + x.act_layer,
             other=x.inputs)))
 
     def grads_after(j: int) -> float:

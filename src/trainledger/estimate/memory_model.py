@@ -75,6 +75,7 @@ class Parts:
     emb_grad_transient: float = 0.0  # tied embeddings: the embedding's new gradient and the sum
     mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
     grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
+    copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
 
 
 def flow_of(plan: Plan) -> tuple[Flow, float, float]:
@@ -259,6 +260,8 @@ def model_states(plan: Plan, parts: Parts) -> None:
         adapters = _dense_lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
         parts.copies = (linear + (adapters if lora else 0.0) - (_unsaved_first(m, tuple(r.lora_targets)) / t if lora else 0.0)) * flow.c
         parts.copies_head = head_lin * flow.c
+        if lora:
+            parts.copies_cached = adapters * flow.c
     if parts.copies:
         parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
     if training and lay.dp_size > 1 and lay.zero <= 1:
