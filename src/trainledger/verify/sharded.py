@@ -490,12 +490,19 @@ def _train_step(s: _Setup, plan: Any, built: Any, phase: Any, on_grads: Any, opt
         opt.zero_grad(set_to_none=True)
 
 
+def _mesh_key(t: Any) -> Any:
+    """Plain tensors, or DTensors of one device mesh (TP + FSDP: 2-D; FSDP alone: 1-D)."""
+    mesh = getattr(t, "device_mesh", None)
+    return None if mesh is None else (tuple(mesh.mesh_dim_names or ()), tuple(mesh.mesh.shape))
+
+
 def _param_groups(params: list[Any]) -> Any:
-    """One parameter group per kind (DTensor / plain): a foreach optimizer step runs per group,
-    and its foreach kernels refuse a mix of DTensor (TP-sharded) and plain (replicated) tensors."""
-    kinds: dict[bool, list[Any]] = {}
+    """One parameter group per kind (plain / DTensor per mesh): a foreach optimizer step runs per
+    group, and its foreach kernels refuse a mix of plain and DTensor, or of DTensors on different
+    meshes (TP+FSDP parameters are 2-D, replicated ones only FSDP-sharded)."""
+    kinds: dict[Any, list[Any]] = {}
     for p in params:
-        kinds.setdefault(hasattr(p, "_local_tensor"), []).append(p)
+        kinds.setdefault(_mesh_key(p), []).append(p)
     if len(kinds) <= 1:
         return params
     return [{"params": ps} for ps in kinds.values()]
@@ -507,10 +514,10 @@ def _clip(params: list[Any], max_norm: float) -> None:
     per-tensor norms and in-place scaling: the same memory)."""
     import torch
 
-    kinds: dict[bool, list[Any]] = {}
+    kinds: dict[Any, list[Any]] = {}
     for p in params:
         if p.grad is not None:
-            kinds.setdefault(hasattr(p.grad, "_local_tensor"), []).append(p)
+            kinds.setdefault(_mesh_key(p.grad), []).append(p)
     if len(kinds) <= 1:
         torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         return
