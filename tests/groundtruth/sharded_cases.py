@@ -79,4 +79,4 @@ KNOWN: dict[str, str] = {
 }
 
 #: a quick subset measured live in CI (the rest is compared with the committed measurements)
-LIVE = ("fsdp2 qwen3-0.6b 16", "ddp qwen3-0.6b 16", "tp2 llama-1b")
+LIVE = ("fsdp2 llama-1b 8 reduce bf16", "ddp llama-1b 8", "tp8 llama-1b")
