@@ -493,7 +493,7 @@ def _train_step(s: _Setup, plan: Any, built: Any, phase: Any, on_grads: Any, opt
 def _mesh_key(t: Any) -> Any:
     """Plain tensors, or DTensors of one device mesh (TP + FSDP: 2-D; FSDP alone: 1-D)."""
     mesh = getattr(t, "device_mesh", None)
-    return None if mesh is None else (tuple(mesh.mesh_dim_names or ()), tuple(mesh.mesh.shape))
+    return None if mesh is None else (tuple(mesh.mesh_dim_names or ()), mesh.ndim, mesh.size())
 
 
 def _param_groups(params: list[Any]) -> Any:
