@@ -70,9 +70,11 @@ CASES: list[tuple[str, dict]] = [
 KNOWN: dict[str, str] = {
     "fsdp1 llama-1b 8 lora": "FSDP1 + LoRA: the all-frozen root flat parameter holds about two more fp32 copies "
                              "of its shard in backward than modeled (-3.5% peak); mechanism not identified yet",
-    "tp2 llama-1b loss parallel": "loss_parallel's distributed cross-entropy keeps about 16 bytes per local logit in "
-                                  "forward (modeled: 10, the transformers loss path); peak -0.7% but measured in "
-                                  "forward while the model peaks in the optimizer step, so the terms differ",
+    "tp2 llama-1b loss parallel": "transformers' ForCausalLMLoss on loss_parallel (vocab-sharded DTensor) logits "
+                                  "holds 8 bytes per logit of the WHOLE vocabulary in forward (measured, tp2 and "
+                                  "tp4 alike), modeled as vocab-sharded; peak -0.7% here",
+    "fsdp2 tp4 sp loss-parallel llama-8b 32": "same loss_parallel finding as tp2: 8·V·T bytes of full-vocabulary "
+                                              "logits in forward; peak -16%",
     "fsdp2 llama-8b 16 wrap embed+head no reshard": "peak -1.35%: the measured peak is at the loss with one more "
                                                     "head-sized gathered buffer than modeled (mechanism not "
                                                     "identified), the modeled one at log-softmax backward",
