@@ -72,9 +72,10 @@ KNOWN: dict[str, str] = {
                              "of its shard in backward than modeled (-3.5% peak); mechanism not identified yet",
     "tp2 llama-1b loss parallel": "transformers' ForCausalLMLoss on loss_parallel (vocab-sharded DTensor) logits "
                                   "holds 8 bytes per logit of the WHOLE vocabulary in forward (measured, tp2 and "
-                                  "tp4 alike), modeled as vocab-sharded; peak -0.7% here",
+                                  "tp4 alike); modeled as replicated logits (10-12 bytes per logit): peak +1.4%, "
+                                  "the logits term +50% (the split of those 8 bytes is not identified yet)",
     "fsdp2 tp4 sp loss-parallel llama-8b 32": "same loss_parallel finding as tp2: 8·V·T bytes of full-vocabulary "
-                                              "logits in forward; peak -16%",
+                                              "logits at the measured (forward) peak; modeled replicated: +6.7%",
     "fsdp2 llama-8b 16 wrap embed+head no reshard": "peak -1.35%: the measured peak is at the loss with one more "
                                                     "head-sized gathered buffer than modeled (mechanism not "
                                                     "identified), the modeled one at log-softmax backward",

@@ -396,8 +396,12 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     parts.head_out = R * h * T if cast else 0.0
     logit_b = c if c != FP32 else FP32
     up = FP32 if logit_b != FP32 else 0.0
-    if torch_tp(plan) and not plan.runtime.loss_parallel:
-        t = 1  # the head's output is replicated: every rank holds the whole vocabulary's logits
+    if torch_tp(plan):
+        # the head's output is replicated: every rank holds the whole vocabulary's logits. With
+        # loss_parallel the head output is vocab-sharded, but transformers' ForCausalLMLoss
+        # (logits.float().view(-1, V)) makes DTensor gather the whole vocabulary again (measured
+        # on the fake process group: full-vocabulary fp32 logits in forward, tp 2 and 4 alike)
+        t = 1
     # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
     # the tanh output is saved for backward until the loss gradient reaches it
     capped = logit_b * V * T / t if m.logit_softcap else 0.0
