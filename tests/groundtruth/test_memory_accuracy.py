@@ -145,6 +145,8 @@ def _plan(kw: dict, folder: Path):
     kw = {**DEFAULTS, **kw} if not kw["model"].startswith(("llama-3", "qwen")) else dict(kw)
     if kw["model"].startswith("@"):
         kw["model"] = shrink_preset(kw["model"][1:], folder)
+    if kw.get("method") == "inference":  # measured with transformers generate, not a serving engine
+        kw.setdefault("serving_engine", "hf")
     return build_plan(PlanInputs(**kw))
 
 

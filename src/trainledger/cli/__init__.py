@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "serve_cmd",
     "export_cmd",
     "prices_cmd",
+    "serve_plan_cmd",
 )
 
 

@@ -1,4 +1,4 @@
-"""`trainledger verify probe|memory|comm|scaling|io|accept`: check the plan on the real machine.
+"""`trainledger verify probe|memory|comm|scaling|io|accept|soak`: check the plan on the real machine.
 
 Thin: parse flags, call trainledger.verify, render, store the result in the ledger. Progress goes
 to stderr; ``--json`` prints the result; the exit code is 1 when a check fails.
@@ -29,7 +29,7 @@ def register(main: click.Group) -> None:
 
 @click.group("verify")
 def verify_group() -> None:
-    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept."""
+    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept, soak, serve."""
 
 
 def _progress(msg: str) -> None:
@@ -123,6 +123,10 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     from ..verify.measure import measure_memory
 
     plan = build_plan(inputs_from_options(kwargs))
+    if not plan.recipe.is_training and plan.serving.engine != "hf":  # what runs here is transformers
+        _progress(f"inference: measuring transformers generate (engine hf); the {plan.serving.engine} "
+                  f"accounting is in `trainledger estimate`")
+        plan = plan.model_copy(update={"serving": plan.serving.model_copy(update={"engine": "hf"})})
     _progress(f"estimating, then measuring {steps} step(s) of {plan.model.name} on {device}")
     est = estimate(plan)
     predicted = est.memory.to_dict()
@@ -136,10 +140,55 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     if tolerance is not None and ok and peak_err is not None and abs(peak_err) > tolerance:
         ok = False
         result["tolerance_failure"] = f"peak error {100 * peak_err:+.1f}% exceeds ±{100 * tolerance:.1f}%"
+    text_extra = ""
+    if m.get("serving"):  # inference on a GPU: measured latency against the serving model
+        from ..estimate.serving import ServingPerf
+
+        r = plan.recipe
+        pred = ServingPerf(plan).static_batch(r.micro_batch, r.seq_len, max(r.generate_len, 1))
+        result["serving"] = {"measured": m["serving"], "predicted": pred}
+        ms = m["serving"]
+        text_extra = (f"\nlatency: TTFT measured {1e3 * ms['ttft_s']:.1f} ms, predicted {1e3 * pred['ttft_s']:.1f} ms"
+                      + (f"; TPOT measured {1e3 * ms['tpot_s']:.2f} ms, predicted {1e3 * pred['tpot_s']:.2f} ms"
+                         if ms.get("tpot_s") else ""))
     result["ok"] = ok
     _record(kwargs, "verify memory", result, plan, ok)
-    text = render_memory(result) + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
+    text = render_memory(result) + text_extra + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
     _finish(result, text, as_json, ok)
+
+
+# ------------------------------------------------------------------------------------------ serve
+@verify_group.command("serve")
+@plan_options
+@click.option("--concurrency", type=int, default=None, help="client --max-concurrency [--micro-batch]")
+@click.option("--num-prompts", type=int, default=None, help="requests sent [10 x concurrency]")
+@click.option("--port", type=int, default=8765, show_default=True, help="port of the vLLM server")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="seconds for start-up and for the client")
+@click.option("--logs", "log_dir", type=click.Path(file_okay=False), help="folder for the server log and result")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def serve_cmd(concurrency: int | None, num_prompts: int | None, port: int, timeout_s: float, log_dir: str | None,
+              as_json: bool, **kwargs: Any) -> None:
+    """Serve the plan with vLLM on this GPU (dummy weights) and measure TTFT, TPOT and tokens/s with
+    vLLM's benchmark client; compare with the serving model. Skips cleanly without vLLM or a GPU."""
+    from ..planfile import build_plan
+    from ..verify.serve import run
+
+    plan = build_plan(inputs_from_options(dict(kwargs, method="inference")))
+    conc = concurrency or plan.recipe.micro_batch
+    res = run(plan, conc, num_prompts or 10 * conc, port, timeout_s, log_dir)
+    if "skipped" in res:
+        kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", None)
+        _finish(res, f"skipped: {res['skipped']}", as_json, True)
+        return
+    _record(kwargs, "verify serve", res, plan, True)
+    lines = [f"vLLM measured at concurrency {conc} (logs: {res['logs']})"]
+    for row in res["comparison"]:
+        m, p, e = row["measured"], row["predicted"], row["relative_error"]
+        lines.append(f"  {row['name']:16} measured {m if m is not None else float('nan'):10.4g}  "
+                     f"predicted {p if p is not None else float('nan'):10.4g}  "
+                     f"{'' if e is None else f'{100 * e:+.1f}%'}")
+    _finish(res, "\n".join(lines), as_json, True)
 
 
 # ------------------------------------------------------------------------------------------ comm
@@ -276,6 +325,91 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
         _progress(f"report written to {out_path}")
     _record(kwargs, "verify accept", report, plan, report["ok"])
     _finish(report, accept.render(report), as_json, report["ok"])
+
+
+# ------------------------------------------------------------------------------------------ soak
+def _seconds(text: str) -> float:
+    """'90', '90s', '10m', '2h' -> seconds."""
+    t = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
+    try:
+        return float(t[:-1]) * scale if scale else float(t)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give seconds, or a number with s, m or h (e.g. 10m)") from None
+
+
+@verify_group.command("soak")
+@plan_options
+@click.option("--device", type=click.Choice(("cuda", "cpu")), default="cpu", show_default=True)
+@click.option("--nproc", type=int, default=2, show_default=True, help="ranks on this node")
+@click.option("--duration", default="10m", show_default=True, help="training time from the first step: seconds or 90s, 10m, 24h")
+@click.option("--checkpoint-interval", "checkpoint_interval", default="60s", show_default=True,
+              help="time between checkpoints")
+@click.option("--sample-interval", default="1s", show_default=True, help="time between telemetry samples")
+@click.option("--kill-rank", type=int, help="fault injection: SIGKILL this rank once (needs --kill-after)")
+@click.option("--kill-after", help="... after this much training (once a checkpoint exists), e.g. 20s")
+@click.option("--max-restarts", type=int, default=1, show_default=True, help="torchrun elastic restarts allowed")
+@click.option("--max-temperature", type=float, default=85.0, show_default=True, help="°C")
+@click.option("--max-clock-drop", type=float, default=0.10, show_default=True, help="fraction below the early median")
+@click.option("--max-step-time-drift", type=float, default=0.10, show_default=True,
+              help="last-quarter over first-quarter median step time, minus 1")
+@click.option("--max-recovery", "max_recovery", default="600s", show_default=True,
+              help="kill to every rank training again [the goodput model's restart time]")
+@click.option("--max-ecc-uncorrected", type=int, default=0, show_default=True)
+@click.option("--max-xid-events", type=int, default=0, show_default=True)
+@click.option("--max-link-errors", type=int, default=0, show_default=True, help="NVLink errors + PCIe replays")
+@click.option("--fail-on-slowdown/--no-fail-on-slowdown", default=True, show_default=True,
+              help="a thermal / power-brake / hardware slowdown throttle reason fails the soak")
+@click.option("--telemetry-fixture", type=click.Path(dir_okay=False, exists=True),
+              help="replay a recorded NVML fixture (python -m trainledger.verify.telemetry record) instead of sensors")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the result JSON here")
+@click.option("--workdir", type=click.Path(file_okay=False), help="keep checkpoints and journals here (empty folder)")
+@click.option("--timeout", "timeout_s", type=float, help="seconds for the whole launch [duration + 600 per attempt]")
+@click.option("--collective-timeout", type=float, default=120.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, sample_interval: str,
+             kill_rank: int | None, kill_after: str | None, max_restarts: int, max_temperature: float,
+             max_clock_drop: float, max_step_time_drift: float, max_recovery: str, max_ecc_uncorrected: int,
+             max_xid_events: int, max_link_errors: int, fail_on_slowdown: bool, telemetry_fixture: str | None,
+             out_path: str | None, workdir: str | None, timeout_s: float | None, collective_timeout: float,
+             as_json: bool, **kwargs: Any) -> None:
+    """Train the plan's acceptance loop for a duration: per-rank telemetry, checkpoints with checksums,
+    optional rank kill and measured recovery, thresholds and a verdict naming each one crossed."""
+    _need_torch(device)
+    from pydantic import ValidationError
+
+    from .._spec import spec_error
+    from ..planfile import build_plan
+    from ..verify import soak
+    from ..verify.launch import in_torchrun
+
+    if in_torchrun():
+        raise VerifyError("verify soak starts its own torchrun (with elastic restarts); run it without torchrun, "
+                          "once, on the node to soak")
+
+    try:
+        th = soak.SoakThresholds(max_temperature_c=max_temperature, max_clock_drop=max_clock_drop,
+                                 max_step_time_drift=max_step_time_drift, max_recovery_s=_seconds(max_recovery),
+                                 max_ecc_uncorrected=max_ecc_uncorrected, max_xid_events=max_xid_events,
+                                 max_link_errors=max_link_errors, fail_on_slowdown=fail_on_slowdown)
+    except ValidationError as exc:
+        raise spec_error(exc, "soak thresholds") from None
+    inputs = inputs_from_options(kwargs)
+    plan = build_plan(inputs)
+    dur = _seconds(duration)
+    _progress(f"soak of {plan.model.name} on {nproc} {device} rank(s) for {dur:g} s under torchrun "
+              f"(max {max_restarts} restart(s))" + (f", killing rank {kill_rank}" if kill_rank is not None else ""))
+    result = soak.run_soak(inputs, device, nproc, dur, _seconds(checkpoint_interval), _seconds(sample_interval),
+                           kill_rank, _seconds(kill_after) if kill_after else None, max_restarts, th, timeout_s,
+                           collective_timeout, workdir, telemetry_fixture)
+    if out_path:
+        tmp = Path(out_path + ".tmp")
+        tmp.write_text(to_json(result))
+        os.replace(tmp, out_path)
+        _progress(f"result written to {out_path}")
+    _record(kwargs, "verify soak", result, plan, result["ok"])
+    _finish(result, soak.render(result), as_json, result["ok"])
 
 
 __all__ = ["register", "verify_group", "VerifyError"]

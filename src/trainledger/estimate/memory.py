@@ -199,6 +199,10 @@ def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
 def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
     """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
     opts = opts or MemoryOptions()
+    if not plan.recipe.is_training and plan.serving.paged:  # a serving engine's own accounting
+        from .serving.section import memory_estimate
+
+        return memory_estimate(plan, opts)
     rt = runtime_defaults()
     x = Parts()
     model_states(plan, x)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..plan import Plan
+from .stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
 from ..units import DTYPE_BYTES
 from .activations import FP32, INT64, Flow, LoraShape, layer_bytes
 from .memory_states import (
@@ -35,6 +36,8 @@ from .memory_runtimes import sixteen_bit_model, torch_tp
 from .options import MemoryOptions
 
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: eager inference without autocast: bytes per (b, s, ctx) element of the attention mask's transients
+EAGER_MASK_BYTES_NO_AUTOCAST = 7
 
 
 @dataclass(slots=True)
@@ -97,11 +100,8 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
 
 def _layers_on_stage(plan: Plan) -> tuple[int, int]:
     """(decoder layers, MoE layers) on the busiest pipeline stage."""
-    m, p = plan.model, plan.layout.pp
-    n = -(-m.num_layers // p)
-    n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
-    n_moe = min(n, -(-n_moe_total // p)) if n_moe_total else 0
-    return n, n_moe
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers
 
 
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
@@ -129,25 +129,6 @@ def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
 @lru_cache(maxsize=1024)
 def _count_sliding(m) -> int:
     return sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i))
-
-
-def inflight_microbatches(plan: Plan) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at once.
-
-    1F1B: min(p, m) (Narayanan et al. 2021, arXiv:2104.04473, §2.2.1); interleaved 1F1B with v
-    chunks multiplies by 1 + (p-1)/(p·v) (Korthikanti et al. 2022, Eq. 5/6); GPipe keeps all m.
-    """
-    lay, r = plan.layout, plan.recipe
-    p = lay.pp
-    if p == 1:
-        return 1.0
-    m = lay.pp_microbatches or r.grad_accum
-    if lay.pp_schedule == "gpipe":
-        return float(m)
-    n = float(min(p, m))
-    if lay.pp_schedule == "interleaved" and lay.vp > 1:
-        n *= 1 + (p - 1) / (p * lay.vp)
-    return n
 
 
 def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
@@ -314,9 +295,9 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     """Saved activations, logits path, caches and inputs (see module docstring)."""
     m, r, lay = plan.model, plan.recipe, plan.layout
     flow, _, _ = flow_of(plan)
-    t, cp = lay.tp, lay.cp
+    t = lay.tp
     sp = lay.sp and t > 1
-    s_local = r.seq_len / cp
+    s_local = Stage.of(plan).seq_per_rank
     T = r.micro_batch * s_local
     n_layers, n_moe = _layers_on_stage(plan)
     lora = None
@@ -433,14 +414,21 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
     k_bytes = R if flow.autocast else c
+    kv_set = plan.serving.kv_cache_dtype
+    if kv_set != "auto":  # an explicit KV dtype (e.g. fp8) stores keys and values in it
+        k_bytes = c = DTYPE_BYTES[kv_set]
+    latent = plan.serving.mla_latent_cache
+    latent = opts.kv_cache == "paged" if latent is None else latent
     if m.mla is not None:
         ml = m.mla
-        if opts.kv_cache == "paged":
+        if latent:  # one shared latent per token: every TP rank holds all of it (DeepSeek-V2 §2.1.2)
             per_tok = (ml.kv_lora_rank + ml.qk_rope_head_dim) * c
-        else:
-            per_tok = m.num_heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
-    else:
-        per_tok = m.kv_dim * (c if opts.kv_cache == "paged" else k_bytes) / t + m.kv_dim * c / t
+        else:  # per-head K and V: the heads split over TP
+            heads = max(1, m.num_heads // t)
+            per_tok = heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
+    else:  # KV heads split over TP, replicated when fewer than t (vLLM get_num_kv_heads)
+        kv_local = max(1, m.num_kv_heads // t) * m.head_dim
+        per_tok = kv_local * (c if opts.kv_cache == "paged" else k_bytes) + kv_local * c
     n_sliding = _count_sliding(m) * n_layers / m.num_layers
     win = min(ctx, m.sliding_window or ctx)
     tokens = (n_layers - n_sliding) * ctx + n_sliding * win
@@ -458,11 +446,16 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
         mo = m.moe  # copies of the input, then gate|up, act, act·up — or the down output, weighted
         fe = mo.expert_intermediate_size
         mlp = mo.top_k * R * max(2 * h + 4 * fe, 4 * h) / t
-        mlp += c * h + FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router cast, softmax, indices
+        mlp += FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router softmax, indices
+        if flow.autocast:  # autocast casts the router input
+            mlp += c * h
     else:
         mlp = 3 * c * m.intermediate_size / t
     work = T * (4 * R * h + mlp)
     if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
-        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + c)
+        # without autocast the 4-D mask exists as a bool, its c-byte additive form and an fp32
+        # intermediate at once (transformers masking_utils; measured, torch 2.13: 7 bytes/element)
+        mask = c if flow.autocast else EAGER_MASK_BYTES_NO_AUTOCAST
+        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + mask)
     parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
     parts.inputs = T * INT64

@@ -24,6 +24,8 @@ from ..units import GIB
 from .arch import decoder_layer_class
 
 EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm")
+#: launch scripts of serving engines, for inference plans (runconfig/serving.py, issue 16)
+SERVING_EXPORT_FORMATS = ("vllm", "sglang")
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
 #: (deepspeed/runtime/zero/config.py: reduce_bucket_size, allgather_bucket_size); we export the
@@ -330,9 +332,10 @@ def _export_slurm(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
     """Render the plan given by ``inputs`` in one launch/config format."""
-    if fmt not in EXPORT_FORMATS:
-        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, EXPORT_FORMATS)} "
-                        f"Formats: {', '.join(EXPORT_FORMATS)}")
+    known = EXPORT_FORMATS + SERVING_EXPORT_FORMATS
+    if fmt not in known:
+        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
+                        f"Formats: {', '.join(known)}")
     if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
         # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
         inputs = inputs.model_copy(update={"framework": "deepspeed"})
@@ -349,4 +352,11 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
         return _export_fsdp(plan, inputs, pred)
     if fmt == "trainer-args":
         return _export_trainer_args(plan, head)
+    if fmt in ("vllm", "sglang"):  # serving launch scripts (runconfig/serving.py, issue 16)
+        from .serving import serving_script
+
+        if plan.recipe.is_training:
+            raise SpecError(f"--to {fmt} serves a model: give --method inference")
+        name, text = serving_script(plan, inputs, fmt, head)
+        return [ExportedFile(name, text, fmt)]
     return _export_slurm(plan, head)

@@ -18,6 +18,8 @@ from typing import Any
 
 from ..catalog import read_data_file
 from ..errors import PlanError, SpecError
+from .serving import SERVING_FORMATS
+from .serving import reader as serving_reader
 
 _AUTO = "auto"
 
@@ -131,7 +133,9 @@ def _lora_fields() -> set[str]:
 # ----------------------------------------------------------------------------- detection
 def detect_format(data: Any, path: Path) -> str:
     if path.suffix in (".sh", ".sbatch", ".bash"):
-        return "slurm" if "#SBATCH" in str(data) else "torchrun"
+        from .serving import detect_serving  # vllm serve / sglang.launch_server scripts (issue 16)
+
+        return detect_serving(str(data)) or ("slurm" if "#SBATCH" in str(data) else "torchrun")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping of config keys")
     keys = set(data) - {"_trainledger"}
@@ -392,6 +396,7 @@ def _read_launch(text: str, res: ImportResult, where: str) -> None:
 
 _READERS = {"deepspeed": _read_deepspeed, "accelerate": _read_accelerate, "trainer-args": _read_trainer_args,
             "fsdp": _read_trainer_args, "peft": _read_peft, "bnb": _read_bnb}
+_READERS.update({f: serving_reader(f) for f in SERVING_FORMATS})
 
 
 def import_configs(paths: list[str | Path]) -> ImportResult:

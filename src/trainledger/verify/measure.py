@@ -111,6 +111,7 @@ class MemoryMeasurement:
     tracker_peak_bytes: int | None = None
     timeline: list[tuple[str, int]] = field(default_factory=list)
     kv_cache_bytes: int | None = None
+    serving: dict[str, Any] = field(default_factory=dict)  # inference on cuda: TTFT, TPOT, tokens/s
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
@@ -262,12 +263,12 @@ def register_state(tracker: Any, runner: Any) -> None:
 def tracked_notes(built: Any, recipe: Recipe, cuda_autocast: bool = True) -> list[str]:
     """The CPU-vs-CUDA differences that apply to this run."""
     notes = [NOTE_TRACKER_SCOPE, NOTE_ALLOCATOR]
-    if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda":
+    if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda" and recipe.is_training:
         notes.append(NOTE_AUTOCAST_EMULATED if cuda_autocast else NOTE_AUTOCAST_CPU)
     if recipe.attention != "eager":
         notes.append(NOTE_SDPA_CPU)
         if recipe.dropout > 0:
             notes.append(NOTE_DROPOUT_CPU)
-    if recipe.optimizer == "adamw":
+    if recipe.optimizer == "adamw" and recipe.is_training:
         notes.append(NOTE_STEP_COUNTERS)
     return notes
