@@ -131,7 +131,8 @@ def test_torch_tp_keeps_embedding_and_logits_replicated():
     V, h, T = 128256, 2048, 4096
     et, em, elp = (estimate_memory(p) for p in (t, m, lp))
     assert et.breakdown["logits"] == pytest.approx(2 * em.breakdown["logits"], rel=1e-9)
-    assert elp.breakdown["logits"] == pytest.approx(em.breakdown["logits"], rel=1e-9)
+    # loss_parallel: transformers' loss makes DTensor gather the whole vocabulary again (measured)
+    assert elp.breakdown["logits"] == pytest.approx(et.breakdown["logits"], rel=1e-9)
     # decoder projections split in two, the (tied) embedding and the norms whole: fp32 on each rank
     pc = t.model.params
     expected = 4 * (sum(pc.per_layer) / 2 + pc.embedding + h)
