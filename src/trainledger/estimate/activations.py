@@ -177,6 +177,9 @@ def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, f
     out = c * q
     grouped = a > m.num_kv_heads
     rope = R if f.autocast else c  # q, k after RoPE with R-byte cos/sin
+    # Phi-3's fused qkv_proj: v is a view of the fused output, so saving v for the attention
+    # backward keeps the whole q|k|v buffer alive (transformers Phi3Attention slices qkv)
+    fused_rest = c * (q + kv) if m.model_type == "phi3" and m.fused_qkv else 0.0
     keep = rope * (q + kv) + c * kv
     if attention == "eager":
         # eager: the bmm output is saved only by an o_proj that needs its input (trainable, or a
@@ -188,10 +191,10 @@ def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, f
         # Gemma-2 soft-capping, cap·tanh(scores/cap): tanh saves its c-byte output for backward
         # (transformers gemma2 ``eager_attention_forward``); the division and the product save nothing
         capped = c * a if getattr(m, "attn_softcap", None) else 0
-        core = c * q + 2 * k_saved
+        core = c * q + 2 * k_saved + fused_rest
         return rep, sh + core + out, FP32 * a + probs_copy + capped, core, keep
     k_saved = c * q if (masked and grouped) else c * kv
-    core = c * q + 2 * k_saved + FP32 * a
+    core = c * q + 2 * k_saved + FP32 * a + fused_rest
     per_s = c if masked else 0.0  # each layer's SDPA keeps its own c-byte copy of the mask
     return rep, sh + core + out, per_s, core, keep
 
