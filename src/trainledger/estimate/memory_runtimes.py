@@ -487,7 +487,10 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     N = shard_group(plan)
     pol = r.policy
     c = 2.0 if pol["compute"] in ("bf16", "fp16", "fp8") else 4.0
-    parts.weights = P * c
+    z = lay.zero
+    # zero 3: Megatron-FSDP / torch FSDP2 under Megatron-Core (``--use-megatron-fsdp``) also shards
+    # the 16-bit weights and gathers one unit at a time (current + prefetched, fp32 reduce-scatter)
+    parts.weights = P * c / (N if z == 3 else 1)
     if not r.is_training:
         return
     sh = model_shape(plan.model)
@@ -497,7 +500,11 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     parts.grads = P_t * FP32 / (N if lay.zero >= 2 else 1)  # main_grad buffer (fp32)
     parts.opt_temp = 0.0
     parts.ddp = 0.0
-    parts.zero_buf = 0.0
+    if z == 3:
+        unit = max(sh.max_layer / lay.tp, sh.embedding / lay.tp)
+        parts.zero_buf = 2 * unit * c + unit * FP32
+    else:
+        parts.zero_buf = 0.0
 
 
 def runtime_note(plan: Any) -> str:
