@@ -34,7 +34,7 @@ def test_readme_serving_commands(idx: int, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     cmds = _session()
-    for i, (argv, _) in enumerate(cmds[: idx + 1]):  # earlier commands write the files later ones read
+    for argv, _ in cmds[: idx + 1]:  # earlier commands write the files later ones read
         if argv[0] == "tail":
             continue
         r = runner.invoke(main, argv[1:])
