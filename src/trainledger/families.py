@@ -214,10 +214,18 @@ def gemma(c: Cfg) -> dict[str, Any]:
     return _gemma_base(c)
 
 
+#: transformers Gemma2Config defaults (models/gemma2/configuration_gemma2.py)
+GEMMA2_FINAL_SOFTCAP = 30.0
+GEMMA2_ATTN_SOFTCAP = 50.0
+
+
 def gemma2(c: Cfg) -> dict[str, Any]:
     """Gemma 2: pre- and post-norm around attention and MLP (4 norms per layer), local/global layers."""
     f = _pattern_sliding(c, _gemma_base(c), 2)
-    f.update(norms_per_layer=4, logit_softcap=c.data.get("final_logit_softcapping"))
+    # transformers' Gemma2Config applies 30 / 50 when config.json omits the keys (an explicit null
+    # turns the cap off): configuration_gemma2.py ``final_logit_softcapping=30.0, attn_logit_softcapping=50.0``
+    f.update(norms_per_layer=4, logit_softcap=c.data.get("final_logit_softcapping", GEMMA2_FINAL_SOFTCAP),
+             attn_softcap=c.data.get("attn_logit_softcapping", GEMMA2_ATTN_SOFTCAP))
     return f
 
 

@@ -124,7 +124,8 @@ class ModelSpec(Spec):
     layer_types: tuple[Literal["full", "sliding"], ...] = Field(
         (), description="attention type of each layer; empty = all full (or all sliding if a window is set)"
     )
-    logit_softcap: float | None = None
+    logit_softcap: float | None = Field(None, description="final-logit soft-cap c: logits = c·tanh(logits/c)")
+    attn_softcap: float | None = Field(None, description="attention-score soft-cap (eager attention)")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     notes: tuple[str, ...] = Field((), description="what the counts include or leave out")

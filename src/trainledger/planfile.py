@@ -60,6 +60,12 @@ class PlanInputs(Spec):
     wrap: Wrap = _RUNTIME["wrap"]
     loss_parallel: bool = _RUNTIME["loss_parallel"]
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
+    ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
+    ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
+    ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
+    ds_stage3_param_persistence_threshold: int | None = _RUNTIME["ds_stage3_param_persistence_threshold"]
+    ds_stage3_max_live_parameters: int | None = _RUNTIME["ds_stage3_max_live_parameters"]
+    ds_overlap_comm: bool | None = _RUNTIME["ds_overlap_comm"]
     # -- the recipe
     method: Method = _RECIPE["method"]
     precision: Precision = _RECIPE["precision"]
@@ -203,6 +209,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
+            **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(

@@ -26,7 +26,7 @@ def test_readme_plan_any_gpu_count():
     out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
-    assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  19.7/80            4.00      "
+    assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  13.9/80            4.00      "
             "1,023  46%  29.5 days (26.1 days-33.8 days)  542,912  $1,623,306") in out
 
 

@@ -160,11 +160,17 @@ def _export_torchrun(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 
 def deepspeed_config(plan: Plan) -> dict[str, Any]:
+    from ..estimate.memory_runtimes import ds_config, ds_overlap_comm
+
     r, lay = plan.recipe, plan.layout
-    zero: dict[str, Any] = {"stage": lay.zero, "overlap_comm": True, "contiguous_gradients": True,
-                            "reduce_bucket_size": DS_BUCKET_ELEMENTS}
+    ds = ds_config(plan)  # the bucket sizes the memory estimate assumed (the plan's or DeepSpeed's)
+    zero: dict[str, Any] = {"stage": lay.zero, "overlap_comm": ds_overlap_comm(plan), "contiguous_gradients": True,
+                            "reduce_bucket_size": ds["reduce_bucket_size"]}
     if lay.zero >= 1:
-        zero["allgather_bucket_size"] = DS_BUCKET_ELEMENTS
+        zero["allgather_bucket_size"] = ds["allgather_bucket_size"]
+    if lay.zero == 3:
+        for k in ("stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters"):
+            zero[k] = ds[k]
     if lay.offload in ("optimizer", "params"):
         zero["offload_optimizer"] = {"device": lay.offload_device, "pin_memory": True}
     if lay.offload == "params":
@@ -420,6 +426,9 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
     if fmt not in known:
         raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
                         f"Formats: {', '.join(known)}")
+    if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
+        # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
+        inputs = inputs.model_copy(update={"framework": "deepspeed"})
     plan = build_plan(inputs)
     check_framework(plan, fmt)
     pred = predictions(plan)

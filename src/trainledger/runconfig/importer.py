@@ -238,6 +238,16 @@ def _read_deepspeed(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if not isinstance(z, dict):
         raise SpecError(f"{where}: zero_optimization must be an object")
     _unknown(res, f"{where} zero_optimization", set(z), DS_ZERO)
+    res.set("framework", "deepspeed", where)  # a DeepSpeed config runs under DeepSpeed's semantics
+    from ..estimate.memory_runtimes import DS_DEFAULTS
+
+    for key, dflt in DS_DEFAULTS.items():  # only what differs from DeepSpeed's defaults
+        if key in z:  # DeepSpeed accepts 5e8-style floats for these element counts
+            v = _num(int(z[key]) if isinstance(z[key], float) else z[key], where, key)
+            if v != dflt:
+                res.set("ds_" + key, v, where)
+    if isinstance(z.get("overlap_comm"), bool) and z["overlap_comm"] != (z.get("stage") == 3):
+        res.set("ds_overlap_comm", z["overlap_comm"], where)
     if "stage" in z:
         stage = z["stage"]
         if stage not in (0, 1, 2, 3):

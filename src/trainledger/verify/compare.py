@@ -35,7 +35,7 @@ from ..estimate.memory import MEASURED_CATEGORY
 #: tables — is allocated in forward, so the tracker files it under activations).
 TERM_TO_CATEGORY: dict[str, str] = MEASURED_CATEGORY
 CATEGORIES = ("weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-              "optimizer_temporaries", "activations", "other")
+              "optimizer_temporaries", "activations", "other", "sharding_buffers")
 
 
 def category_of(term: str) -> str:

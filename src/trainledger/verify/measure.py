@@ -157,14 +157,23 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
     from ..hfconfig import load_hf_config
 
     lay = plan.layout
-    if max(lay.tp, lay.pp, lay.cp, lay.ep) > 1 or lay.zero or lay.offload != "none":
-        raise VerifyError("the memory measurement runs one unsharded replica; it cannot measure tp/pp/cp/ep > 1, "
-                          "ZeRO or offload yet — measure the plan with those set to 1/0/none")
+    rt = getattr(plan, "runtime", None)
+    fw = rt.framework if rt is not None else "hf"
+    sharded = max(lay.tp, lay.pp, lay.cp, lay.ep) > 1 or lay.zero or lay.offload != "none" or fw != "hf" \
+        or (lay.dp_size > 1 and plan.recipe.is_training)
+    if sharded:  # rank 0 of the real runtime on torch's fake process group (verify/sharded.py)
+        if device == "cuda":
+            raise VerifyError("a sharded plan is measured on the fake process group (no GPU needed): use "
+                              "--device fake; on GPUs run the job itself under torchrun")
+        from .sharded import measure_sharded
+
+        m = measure_sharded(plan, steps=steps, seed=seed, cuda_autocast=cuda_autocast)
+        if device == "cpu":
+            m.notes.append("sharded plans are measured with FakeTensors on the fake process group (device fake)")
+        return m
     hf_config = load_hf_config(plan.model.name)
     m = measure_memory_from_config(hf_config, plan.recipe, device=device, steps=steps, seed=seed,
                                    cuda_autocast=cuda_autocast)
-    if lay.dp_size > 1:
-        m.notes.append("dp > 1: one replica measured without DDP gradient buckets")
     return m
 
 
