@@ -31,7 +31,7 @@ EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args",
 TARGET_FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "accelerate": ("hf", "deepspeed", "pytorch-fsdp", "fsdp2"),
     "trainer-args": ("hf", "deepspeed", "pytorch-fsdp", "fsdp2"),
-    "deepspeed": ("deepspeed",),
+    "deepspeed": ("deepspeed", "megatron-deepspeed"),
     "fsdp": ("pytorch-fsdp", "fsdp2"),
     "torchtitan": ("fsdp2",),
     "megatron": ("megatron-core",),
