@@ -43,6 +43,21 @@ class WebError(Exception):
         super().__init__(message)
         self.field, self.status = field, status
 
+    def __reduce__(self) -> tuple:  # crosses the pipe from a request's worker process intact
+        return (WebError, (str(self), self.field, self.status))
+
+
+def child_error(exc: BaseException) -> BaseException:
+    """An exception raised in a request's worker process, as the parent should raise it."""
+    if isinstance(exc, WebError):
+        return exc
+    if isinstance(exc, TrainledgerError):
+        return library_error(exc)
+    if isinstance(exc, MemoryError):
+        return WebError("the request needs more memory than one web request may use; narrow it "
+                        "(a smaller model, fewer GPUs)", None, 503)
+    return RuntimeError(f"{type(exc).__name__}: {exc}"[:2000])
+
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
