@@ -49,9 +49,9 @@ class PlanInputs(Spec):
     recompute_layers: int | None = Field(None, ge=0)
     attention: Attention = "sdpa"
     lora_rank: int = Field(16, gt=0, le=65536)
-    lora_alpha: float = Field(32.0, gt=0)
+    lora_alpha: float = Field(32.0, gt=0, allow_inf_nan=False)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
-    tokens: float | None = Field(None, gt=0, description="token budget of the run")
+    tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the run")
     generate_len: int = Field(0, ge=0)
     dp: int | None = Field(None, gt=0)
     tp: int = Field(1, gt=0, le=1024)
