@@ -119,6 +119,9 @@ def _read_regular(fd: int, limit: int, p: Path, what: str) -> bytes:
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise SpecError(f"{shorten(str(p))}: {kind}; a {what} is a regular file")
+    size = os.fstat(fd).st_size
+    if size > limit:  # said at once (a 2 GB file is not read to find out); /proc files say 0 and are read
+        raise SpecError(f"{shorten(str(p))}: {size:,} bytes is too large for a {what} (limit {limit:,})")
     try:
         os.set_blocking(fd, True)
         chunks, got = [], 0
