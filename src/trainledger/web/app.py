@@ -28,6 +28,8 @@ QUEUE = 8
 CHEAP_WORKERS = 4
 #: seconds a "busy" answer asks the client to wait (Retry-After, RFC 9110 §10.2.3)
 RETRY_AFTER_S = 2
+#: seconds between checks that the client of an expensive request is still connected
+DISCONNECT_POLL_S = 0.2
 
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "app.css": "text/css; charset=utf-8"}
@@ -169,8 +171,30 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         except TrainledgerError as exc:
             raise service.library_error(exc) from None
 
-    async def run_heavy(fn: Callable, *args: Any) -> Any:
-        """An expensive call: a killable child process (or a thread where fork is missing)."""
+    async def run_heavy(fn: Callable, *args: Any, request: Request | None = None) -> Any:
+        """An expensive call: a killable child process (or a thread where fork is missing).
+
+        FastAPI does not notice a client that leaves while its endpoint runs, so the request is
+        polled every :data:`DISCONNECT_POLL_S`; when it is gone the work is cancelled, which kills
+        the child (or takes the request out of the waiting line).
+        """
+        if runner is not None and request is not None:
+            import asyncio
+
+            work = asyncio.ensure_future(run_heavy(fn, *args))
+            try:
+                while True:
+                    done, _ = await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+                    if done:
+                        return work.result()
+                    if await request.is_disconnected():
+                        work.cancel()
+                        await asyncio.gather(work, return_exceptions=True)
+                        raise service.WebError("the client went away; the request was cancelled", None, 503)
+            finally:
+                if not work.done():
+                    work.cancel()
+                    await asyncio.gather(work, return_exceptions=True)
         if runner is None:
             try:
                 with anyio.fail_after(timeout_s):
@@ -241,22 +265,22 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         return await run(service.options)
 
     @app.post("/api/estimate", summary="Estimate one plan: verdict, figures, charts")
-    async def api_estimate(req: EstimateRequest) -> dict[str, Any]:
-        return await run_heavy(service.estimate_view, req)
+    async def api_estimate(req: EstimateRequest, request: Request) -> dict[str, Any]:
+        return await run_heavy(service.estimate_view, req, request=request)
 
     @app.post("/api/plan", summary="Run the planner: ranked plans and rejected candidates")
-    async def api_plan(req: PlanRequest) -> dict[str, Any]:
-        return await run_heavy(service.plan_view, req)
+    async def api_plan(req: PlanRequest, request: Request) -> dict[str, Any]:
+        return await run_heavy(service.plan_view, req, request=request)
 
     @app.post("/api/report", summary="The full report as a file (HTML by default)",
               responses={200: {"content": {"text/html": {}, "text/markdown": {}, "text/plain": {}}}})
-    async def api_report(req: ReportRequest) -> Response:
-        text, media, name = await run_heavy(service.report_file, req)
+    async def api_report(req: ReportRequest, request: Request) -> Response:
+        text, media, name = await run_heavy(service.report_file, req, request=request)
         return Response(text, media_type=media, headers={"content-disposition": f'attachment; filename="{name}"'})
 
     @app.post("/api/export", summary="Launch/config files of the plan (torchrun, accelerate, deepspeed ...)")
-    async def api_export(req: ExportRequest) -> dict[str, Any]:
-        return await run_heavy(service.export_files, req)
+    async def api_export(req: ExportRequest, request: Request) -> dict[str, Any]:
+        return await run_heavy(service.export_files, req, request=request)
 
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware

@@ -69,10 +69,32 @@ def _mapped_bytes() -> int:
         return 0
 
 
+def _close_sockets() -> None:
+    """Close the sockets the child inherited (the listening socket, every client connection).
+
+    A child holding a copy of a connection would keep it open after the server closed it, and a
+    client's FIN would not be seen while a child held the client's end (client and server in one
+    process); a request's child needs none of them.
+    """
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    import stat as _stat
+
+    for fd in fds:
+        try:
+            if _stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass
+
+
 def _child(fd: int, fn: Callable, args: tuple, seconds: float, convert: Callable[[BaseException], Any]) -> None:
     """In the child: compute, send (ok, value) and leave without running the parent's cleanup."""
     code = 0
     try:
+        _close_sockets()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _rlimits(seconds)
