@@ -178,23 +178,21 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         polled every :data:`DISCONNECT_POLL_S`; when it is gone the work is cancelled, which kills
         the child (or takes the request out of the waiting line).
         """
-        if runner is not None and request is not None:
-            import asyncio
+        import asyncio
 
-            work = asyncio.ensure_future(run_heavy(fn, *args))
+        if runner is not None and request is not None:
+            work = asyncio.ensure_future(runner.run(fn, args, timeout_s, service.child_error,
+                                                    gone=request.is_disconnected))
             try:
                 while True:
                     done, _ = await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
                     if done:
-                        return work.result()
+                        return _heavy_result(work)
                     if await request.is_disconnected():
-                        work.cancel()
-                        await asyncio.gather(work, return_exceptions=True)
+                        await _cancel(work)
                         raise service.WebError("the client went away; the request was cancelled", None, 503)
             finally:
-                if not work.done():
-                    work.cancel()
-                    await asyncio.gather(work, return_exceptions=True)
+                await _cancel(work)
         if runner is None:
             try:
                 with anyio.fail_after(timeout_s):
@@ -208,8 +206,19 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         except (TimeoutError, Crashed):
             raise too_slow() from None
         except Busy:
-            raise service.WebError(f"the server is busy with {workers} estimates and {queue} waiting; "
-                                   f"retry in {RETRY_AFTER_S} s", None, 503) from None
+            raise busy() from None
+
+    def busy() -> service.WebError:
+        return service.WebError(f"the server is busy with {workers} estimates and {queue} waiting; "
+                                f"retry in {RETRY_AFTER_S} s", None, 503)
+
+    def _heavy_result(work: Any) -> Any:
+        try:
+            return work.result()
+        except (TimeoutError, Crashed):
+            raise too_slow() from None
+        except Busy:
+            raise busy() from None
 
     app.state.runner = runner
 
@@ -266,6 +275,7 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
 
     @app.post("/api/estimate", summary="Estimate one plan: verdict, figures, charts")
     async def api_estimate(req: EstimateRequest, request: Request) -> dict[str, Any]:
+        await run(service.precheck, req)
         return await run_heavy(service.estimate_view, req, request=request)
 
     @app.post("/api/plan", summary="Run the planner: ranked plans and rejected candidates")
@@ -275,6 +285,7 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     @app.post("/api/report", summary="The full report as a file (HTML by default)",
               responses={200: {"content": {"text/html": {}, "text/markdown": {}, "text/plain": {}}}})
     async def api_report(req: ReportRequest, request: Request) -> Response:
+        await run(service.precheck, req)
         text, media, name = await run_heavy(service.report_file, req, request=request)
         return Response(text, media_type=media, headers={"content-disposition": f'attachment; filename="{name}"'})
 
@@ -288,6 +299,17 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(Guard)  # added last = outermost: its headers are on every response
     return app
+
+
+async def _cancel(task: Any) -> None:
+    """Cancel ``task`` and wait for it, cancelling again if a cancellation was swallowed."""
+    import asyncio
+
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 def _version() -> str:

@@ -27,6 +27,9 @@ from typing import Any
 #: address space a request child may map beyond what it inherits (bytes); a hostile request fails with MemoryError instead
 #: of pushing the host into swap. Planner requests on the largest catalog models stay well below it.
 CHILD_MEMORY_BYTES = 2 << 30
+#: scheduling niceness added to a request child (POSIX nice(2)): the server's event loop, which
+#: answers the cheap requests, keeps priority over the expensive work
+CHILD_NICE = 5
 #: extra CPU seconds past the wall-clock budget before the kernel stops a child (SIGXCPU/SIGKILL).
 CPU_SLACK_S = 2
 
@@ -95,6 +98,10 @@ def _child(fd: int, fn: Callable, args: tuple, seconds: float, convert: Callable
     code = 0
     try:
         _close_sockets()
+        try:  # below the server itself, so that cheap requests are scheduled first on a busy host
+            os.nice(CHILD_NICE)
+        except OSError:
+            pass
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _rlimits(seconds)
@@ -154,7 +161,7 @@ class ProcessRunner:
         return self._sem
 
     async def run(self, fn: Callable, args: tuple, seconds: float,
-                  convert: Callable[[BaseException], Any]) -> Any:
+                  convert: Callable[[BaseException], Any], gone: Callable[[], Any] | None = None) -> Any:
         """fn(*args) in a child; raises the child's exception, TimeoutError past ``seconds``, or Busy."""
         sem = self._semaphore()
         deadline = time.monotonic() + seconds
@@ -163,10 +170,15 @@ class ProcessRunner:
             raise Busy()
         self._waiting += 1
         try:
-            await asyncio.wait_for(sem.acquire(), timeout=max(0.0, deadline - time.monotonic()))
+            await _within(sem.acquire(), deadline)
         finally:
             self._waiting -= 1
         try:
+            task = asyncio.current_task()
+            if task is not None and getattr(task, "cancelling", lambda: 0)():
+                raise asyncio.CancelledError()  # cancelled while the slot was granted: start nothing
+            if gone is not None and await gone():
+                raise asyncio.CancelledError()  # the client left while waiting: start nothing
             return await self._fork(fn, args, deadline, convert)
         finally:
             sem.release()
@@ -202,7 +214,7 @@ class ProcessRunner:
         loop.add_reader(r, readable)
         finished = False
         try:
-            await asyncio.wait_for(asyncio.shield(done), timeout=max(0.0, deadline - time.monotonic()))
+            await _within(asyncio.shield(done), deadline)
             finished = True
         finally:
             loop.remove_reader(r)
@@ -218,6 +230,21 @@ class ProcessRunner:
         if out.ok:
             return out.value
         raise out.value
+
+
+async def _within(aw: Any, deadline: float) -> Any:
+    """``await aw`` until the monotonic ``deadline`` (TimeoutError after it).
+
+    ``asyncio.timeout`` (3.11+) rather than ``wait_for``, whose 3.11 version can swallow a
+    cancellation that arrives as the awaited future completes (CPython gh-86296) — a request whose
+    client left would then start its worker process anyway.
+    """
+    timeout = getattr(asyncio, "timeout_at", None)
+    if timeout is None:
+        return await asyncio.wait_for(aw, max(0.0, deadline - time.monotonic()))
+    loop = asyncio.get_running_loop()
+    async with timeout(loop.time() + max(0.0, deadline - time.monotonic())):
+        return await aw
 
 
 def can_fork() -> bool:

@@ -136,6 +136,14 @@ def parse_config(text: str) -> ModelSpec:
         raise WebError(f"config.json: {exc}", "config_json") from None
 
 
+def precheck(req: Any) -> None:
+    """Cheap checks done before a worker process is started: a pasted config that cannot be read
+    (a 10,000-layer config, bad JSON) is refused without a process (issue 20)."""
+    text = getattr(req, "config_json", None)
+    if text and text.strip():
+        parse_config(text)
+
+
 def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, ModelSpec | None]:
     """PlanInputs (catalog names checked) and the pasted model, if any."""
     model = parse_config(config_json) if config_json and config_json.strip() else None
