@@ -13,6 +13,7 @@ fastapi is imported here only; ``import trainledger`` never imports this module.
 """
 
 
+import os
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -21,8 +22,9 @@ from ..errors import MissingDependency, TrainledgerError
 
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_S = 30.0
-#: expensive requests computing at once (each in its own process), and how many may wait for a slot
-WORKERS = 2
+#: expensive requests computing at once (each in its own process): one core is left to the server
+#: itself, so that cheap requests are answered while every slot computes; and how many may wait
+WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
 QUEUE = 8
 #: threads for the cheap catalog GETs (answers cached after the first call)
 CHEAP_WORKERS = 4
