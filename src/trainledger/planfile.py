@@ -21,50 +21,74 @@ from .hfconfig import load_model
 from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
-from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from .recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .safety import check_tree, clip, path_exists, read_text, shorten
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
 
 
-class PlanInputs(Spec):
-    """Everything a user states about one job, flat. Names match the CLI flags."""
+#: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
+_RECIPE, _LAYOUT, _RUNTIME = Recipe.model_fields, Layout.model_fields, Runtime.model_fields
 
-    model: str = Field(DEFAULT_MODEL, description="preset name, config.json path or Hub id")
-    gpu: str = Field(DEFAULT_GPU, description="catalog GPU name or a GPU spec file")
-    gpus: int = Field(1, gt=0, le=1_000_000, description="total GPUs (world size)")
-    gpus_per_node: int | None = Field(None, gt=0, le=1024, description="default: min(gpus, 8)")
-    intra: str | None = Field(None, description="intra-node link (default: the GPU's own link)")
-    network: str | None = Field(None, description="inter-node network (default: ib-ndr when multi-node)")
-    nics_per_node: int | None = Field(None, gt=0, le=64)
-    method: Method = "full"
-    precision: Precision = "bf16-mixed"
-    optimizer: Optimizer = "adamw"
-    seq_len: int = Field(4096, gt=0, le=10_000_000)
-    micro_batch: int = Field(1, gt=0, le=1_000_000)
-    grad_accum: int = Field(1, gt=0, le=1_000_000)
-    global_batch: int | None = Field(None, gt=0)
-    recompute: Recompute = "none"
-    recompute_layers: int | None = Field(None, ge=0)
-    attention: Attention = "sdpa"
-    lora_rank: int = Field(16, gt=0, le=65536)
-    lora_alpha: float = Field(32.0, gt=0, allow_inf_nan=False)
-    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
-    tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the run")
-    generate_len: int = Field(0, ge=0)
-    dp: int | None = Field(None, gt=0)
-    tp: int = Field(1, gt=0, le=1024)
-    pp: int = Field(1, gt=0, le=1024)
-    cp: int = Field(1, gt=0, le=1024)
-    ep: int = Field(1, gt=0, le=4096)
-    sp: bool = True
-    vp: int = Field(1, gt=0, le=128)
-    pp_schedule: PipelineSchedule | None = None
-    zero: int = Field(0, ge=0, le=3)
-    hybrid_shard: bool = False
-    offload: Offload = "none"
-    headroom: float = Field(0.10, ge=0.0, lt=0.9)
+
+class PlanInputs(Spec):
+    """Everything a user states about one job, flat: the one declaration of a job's fields.
+
+    Every field is written here once, with its unit, bounds, default and help text; the CLI flags
+    (``--seq-len`` for ``seq_len``), plan-file keys and the web API schema are generated from it.
+    ``Recipe``, ``Layout``, ``Cluster`` and ``Runtime`` are validated out of it by ``build_plan``.
+    """
+
+    # -- model and hardware
+    model: str = Field(DEFAULT_MODEL, description="preset name, config.json path/folder, or cached Hub id")
+    gpu: str = Field(DEFAULT_GPU, description="catalog GPU (see `trainledger gpus`) or a GPU spec file")
+    gpus: int = Field(1, gt=0, le=1_000_000, description="total number of GPUs (world size)")
+    gpus_per_node: int | None = Field(None, gt=0, le=1024, description="GPUs per node [min(gpus, 8)]")
+    intra: str | None = Field(None, description="intra-node link, e.g. nvlink4, pcie5-x16 [the GPU's own link]")
+    network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
+    nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
+    power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
+    # -- the software stack
+    framework: Framework = _RUNTIME["framework"]
+    reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
+    param_dtype: ParamDtype = _RUNTIME["param_dtype"]
+    reduce_dtype: ReduceDtype = _RUNTIME["reduce_dtype"]
+    wrap: Wrap = _RUNTIME["wrap"]
+    loss_parallel: bool = _RUNTIME["loss_parallel"]
+    gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
+    # -- the recipe
+    method: Method = _RECIPE["method"]
+    precision: Precision = _RECIPE["precision"]
+    optimizer: Optimizer = _RECIPE["optimizer"]
+    seq_len: int = _RECIPE["seq_len"]
+    micro_batch: int = _RECIPE["micro_batch"]
+    grad_accum: int = _RECIPE["grad_accum"]
+    global_batch: int | None = _RECIPE["global_batch"]
+    recompute: Recompute = _RECIPE["recompute"]
+    recompute_layers: int | None = _RECIPE["recompute_layers"]
+    attention: Attention = _RECIPE["attention"]
+    lora_rank: int = _RECIPE["lora_rank"]
+    lora_alpha: float = _RECIPE["lora_alpha"]
+    lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
+    dropout: float = _RECIPE["dropout"]
+    grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
+    tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the run, e.g. 2B")
+    generate_len: int = _RECIPE["generate_len"]
+    # -- the layout
+    dp: int | None = _LAYOUT["dp"]
+    tp: int = _LAYOUT["tp"]
+    pp: int = _LAYOUT["pp"]
+    cp: int = _LAYOUT["cp"]
+    ep: int = _LAYOUT["ep"]
+    sp: bool = _LAYOUT["sp"]
+    vp: int = _LAYOUT["vp"]
+    pp_schedule: PipelineSchedule | None = Field(None, description="pipeline schedule [1f1b, interleaved when --vp > 1]")
+    zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
+    hybrid_shard: bool = _LAYOUT["hybrid_shard"]
+    offload: Offload = _LAYOUT["offload"]
+    headroom: float = Plan.model_fields["headroom"]
     corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
                                "and tokens (padding included) unless they are given")
 
@@ -115,6 +139,8 @@ def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
 
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
+    if inputs.power_limit_w:
+        gpu = gpu.model_copy(update={"power_limit_w": inputs.power_limit_w})
     per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
     if inputs.gpus % per_node:
         raise LayoutError(
@@ -145,7 +171,13 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,
             lora_rank=inputs.lora_rank, lora_alpha=inputs.lora_alpha, lora_targets=inputs.lora_targets,
-            train_tokens=inputs.tokens, generate_len=inputs.generate_len,
+            train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
+            grad_clip=inputs.grad_clip or None,
+        )
+        runtime = Runtime(
+            framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
+            param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
+            loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(
@@ -154,6 +186,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             offload=inputs.offload,
         )
         cluster = build_cluster(inputs)
-        return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, headroom=inputs.headroom)
+        return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
+                    headroom=inputs.headroom)
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None

@@ -57,7 +57,11 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     if d.get("time"):
         from .time_render import time_lines
 
-        click.echo("\n" + "\n".join(time_lines(d["time"])))
+        lines, g = time_lines(d["time"]), d.get("goodput") or {}
+        if g.get("wall_days") is not None:  # goodput section: the same run with interruptions
+            lines.insert(2, f"  with interruptions: {g['wall_days']:,.1f} days (goodput {g['goodput']:.1%}, "
+                            f"+{g['added_days']:,.1f} days)")
+        click.echo("\n" + "\n".join(lines))
     if est.extra:
         from .cost_opts import ledger_lines
 
@@ -72,7 +76,8 @@ def _header(p: dict[str, Any]) -> str:
     zero = f", ZeRO-{p['zero']}" if p.get("zero") else ""
     off = f", offload {p['offload']}" if p.get("offload") not in (None, "none") else ""
     return (f"{p['model']} · {p['method']} · {p['precision']} · {p['optimizer']} · b={p['micro_batch']} "
-            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p['gpus']}× {p['gpu']}"
+            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p.get('framework', 'hf')} · "
+            f"{p['gpus']}× {p['gpu']}"
             f"{' (' + par + zero + off + ')' if par or zero or off else zero + off}")
 
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
 import click
+from pydantic_core import PydanticUndefined
 
-from ..layout import Offload
 from ..planfile import PlanInputs, build_plan, load_plan_file, parse_inputs
 from ..plan import Plan
-from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
 from ..units import parse_count
-
-_OFFLOADS = Offload.__args__  # type: ignore[attr-defined]
 
 
 def _count(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -25,46 +24,69 @@ def _count(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         raise click.BadParameter(str(exc)) from None
 
 
+#: what the CLI adds to a PlanInputs field: short names and parsers (the field itself is declared once)
+_SHORT: dict[str, str] = {"model": "-m"}
+_CALLBACKS: dict[str, Callable] = {"tokens": _count}
+_PATHS = ("corpus",)
+
+
+def _click_type(annotation: Any) -> Any:
+    """The click type of a PlanInputs field annotation (Optional unwrapped, Literal as choices)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if typing.get_origin(annotation) is typing.Literal:
+        values = typing.get_args(annotation)
+        if all(isinstance(v, int) for v in values):
+            return click.IntRange(min(values), max(values))
+        return click.Choice([str(v) for v in values])
+    if annotation is int:
+        return int
+    if annotation is float:
+        return float
+    return None  # str, tuple[str, ...]: taken as text
+
+
+def _default_text(info: Any) -> str:
+    default = info.default
+    if default is None or default is PydanticUndefined:
+        return ""
+    if isinstance(default, tuple):
+        return ""
+    if isinstance(default, bool):
+        return ""
+    return f" [{default}]"
+
+
+def _field_option(name: str, info: Any) -> Callable:
+    """One click option generated from one PlanInputs field (None when not given on the line)."""
+    flag = "--" + name.replace("_", "-")
+    help_text = (info.description or name) + _default_text(info)
+    decls = [flag] + ([_SHORT[name]] if name in _SHORT else [])
+    if info.annotation in (bool, bool | None):
+        on = "on" if info.default else "off"
+        return click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=f"{help_text} [{on}]")
+    kwargs: dict[str, Any] = {"help": help_text, "default": None}
+    if name in _CALLBACKS:
+        kwargs["callback"] = _CALLBACKS[name]
+    elif name in _PATHS:
+        kwargs["type"] = click.Path(dir_okay=False)
+    else:
+        ctype = _click_type(info.annotation)
+        if ctype is not None:
+            kwargs["type"] = ctype
+    return click.option(*decls, name, **kwargs)
+
+
+#: the plan flags of estimate, verify, report and export: --plan, --from, then one per PlanInputs field
 PLAN_OPTIONS: list[Callable] = [
     click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="plan file (YAML/TOML/JSON) with the same keys as these flags"),
     click.option("--from", "from_files", multiple=True, type=click.Path(dir_okay=False),
                  help="read the plan from existing configs: DeepSpeed JSON, Accelerate YAML, TrainingArguments, peft (repeatable)"),
-    click.option("--model", "-m", help="preset name, config.json path/folder, or cached Hub id [llama-3.1-8b]"),
-    click.option("--gpu", help="catalog GPU (see `trainledger gpus`) or a GPU spec file [h100-sxm]"),
-    click.option("--gpus", type=int, help="total number of GPUs [1]"),
-    click.option("--gpus-per-node", type=int, help="GPUs per node [min(gpus, 8)]"),
-    click.option("--network", help="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr]"),
-    click.option("--method", type=click.Choice(METHODS), help="training method [full]"),
-    click.option("--precision", type=click.Choice(PRECISIONS), help="precision policy [bf16-mixed]"),
-    click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="optimizer [adamw = torch foreach]"),
-    click.option("--seq-len", type=int, help="sequence length in tokens [4096]"),
-    click.option("--micro-batch", type=int, help="samples per GPU per forward pass [1]"),
-    click.option("--grad-accum", type=int, help="micro-batches per optimizer step [1]"),
-    click.option("--global-batch", type=int, help="samples per optimizer step over all replicas"),
-    click.option("--recompute", type=click.Choice(RECOMPUTES), help="activation recomputation [none]"),
-    click.option("--attention", type=click.Choice(ATTENTIONS), help="attention kernel [sdpa]"),
-    click.option("--lora-rank", type=int, help="LoRA rank [16]"),
-    click.option("--lora-targets", help="comma-separated module names LoRA wraps [all linear]"),
-    click.option("--tokens", callback=_count, help="token budget of the run, e.g. 2B"),
-    click.option("--dp", type=int, help="data-parallel degree [gpus / (tp·pp·cp)]"),
-    click.option("--tp", type=int, help="tensor-parallel degree [1]"),
-    click.option("--pp", type=int, help="pipeline-parallel degree [1]"),
-    click.option("--cp", type=int, help="context-parallel degree [1]"),
-    click.option("--ep", type=int, help="expert-parallel degree [1]"),
-    click.option("--vp", type=int, help="virtual pipeline stages per rank (interleaved 1F1B) [1]"),
-    click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage; 3 = FSDP full shard [0]"),
-    click.option("--offload", type=click.Choice(_OFFLOADS), help="CPU offload [none]"),
-    click.option("--headroom", type=float, help="memory kept free for the fit verdict [0.10]"),
-    click.option("--corpus", type=click.Path(dir_okay=False),
-                 help="stats JSON of `trainledger corpus --json`: sets --seq-len and --tokens (padding included)"),
+    *[_field_option(name, info) for name, info in PlanInputs.model_fields.items()],
 ]
 
-_FLAG_KEYS = (
-    "model", "gpu", "gpus", "gpus_per_node", "network", "method", "precision", "optimizer", "seq_len",
-    "micro_batch", "grad_accum", "global_batch", "recompute", "attention", "lora_rank",
-    "lora_targets", "tokens", "dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "headroom",
-    "corpus",
-)
+_FLAG_KEYS: tuple[str, ...] = tuple(PlanInputs.model_fields)
 
 
 def plan_options(func: Callable) -> Callable:
@@ -122,10 +144,10 @@ def plan_from_options(kwargs: dict[str, Any]) -> Plan:
 TIME_OPTIONS: list[Callable] = [
     click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), help="force this model-FLOPs utilization (sets the step time)"),
     click.option("--matmul-efficiency", type=click.FloatRange(0, 1, min_open=True), help="override the GPU family's achievable fraction of dense peak for GEMMs"),
-    click.option("--tp-comm-overlap", is_flag=True, default=None, help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="override: the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE, torch AsyncTP) [the stack profile's]"),
     click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
     click.option("--ep-comm-overlap", is_flag=True, default=None, help="the runtime hides the MoE all-to-all behind compute (DualPipe)"),
-    click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) or megatron (fused) [hf]"),
+    click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="override the stack profile's kernel fusion: hf (PyTorch eager modules) or megatron (fused: TE, Apex, torch.compile) [the --framework profile's]"),
 ]
 
 
@@ -141,7 +163,7 @@ def time_options_from_kwargs(kwargs: dict[str, Any]):
     from ..estimate.options import TimeOptions
 
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
-                       tp_comm_overlap=bool(kwargs.pop("tp_comm_overlap", None)),
+                       tp_comm_overlap=kwargs.pop("tp_comm_overlap", None),
                        overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None),
                        ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)),
-                       runtime=kwargs.pop("runtime", None) or "hf")
+                       runtime=kwargs.pop("runtime", None))

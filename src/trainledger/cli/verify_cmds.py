@@ -1,4 +1,4 @@
-"""`trainledger verify probe|memory|comm|scaling|io|accept`: check the plan on the real machine.
+"""`trainledger verify probe|memory|comm|scaling|io|accept|soak`: check the plan on the real machine.
 
 Thin: parse flags, call trainledger.verify, render, store the result in the ledger. Progress goes
 to stderr; ``--json`` prints the result; the exit code is 1 when a check fails.
@@ -29,7 +29,7 @@ def register(main: click.Group) -> None:
 
 @click.group("verify")
 def verify_group() -> None:
-    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept."""
+    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept, soak."""
 
 
 def _progress(msg: str) -> None:
@@ -292,6 +292,91 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
         results.write_out(out_path, to_json(report), "verify accept", lambda m: click.echo(m, err=True))
     _record(kwargs, "verify accept", report, plan, report["ok"])
     _finish(report, accept.render(report), as_json, report["ok"])
+
+
+# ------------------------------------------------------------------------------------------ soak
+def _seconds(text: str) -> float:
+    """'90', '90s', '10m', '2h' -> seconds."""
+    t = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
+    try:
+        return float(t[:-1]) * scale if scale else float(t)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give seconds, or a number with s, m or h (e.g. 10m)") from None
+
+
+@verify_group.command("soak")
+@plan_options
+@click.option("--device", type=click.Choice(("cuda", "cpu")), default="cpu", show_default=True)
+@click.option("--nproc", type=int, default=2, show_default=True, help="ranks on this node")
+@click.option("--duration", default="10m", show_default=True, help="training time from the first step: seconds or 90s, 10m, 24h")
+@click.option("--checkpoint-interval", "checkpoint_interval", default="60s", show_default=True,
+              help="time between checkpoints")
+@click.option("--sample-interval", default="1s", show_default=True, help="time between telemetry samples")
+@click.option("--kill-rank", type=int, help="fault injection: SIGKILL this rank once (needs --kill-after)")
+@click.option("--kill-after", help="... after this much training (once a checkpoint exists), e.g. 20s")
+@click.option("--max-restarts", type=int, default=1, show_default=True, help="torchrun elastic restarts allowed")
+@click.option("--max-temperature", type=float, default=85.0, show_default=True, help="°C")
+@click.option("--max-clock-drop", type=float, default=0.10, show_default=True, help="fraction below the early median")
+@click.option("--max-step-time-drift", type=float, default=0.10, show_default=True,
+              help="last-quarter over first-quarter median step time, minus 1")
+@click.option("--max-recovery", "max_recovery", default="600s", show_default=True,
+              help="kill to every rank training again [the goodput model's restart time]")
+@click.option("--max-ecc-uncorrected", type=int, default=0, show_default=True)
+@click.option("--max-xid-events", type=int, default=0, show_default=True)
+@click.option("--max-link-errors", type=int, default=0, show_default=True, help="NVLink errors + PCIe replays")
+@click.option("--fail-on-slowdown/--no-fail-on-slowdown", default=True, show_default=True,
+              help="a thermal / power-brake / hardware slowdown throttle reason fails the soak")
+@click.option("--telemetry-fixture", type=click.Path(dir_okay=False, exists=True),
+              help="replay a recorded NVML fixture (python -m trainledger.verify.telemetry record) instead of sensors")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the result JSON here")
+@click.option("--workdir", type=click.Path(file_okay=False), help="keep checkpoints and journals here (empty folder)")
+@click.option("--timeout", "timeout_s", type=float, help="seconds for the whole launch [duration + 600 per attempt]")
+@click.option("--collective-timeout", type=float, default=120.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, sample_interval: str,
+             kill_rank: int | None, kill_after: str | None, max_restarts: int, max_temperature: float,
+             max_clock_drop: float, max_step_time_drift: float, max_recovery: str, max_ecc_uncorrected: int,
+             max_xid_events: int, max_link_errors: int, fail_on_slowdown: bool, telemetry_fixture: str | None,
+             out_path: str | None, workdir: str | None, timeout_s: float | None, collective_timeout: float,
+             as_json: bool, **kwargs: Any) -> None:
+    """Train the plan's acceptance loop for a duration: per-rank telemetry, checkpoints with checksums,
+    optional rank kill and measured recovery, thresholds and a verdict naming each one crossed."""
+    _need_torch(device)
+    from pydantic import ValidationError
+
+    from .._spec import spec_error
+    from ..planfile import build_plan
+    from ..verify import soak
+    from ..verify.launch import in_torchrun
+
+    if in_torchrun():
+        raise VerifyError("verify soak starts its own torchrun (with elastic restarts); run it without torchrun, "
+                          "once, on the node to soak")
+
+    try:
+        th = soak.SoakThresholds(max_temperature_c=max_temperature, max_clock_drop=max_clock_drop,
+                                 max_step_time_drift=max_step_time_drift, max_recovery_s=_seconds(max_recovery),
+                                 max_ecc_uncorrected=max_ecc_uncorrected, max_xid_events=max_xid_events,
+                                 max_link_errors=max_link_errors, fail_on_slowdown=fail_on_slowdown)
+    except ValidationError as exc:
+        raise spec_error(exc, "soak thresholds") from None
+    inputs = inputs_from_options(kwargs)
+    plan = build_plan(inputs)
+    dur = _seconds(duration)
+    _progress(f"soak of {plan.model.name} on {nproc} {device} rank(s) for {dur:g} s under torchrun "
+              f"(max {max_restarts} restart(s))" + (f", killing rank {kill_rank}" if kill_rank is not None else ""))
+    result = soak.run_soak(inputs, device, nproc, dur, _seconds(checkpoint_interval), _seconds(sample_interval),
+                           kill_rank, _seconds(kill_after) if kill_after else None, max_restarts, th, timeout_s,
+                           collective_timeout, workdir, telemetry_fixture)
+    if out_path:
+        tmp = Path(out_path + ".tmp")
+        tmp.write_text(to_json(result))
+        os.replace(tmp, out_path)
+        _progress(f"result written to {out_path}")
+    _record(kwargs, "verify soak", result, plan, result["ok"])
+    _finish(result, soak.render(result), as_json, result["ok"])
 
 
 __all__ = ["register", "verify_group", "VerifyError"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..plan import Plan
+from .stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
 from ..units import DTYPE_BYTES
 from .activations import FP32, INT64, Flow, LoraShape, layer_bytes
 from .memory_states import (
@@ -91,11 +92,8 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
 
 def _layers_on_stage(plan: Plan) -> tuple[int, int]:
     """(decoder layers, MoE layers) on the busiest pipeline stage."""
-    m, p = plan.model, plan.layout.pp
-    n = -(-m.num_layers // p)
-    n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
-    n_moe = min(n, -(-n_moe_total // p)) if n_moe_total else 0
-    return n, n_moe
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers
 
 
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
@@ -123,25 +121,6 @@ def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
 @lru_cache(maxsize=1024)
 def _count_sliding(m) -> int:
     return sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i))
-
-
-def inflight_microbatches(plan: Plan) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at once.
-
-    1F1B: min(p, m) (Narayanan et al. 2021, arXiv:2104.04473, §2.2.1); interleaved 1F1B with v
-    chunks multiplies by 1 + (p-1)/(p·v) (Korthikanti et al. 2022, Eq. 5/6); GPipe keeps all m.
-    """
-    lay, r = plan.layout, plan.recipe
-    p = lay.pp
-    if p == 1:
-        return 1.0
-    m = lay.pp_microbatches or r.grad_accum
-    if lay.pp_schedule == "gpipe":
-        return float(m)
-    n = float(min(p, m))
-    if lay.pp_schedule == "interleaved" and lay.vp > 1:
-        n *= 1 + (p - 1) / (p * lay.vp)
-    return n
 
 
 def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
@@ -281,9 +260,9 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     """Saved activations, logits path, caches and inputs (see module docstring)."""
     m, r, lay = plan.model, plan.recipe, plan.layout
     flow, _, _ = flow_of(plan)
-    t, cp = lay.tp, lay.cp
+    t = lay.tp
     sp = lay.sp and t > 1
-    s_local = r.seq_len / cp
+    s_local = Stage.of(plan).seq_per_rank
     T = r.micro_batch * s_local
     n_layers, n_moe = _layers_on_stage(plan)
     lora = None

@@ -70,7 +70,9 @@ def summary(est: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(("cloud cost", f"{usd(cost.get('cloud_usd'))} ({price})"))
     if e.get("kwh") is not None:
         rows.append(("energy", f"{e['kwh']:,.0f} kWh"))
-    return rows
+    from .longrun import goodput_rows
+
+    return rows + goodput_rows(est.get("goodput") or {})
 
 
 def memory_terms(est: dict[str, Any]) -> list[tuple[str, int]]:
@@ -301,6 +303,12 @@ def build_document(d: Any) -> list[Section]:
         secs.append({"id": "verify", "title": "Measured vs predicted", "blocks": verify_blocks(d.verify)})
     if d.sheet:
         secs.append({"id": "sheet", "title": "Procurement and acceptance sheet", "blocks": _sheet_blocks(d.sheet)})
+    from . import longrun
+
+    if getattr(d, "facility", None):
+        secs.append({"id": "facility", "title": "Facility sheet", "blocks": longrun.facility_blocks(d.facility)})
+    if getattr(d, "soak", None):
+        secs.append({"id": "soak", "title": "Soak test", "blocks": longrun.soak_blocks(d.soak)})
     risk_blocks: list[Block] = [("table", ["risk", "level", "value", "meaning"],
                                  [[r["name"], r["level"], r["value"], r["text"]] for r in d.risks])]
     if d.triggers:

@@ -167,7 +167,7 @@ def finish(result: dict[str, Any], ref: dict[str, Any] | None) -> dict[str, Any]
 
 def render(result: dict[str, Any]) -> str:
     """The text report: one line per check, the sweep table, peaks and efficiency."""
-    from ..cli.output import table
+    from ..format import table
 
     lines = [f"collectives on {result['world_size']} rank(s), backend {result['backend']}, "
              f"device {result['device']}"]

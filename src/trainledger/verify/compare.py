@@ -93,7 +93,7 @@ def compare_time(measured_s: float | None, predicted_s: float | None, device: st
 
 
 def render_memory(result: dict[str, Any]) -> str:
-    from ..cli.output import table
+    from ..format import table
     from ..units import fmt_bytes, fmt_seconds
 
     m, cmp = result["measured"], result["comparison"]

@@ -61,7 +61,7 @@ def child_error(exc: BaseException) -> BaseException:
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..jsonsafe import finite_json
+    from ..format import finite_json
 
     return finite_json(obj)
 
@@ -72,7 +72,8 @@ def field_of(message: str) -> str | None:
 
 
 def library_error(exc: TrainledgerError) -> WebError:
-    return WebError(str(exc), field_of(str(exc)))
+    """The library names the input an error concerns (``exc.field``); older errors fall back to words."""
+    return WebError(str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
 
 # ---- catalogs -------------------------------------------------------------------------------
@@ -152,6 +153,7 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
                        "Pick a preset or paste a config.json.", "model")
     _check_name(inputs.gpu, "gpus", "gpu")
     _check_name(inputs.network, "networks", "network")
+    _check_name(inputs.intra, "networks", "intra")
     data = inputs.model_dump(exclude_unset=True)
     data["model"] = inputs.model.lower()
     try:
@@ -197,7 +199,7 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
+    order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "facility", "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return finite({"title": data.title, "fits": bool(mem.get("fits")),
