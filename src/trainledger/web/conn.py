@@ -13,7 +13,6 @@ sees as a client disconnect. With that bound the connection cap can be generous
 from __future__ import annotations
 
 import asyncio
-import resource
 from typing import Any
 
 import h11
@@ -84,8 +83,10 @@ class GuardedH11Protocol(H11Protocol):
 def max_connections() -> int:
     """:data:`MAX_CONNECTIONS`, or fewer when the open-file limit is lower (half of it)."""
     try:
+        import resource
+
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ValueError, OSError):
+    except (ImportError, ValueError, OSError):  # not POSIX
         return MAX_CONNECTIONS
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
