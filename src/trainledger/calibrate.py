@@ -35,6 +35,10 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf") and v > 0
+
+
 def fit(records: Iterable[Record]) -> dict[str, Any]:
     """Fit the corrections from ``verify memory`` records (all of one environment)."""
     overhead, reserve, time_scale, mfu = [], [], [], []
@@ -43,17 +47,20 @@ def fit(records: Iterable[Record]) -> dict[str, Any]:
         if r.kind != "measurement" or r.command != MEMORY_COMMAND:
             continue
         m, p = r.result.get("measured") or {}, r.result.get("predicted") or {}
+        if not isinstance(m, dict) or not isinstance(p, dict) or not all(
+                _number(d.get(k)) for d, k in ((m, "peak_allocated_bytes"), (p, "peak_allocated_bytes"))):
+            continue  # a damaged or foreign record (issue 20): not a measurement to fit from
         if m.get("oom") or not m.get("peak_allocated_bytes") or not p.get("peak_allocated_bytes"):
             continue
         used.append(r.id)
         overhead.append(m["peak_allocated_bytes"] / p["peak_allocated_bytes"] - 1.0)
-        if m.get("device") == "cuda" and m.get("peak_reserved_bytes"):
+        if m.get("device") == "cuda" and _number(m.get("peak_reserved_bytes")):
             reserve.append((m["peak_reserved_bytes"] - m["peak_allocated_bytes"]) / m["peak_allocated_bytes"])
             t = r.result.get("time") or {}
-            if t.get("measured") and t.get("predicted"):
+            if isinstance(t, dict) and _number(t.get("measured")) and _number(t.get("predicted")):
                 scale = t["measured"] / t["predicted"]
                 time_scale.append(scale)
-                if p.get("mfu"):
+                if _number(p.get("mfu")):
                     mfu.append(p["mfu"] / scale)
     return {
         "n_measurements": len(used), "record_ids": used,

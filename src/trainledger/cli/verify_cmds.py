@@ -55,16 +55,29 @@ def ledger_options(func):
 
 def _record(kwargs: dict[str, Any], command: str, result: dict[str, Any], plan: Any = None,
             ok: bool | None = None) -> None:
-    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
-    if off:
-        return
-    from ..estimate import plan_summary
-    from ..ledger import Ledger
+    """Store the result; a ledger that cannot take it keeps it in a file (verify/results.py)."""
+    from ..verify import results
 
-    with Ledger(path) as led:
-        rid = led.add("measurement", command, json.loads(to_json(result)),
-                      plan=plan_summary(plan) if plan is not None else None, ok=ok)
-    _progress(f"stored as record {rid} in {led.path}")
+    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
+    results.record(command, json.loads(to_json(result)), ledger_path=path, off=off,
+                   plan_summary=_plan_summary(plan), ok=ok, say=lambda m: click.echo(m, err=True))
+
+
+def _plan_summary(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    from ..estimate import plan_summary
+
+    return plan_summary(plan)
+
+
+def _failures(kwargs: dict[str, Any], command: str, plan: Any = None):
+    """Context: a run that raises is recorded as a failed measurement before the error shows."""
+    from ..verify import results
+
+    return results.recording_failures(command, ledger_path=kwargs.get("ledger_path"),
+                                      off=bool(kwargs.get("no_ledger")), plan_summary=_plan_summary(plan),
+                                      say=lambda m: click.echo(m, err=True))
 
 
 def _finish(result: dict[str, Any], text: str, as_json: bool, ok: bool) -> None:
@@ -132,7 +145,8 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     predicted = est.memory.to_dict()
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")
-    m = measure_memory(plan, device=device, steps=steps).to_dict()
+    with _failures(kwargs, "verify memory", plan):
+        m = measure_memory(plan, device=device, steps=steps).to_dict()
     result = {"measured": m, "predicted": predicted, "comparison": compare_memory(m, predicted),
               "time": compare_time(m.get("step_time_s"), predicted["step_time_s"], device)}
     ok = not m.get("oom")
@@ -224,7 +238,8 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
             return
     else:
         _progress(f"launching torchrun: {nproc} {device} rank(s), sizes {min_size}..{max_size}")
-        raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom)
+        with _failures(kwargs, "verify comm"):
+            raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom)
     result = comm.finish(raw, comm.reference_link(device, raw["world_size"], link, gpu))
     _record(kwargs, "verify comm", result, None, result["ok"])
     _finish(result, comm.render(result), as_json, result["ok"])
@@ -249,8 +264,9 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
-                                 collective_timeout_s=collective_timeout, progress=_progress)
+    with _failures(kwargs, "verify scaling", plan):
+        result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
+                                     collective_timeout_s=collective_timeout, progress=_progress)
     _record(kwargs, "verify scaling", result, plan, result["ok"])
     _finish(result, scaling.render(result), as_json, result["ok"])
 
@@ -316,13 +332,13 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
     _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
-    report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
-                               collective_timeout, workdir)
+    with _failures(kwargs, "verify accept", plan):
+        report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                   collective_timeout, workdir)
     if out_path:
-        tmp = Path(out_path + ".tmp")
-        tmp.write_text(to_json(report))
-        os.replace(tmp, out_path)
-        _progress(f"report written to {out_path}")
+        from ..verify import results
+
+        results.write_out(out_path, to_json(report), "verify accept", lambda m: click.echo(m, err=True))
     _record(kwargs, "verify accept", report, plan, report["ok"])
     _finish(report, accept.render(report), as_json, report["ok"])
 
