@@ -39,6 +39,10 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf") and v > 0
+
+
 def fit(records: Iterable[Record]) -> dict[str, Any]:
     """Fit the corrections from measured records (all of one environment): ``verify memory``
     runs, training runs recorded by the callbacks and imported training logs."""
@@ -48,26 +52,29 @@ def fit(records: Iterable[Record]) -> dict[str, Any]:
         if r.kind != "measurement" or r.command not in MEASURED_COMMANDS:
             continue
         m, p = r.result.get("measured") or {}, r.result.get("predicted") or {}
-        has_mem = bool(m.get("peak_allocated_bytes") and p.get("peak_allocated_bytes"))
+        if not isinstance(m, dict) or not isinstance(p, dict):
+            continue  # a damaged or foreign record (issue 20): not a measurement to fit from
+        has_mem = all(_number(d.get(k)) for d, k in ((m, "peak_allocated_bytes"), (p, "peak_allocated_bytes")))
         t = r.result.get("time") or {}
-        has_time = m.get("device") == "cuda" and bool(t.get("measured") and t.get("predicted"))
+        has_time = (m.get("device") == "cuda" and isinstance(t, dict) and _number(t.get("measured"))
+                    and _number(t.get("predicted")))
         if m.get("oom") or not (has_mem or has_time):
             continue
         used.append(r.id)
         if not has_mem:  # a training log with step times only (e.g. trainer_state.json)
             scale = t["measured"] / t["predicted"]
             time_scale.append(scale)
-            if p.get("mfu"):
+            if _number(p.get("mfu")):
                 mfu.append(p["mfu"] / scale)
             continue
         overhead.append(m["peak_allocated_bytes"] / p["peak_allocated_bytes"] - 1.0)
-        if m.get("device") == "cuda" and m.get("peak_reserved_bytes"):
+        if m.get("device") == "cuda" and _number(m.get("peak_reserved_bytes")):
             reserve.append((m["peak_reserved_bytes"] - m["peak_allocated_bytes"]) / m["peak_allocated_bytes"])
             t = r.result.get("time") or {}
-            if t.get("measured") and t.get("predicted"):
+            if isinstance(t, dict) and _number(t.get("measured")) and _number(t.get("predicted")):
                 scale = t["measured"] / t["predicted"]
                 time_scale.append(scale)
-                if p.get("mfu"):
+                if _number(p.get("mfu")):
                     mfu.append(p["mfu"] / scale)
     return {
         "n_measurements": len(used), "record_ids": used,

@@ -145,12 +145,22 @@ class ModelSpec(Spec):
     def is_moe(self) -> bool:
         return self.moe is not None
 
+    @cached_property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """is_moe_layer for every layer, computed once: O(L + len(dense_layers)), not their product."""
+        m = self.moe
+        if m is None:
+            return (False,) * self.num_layers
+        dense = frozenset(m.dense_layers)
+        return tuple(i >= m.first_dense_layers and i not in dense and (i + 1) % m.layer_freq == 0
+                     for i in range(self.num_layers))
+
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i (0-based) has a routed-expert FFN."""
-        m = self.moe
-        if m is None or i < m.first_dense_layers or i in m.dense_layers:
+        if self.moe is None:
             return False
-        return (i + 1) % m.layer_freq == 0
+        mask = self.moe_layer_mask
+        return mask[i] if 0 <= i < len(mask) else False
 
     def is_sliding_layer(self, i: int) -> bool:
         """Whether layer i attends within ``sliding_window`` only."""

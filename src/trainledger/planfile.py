@@ -82,7 +82,7 @@ class PlanInputs(Spec):
     lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
     dropout: float = _RECIPE["dropout"]
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
-    tokens: float | None = Field(None, gt=0, description="token budget of the run, e.g. 2B")
+    tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the run, e.g. 2B")
     generate_len: int = _RECIPE["generate_len"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]

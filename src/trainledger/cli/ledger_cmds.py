@@ -28,6 +28,13 @@ def ledger_group() -> None:
 
 
 def _summary(result: dict[str, Any]) -> str:
+    try:
+        return _summary_of(result)
+    except (TypeError, KeyError, AttributeError, ValueError):  # a record of another shape: no summary
+        return ""
+
+
+def _summary_of(result: dict[str, Any]) -> str:
     m = result.get("measured")
     if isinstance(m, dict) and m.get("peak_allocated_bytes") is not None:
         from ..units import fmt_bytes
@@ -73,7 +80,8 @@ def list_cmd(path: str | None, kind: str | None, env_id: str | None, limit: int,
         return
     ok = {True: "pass", False: "FAIL", None: ""}
     rows = [[r.id, r.created_at[:19].replace("T", " "), r.kind, r.command, r.env_id,
-             (r.plan or {}).get("model", ""), ok[r.ok], _summary(r.result)] for r in recs]
+             (r.plan or {}).get("model", ""), ok[r.ok],
+             f"damaged row: {r.damaged}" if r.damaged else _summary(r.result)] for r in recs]
     click.echo(table(rows, ["id", "time (UTC)", "kind", "command", "env", "model", "ok", "summary"],
                      "rllllll" + "l"))
 
@@ -99,6 +107,8 @@ def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
                f"CPU {env.get('cpu_model')}")
     if rec.plan:
         click.echo("plan: " + ", ".join(f"{k}={v}" for k, v in rec.plan.items() if v is not None))
+    if rec.damaged:
+        click.echo(f"damaged row: {rec.damaged} (the fields that could be read are shown)")
     click.echo("summary: " + (_summary(rec.result) or "(see --json)"))
 
 

@@ -103,8 +103,10 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
     if plan_file:
         data.update(load_plan_file(plan_file))
     from_files = kwargs.pop("from_files", None)
+    checks: list = []
     if from_files:
-        data.update(_imported(from_files))
+        data.update(_imported(from_files, checks))
+    flags: set[str] = set()
     for key in _FLAG_KEYS:
         value = kwargs.pop(key, None)
         if value is None:
@@ -112,6 +114,11 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
         if key == "lora_targets":
             value = tuple(t.strip() for t in str(value).split(",") if t.strip())
         data[key] = value
+        flags.add(key)
+    if checks:
+        from ..runconfig.guards import keep_train_batch
+
+        data = keep_train_batch(data, checks, flags)
     if from_files:
         from ..runconfig.importers import require_essentials
 
@@ -119,11 +126,13 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
     return parse_inputs(data, "plan")
 
 
-def _imported(paths: tuple[str, ...]) -> dict[str, Any]:
+def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, Any]:
     """Plan inputs read from the user's configs; unknown keys and notes are reported on stderr."""
     from ..runconfig import import_configs
 
     res = import_configs(list(paths))
+    if checks is not None:
+        checks.extend(res.checks)
     for key in res.unknown_keys:
         click.echo(f"warning: unknown key {key} (not understood, not used for sizing)", err=True)
     for note in res.notes:

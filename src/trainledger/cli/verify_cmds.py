@@ -94,16 +94,29 @@ def ledger_options(func):
 
 def _record(kwargs: dict[str, Any], command: str, result: dict[str, Any], plan: Any = None,
             ok: bool | None = None) -> None:
-    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
-    if off:
-        return
-    from ..estimate import plan_summary
-    from ..ledger import Ledger
+    """Store the result; a ledger that cannot take it keeps it in a file (verify/results.py)."""
+    from ..verify import results
 
-    with Ledger(path) as led:
-        rid = led.add("measurement", command, json.loads(to_json(result)),
-                      plan=plan_summary(plan) if plan is not None else None, ok=ok)
-    _progress(f"stored as record {rid} in {led.path}")
+    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
+    results.record(command, json.loads(to_json(result)), ledger_path=path, off=off,
+                   plan_summary=_plan_summary(plan), ok=ok, say=lambda m: click.echo(m, err=True))
+
+
+def _plan_summary(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    from ..estimate import plan_summary
+
+    return plan_summary(plan)
+
+
+def _failures(kwargs: dict[str, Any], command: str, plan: Any = None):
+    """Context: a run that raises is recorded as a failed measurement before the error shows."""
+    from ..verify import results
+
+    return results.recording_failures(command, ledger_path=kwargs.get("ledger_path"),
+                                      off=bool(kwargs.get("no_ledger")), plan_summary=_plan_summary(plan),
+                                      say=lambda m: click.echo(m, err=True))
 
 
 def _finish(result: dict[str, Any], text: str, as_json: bool, ok: bool) -> None:
@@ -203,7 +216,8 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     predicted = est.memory.to_dict()
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")
-    m = measure_memory(plan, device=device, steps=steps).to_dict()
+    with _failures(kwargs, "verify memory", plan):
+        m = measure_memory(plan, device=device, steps=steps).to_dict()
     result = {"measured": m, "predicted": predicted, "comparison": compare_memory(m, predicted),
               "time": compare_time(m.get("step_time_s"), predicted["step_time_s"], device)}
     ok = not m.get("oom")
@@ -298,7 +312,8 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
     else:
         launcher = _launcher(nnodes, rdzv_endpoint, rdzv_id)
         _progress(f"launching torchrun: {nproc} {device} rank(s) × {nnodes} node(s), sizes {min_size}..{max_size}")
-        raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom, launcher=launcher)
+        with _failures(kwargs, "verify comm"):
+            raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom, launcher=launcher)
         if raw is None:
             return _not_reporting("verify comm")
     result = comm.finish(raw, comm.reference_link(device, raw["world_size"], link, gpu))
@@ -329,23 +344,25 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    if in_torchrun():  # the launcher's world: rank 0 alone (baseline), then all ranks; no nested launch
-        raw = multinode.scaling_in_world(inputs.model_dump(mode="json"), device, steps, 2, collective_timeout)
-        import torch.distributed as dist
+    with _failures(kwargs, "verify scaling", plan):
+        if in_torchrun():  # the launcher's world: rank 0 alone (baseline), then all ranks; no nested launch
+            raw = multinode.scaling_in_world(inputs.model_dump(mode="json"), device, steps, 2, collective_timeout)
+            import torch.distributed as dist
 
-        dist.barrier()
-        dist.destroy_process_group()
-        if raw is None:
-            return
-        result = scaling.finish({"plan": inputs.model_dump(mode="json"), "device": device, "runs": raw["runs"]})
-    elif nnodes > 1:
-        result = multinode.run_scaling_nodes(inputs, device, nproc, _launcher(nnodes, rdzv_endpoint, rdzv_id),
-                                             steps=steps, timeout_s=timeout_s, collective_timeout_s=collective_timeout)
-        if result is None:
-            return _not_reporting("verify scaling")
-    else:
-        result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
-                                     collective_timeout_s=collective_timeout, progress=_progress)
+            dist.barrier()
+            dist.destroy_process_group()
+            if raw is None:
+                return
+            result = scaling.finish({"plan": inputs.model_dump(mode="json"), "device": device, "runs": raw["runs"]})
+        elif nnodes > 1:
+            result = multinode.run_scaling_nodes(inputs, device, nproc, _launcher(nnodes, rdzv_endpoint, rdzv_id),
+                                                 steps=steps, timeout_s=timeout_s,
+                                                 collective_timeout_s=collective_timeout)
+            if result is None:
+                return _not_reporting("verify scaling")
+        else:
+            result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
+                                         collective_timeout_s=collective_timeout, progress=_progress)
     _record(kwargs, "verify scaling", result, plan, result["ok"])
     _finish(result, scaling.render(result), as_json, result["ok"])
 
@@ -438,31 +455,32 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    if in_torchrun():  # the launcher's world: run and restore in these processes; rank 0 reports
-        report = multinode.accept_in_world(inputs, device, steps_before, steps_after, collective_timeout, workdir)
-        import torch.distributed as dist
+    with _failures(kwargs, "verify accept", plan):
+        if in_torchrun():  # the launcher's world: run and restore in these processes; rank 0 reports
+            report = multinode.accept_in_world(inputs, device, steps_before, steps_after, collective_timeout,
+                                               workdir)
+            import torch.distributed as dist
 
-        dist.destroy_process_group()
-        if report is None:
-            return
-    elif nnodes > 1:
-        if not workdir:
-            raise VerifyError("verify accept --nnodes > 1 needs --workdir on a filesystem every node shares "
-                              "(the checkpoint is written by all ranks and read back)")
-        _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) × {nnodes} nodes")
-        report = multinode.accept_nodes(inputs, device, nproc, steps_before, steps_after, timeout_s,
-                                        collective_timeout, workdir, _launcher(nnodes, rdzv_endpoint, rdzv_id))
-        if report is None:
-            return _not_reporting("verify accept")
-    else:
-        _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
-        report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
-                                   collective_timeout, workdir)
+            dist.destroy_process_group()
+            if report is None:
+                return
+        elif nnodes > 1:
+            if not workdir:
+                raise VerifyError("verify accept --nnodes > 1 needs --workdir on a filesystem every node shares "
+                                  "(the checkpoint is written by all ranks and read back)")
+            _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) × {nnodes} nodes")
+            report = multinode.accept_nodes(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                            collective_timeout, workdir, _launcher(nnodes, rdzv_endpoint, rdzv_id))
+            if report is None:
+                return _not_reporting("verify accept")
+        else:
+            _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
+            report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                       collective_timeout, workdir)
     if out_path:
-        tmp = Path(out_path + ".tmp")
-        tmp.write_text(to_json(report))
-        os.replace(tmp, out_path)
-        _progress(f"report written to {out_path}")
+        from ..verify import results
+
+        results.write_out(out_path, to_json(report), "verify accept", lambda m: click.echo(m, err=True))
     _record(kwargs, "verify accept", report, plan, report["ok"])
     _finish(report, accept.render(report), as_json, report["ok"])
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from ..catalog import read_data_file
 from ..errors import PlanError, SpecError
+from ..safety import read_text
+from . import guards
 from .serving import SERVING_FORMATS
 from .serving import reader as serving_reader
 
@@ -467,19 +469,21 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
         if not path.exists():
             raise SpecError(f"{path}: no such file")
         if path.suffix in TEXT_SUFFIXES:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = guards.read_script(path)
             data: Any = text
         elif path.suffix == ".toml":
             from .importers import read_toml
 
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_text(path)
             data = read_toml(text, path)
         else:
             data = read_data_file(path)
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_text(path)
         fmt = detect_format(data, path)
+        guards.check_config(fmt, data, where)
         res.formats[where] = fmt
         header = _read_header(text, data)
+        guards.check_header(header, where)
         for k, v in header.items():
             res.header.setdefault(k, v)
         if fmt in ("slurm", "torchrun"):

@@ -43,6 +43,21 @@ class WebError(Exception):
         super().__init__(message)
         self.field, self.status = field, status
 
+    def __reduce__(self) -> tuple:  # crosses the pipe from a request's worker process intact
+        return (WebError, (str(self), self.field, self.status))
+
+
+def child_error(exc: BaseException) -> BaseException:
+    """An exception raised in a request's worker process, as the parent should raise it."""
+    if isinstance(exc, WebError):
+        return exc
+    if isinstance(exc, TrainledgerError):
+        return library_error(exc)
+    if isinstance(exc, MemoryError):
+        return WebError("the request needs more memory than one web request may use; narrow it "
+                        "(a smaller model, fewer GPUs)", None, 503)
+    return RuntimeError(f"{type(exc).__name__}: {exc}"[:2000])
+
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
@@ -125,6 +140,14 @@ def parse_config(text: str) -> ModelSpec:
         raise WebError(str(exc), "config_json") from None
     except (TypeError, ValueError, ArithmeticError) as exc:  # hostile values the readers do not expect
         raise WebError(f"config.json: {exc}", "config_json") from None
+
+
+def precheck(req: Any) -> None:
+    """Cheap checks done before a worker process is started: a pasted config that cannot be read
+    (a 10,000-layer config, bad JSON) is refused without a process (issue 20)."""
+    text = getattr(req, "config_json", None)
+    if text and text.strip():
+        parse_config(text)
 
 
 def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, ModelSpec | None]:
