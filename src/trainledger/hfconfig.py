@@ -44,6 +44,16 @@ def _text_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+#: config.json ``torch_dtype`` (``dtype`` since transformers 4.56) -> our dtype names
+_CKPT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def _checkpoint_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype the checkpoint's weights are stored in, as config.json states it (None: not stated)."""
+    raw = cfg.get("dtype", cfg.get("torch_dtype"))
+    return _CKPT_DTYPES.get(str(raw).removeprefix("torch.")) if isinstance(raw, str) else None
+
+
 def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json mapping (see :mod:`trainledger.families`)."""
     if not isinstance(cfg, dict):
@@ -59,7 +69,7 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
                         f"{', '.join(SUPPORTED_FAMILIES)}, gemma3. For another architecture write a "
                         "config with \"model_type\": \"generic\" and its dimensions.")
     fields = FAMILIES[mt](Cfg(cfg, name, FAMILY_DEFAULTS.get(mt)))
-    fields.update(name=name, model_type=mt, source=source)
+    fields.update(name=name, model_type=mt, source=source, checkpoint_dtype=_checkpoint_dtype(cfg))
     fields["notes"] = tuple(fields.get("notes", ())) + notes
     try:
         return ModelSpec.model_validate(fields)

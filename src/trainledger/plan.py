@@ -9,6 +9,7 @@ from .cluster import Cluster
 from .errors import LayoutError, PlanError
 from .layout import Layout
 from .model import ModelSpec
+from .precision import check_precision
 from .recipe import Recipe
 from .runtime import Runtime
 
@@ -42,6 +43,7 @@ class Plan(Spec):
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
         r = self.recipe
+        check_precision(r.precision, self.cluster.gpu)
         if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
             names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
             raise PlanError(

@@ -21,12 +21,16 @@ from .hfconfig import load_model
 from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
+from .precision import default_precision
 from .runtime import FRAMEWORKS, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .safety import check_tree, clip, path_exists, read_text, shorten
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
+#: largest token budget accepted: 1e15 is ~65x the 15T tokens Llama 3 trained on (Meta, "The Llama 3
+#: Herd of Models", arXiv:2407.21783, §3.1) and beyond any text corpus; larger is a typo (1e30)
+MAX_TOKENS = 1e15
 
 
 class PlanInputs(Spec):
@@ -55,7 +59,9 @@ class PlanInputs(Spec):
     gradient_as_bucket_view: bool = Field(False, description="DDP gradient_as_bucket_view (no separate gradient copy)")
     # -- the recipe
     method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
-    precision: Precision = Field("bf16-mixed", description="precision policy")
+    precision: Precision | None = Field(
+        None, description="precision policy [by method: bf16-mixed for pretrain/full; the checkpoint's dtype "
+        "with fp32 adapters for lora/qlora; the checkpoint's dtype for inference; fp16 on GPUs without bf16]")
     optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
     seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens")
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass")
@@ -69,7 +75,7 @@ class PlanInputs(Spec):
     lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
-    tokens: float | None = Field(None, gt=0, description="token budget of the run, e.g. 2B")
+    tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, description="token budget of the run, e.g. 2B")
     generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
     # -- the layout
     dp: int | None = Field(None, gt=0, description="data-parallel degree [gpus / (tp·pp·cp)]")
@@ -132,6 +138,13 @@ def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
         raise spec_error(exc, where) from None
 
 
+def _default_intra(gpu: Any, per_node: int) -> str:
+    """The GPU's own link, or its NVLink bridge when a node is exactly one bridged pair (H100 NVL)."""
+    if gpu.nvlink_bridge_gb_per_s and per_node == 2 and gpu.nvlink_generation == 4:
+        return "nvlink4-bridge"
+    return gpu.link
+
+
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
     per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
@@ -140,8 +153,14 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
             f"{inputs.gpus} GPUs do not fill whole nodes of {per_node}; use a multiple of {per_node} "
             f"or set --gpus-per-node"
         )
+    limit = max(filter(None, (gpu.max_gpus_per_node, gpu.nvlink_domain_size)), default=None)
+    if limit is not None and per_node > limit:
+        raise LayoutError(
+            f"{gpu.display_name}: a node holds at most {limit} GPUs in one NVLink domain, not {per_node}; "
+            f"use --gpus-per-node {limit} (the nodes talk over --network)"
+        )
     nodes = inputs.gpus // per_node
-    intra = load_network(inputs.intra or gpu.link)
+    intra = load_network(inputs.intra or _default_intra(gpu, per_node))
     inter = None
     if nodes > 1 or inputs.network:
         inter = load_network(inputs.network or "ib-ndr")
@@ -158,8 +177,10 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """
     model = model or load_model(inputs.model)
     try:
+        cluster = build_cluster(inputs)
+        precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
         recipe = Recipe(
-            method=inputs.method, precision=inputs.precision, optimizer=inputs.optimizer,
+            method=inputs.method, precision=precision, optimizer=inputs.optimizer,
             seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,
@@ -178,7 +199,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             vp=inputs.vp, pp_schedule=schedule, zero=inputs.zero, hybrid_shard=inputs.hybrid_shard,
             offload=inputs.offload,
         )
-        cluster = build_cluster(inputs)
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
                     headroom=inputs.headroom)
     except ValidationError as exc:

@@ -53,6 +53,13 @@ class ImportResult:
                 self.notes.append(f"{k}: {self.sources[k]} says {v!r}, its trainledger header says "
                                   f"{self.header[k]!r} (edited after export?) — using {v!r}")
             out[k] = v
+        if out.get("method") in ("lora", "qlora") and self.inputs.get("precision") in ("bf16-mixed", "fp16-mixed"):
+            # a Trainer/accelerate bf16 or fp16 flag turns on autocast; the frozen base keeps the dtype it
+            # was loaded in (the checkpoint's, transformers' default), which the method default states
+            if self.header.get("precision") is not None:
+                out["precision"] = self.header["precision"]
+            else:  # the output states the policy used
+                out.pop("precision")
         return out
 
     def to_dict(self) -> dict[str, Any]:

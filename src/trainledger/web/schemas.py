@@ -53,7 +53,7 @@ class WebInputs(JsonSpec):
     network: str | None = Field(None, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                                 description="inter-node network (catalog name)")
     method: Method = "full"
-    precision: Precision = "bf16-mixed"
+    precision: Precision | None = Field(None, description="precision policy [the method's default, see the CLI]")
     optimizer: Optimizer = "adamw"
     seq_len: int = Field(4096, gt=0, le=1_048_576)
     micro_batch: int = Field(1, gt=0, le=4096)
