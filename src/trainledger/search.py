@@ -156,9 +156,13 @@ class SearchResult:
     evaluated: int
     elapsed_s: float
     gpu_count: list[dict[str, Any]]
+    #: ranking by cost: plans on GPUs without a price, listed (by GPU and count), never ranked
+    unpriced: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job.model_dump(mode="json"), "plans": [p.to_dict() for p in self.plans],
+                "unpriced": [p.to_dict() for p in self.unpriced],
+                "unpriced_gpus": sorted({p.plan.cluster.gpu.name for p in self.unpriced}),
                 "rejected": [r.to_dict() for r in self.rejected], "evaluated": self.evaluated,
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
                 "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None}
@@ -253,9 +257,14 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None) -> Sear
                   lower_bound=_state_bytes_lower_bound(model, recipe))
     configs = [(g, s, n) for g in gpus for s in sizes for n in nets]
     cands, rejected, evaluated, counts = run_search(space, configs, progress)
+    unpriced: list[Candidate] = []
+    if job.rank_by == "cost":  # no price is no rank: list those plans apart instead of ranking them by time
+        unpriced = sorted((c for c in cands if c.cost_usd is None),
+                          key=lambda c: (c.plan.cluster.gpu.name, c.plan.cluster.world_size))
+        cands = [c for c in cands if c.cost_usd is not None]
     ranked = rank(cands, job)
     return SearchResult(job=job, plans=ranked[: job.top], rejected=rejected, evaluated=evaluated,
-                        elapsed_s=time.perf_counter() - t0, gpu_count=counts)
+                        elapsed_s=time.perf_counter() - t0, gpu_count=counts, unpriced=unpriced[: job.top])
 
 
 def _key(c: Candidate, by: RankBy) -> tuple:

@@ -110,3 +110,23 @@ def test_h100_nvl_pair_uses_its_nvlink_bridge():
     assert plan.cluster.intra.kind == "nvlink" and plan.cluster.intra.bytes_per_s == 300e9
     four = build_plan(PlanInputs(gpu="h100-nvl", gpus=4, model="qwen2.5-0.5b"))
     assert four.cluster.intra.kind == "pcie"
+
+
+# -- 4. ranking by cost with unpriced GPUs ---------------------------------------------------------
+
+def test_rank_by_cost_never_ranks_unpriced_gpus():
+    code, out = run("plan", "-m", "qwen2.5-0.5b", "--tokens", "1B", "--rank-by", "cost", "--gpu", "rtx-4090",
+                    "--gpu", "h100-sxm", "--max-gpus", "16", "--json")
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["plans"] and all(p["estimate"].get("cost_usd") is not None for p in d["plans"])
+    assert d["unpriced_gpus"] == ["rtx-4090"] and all(p["gpu"] == "rtx-4090" for p in d["unpriced"])
+    code, text = run("plan", "-m", "qwen2.5-0.5b", "--tokens", "1B", "--rank-by", "cost", "--gpu", "rtx-4090",
+                     "--max-gpus", "16")
+    assert "not ranked: no price for rtx-4090" in text
+    assert not any(ln.startswith("1") for ln in text.splitlines())  # no rank number given to an unpriced plan
+
+
+def test_prices_for_a_gpu_without_data_says_so():
+    code, out = run("prices", "b200")
+    assert code == 0 and "no cloud price for 'b200'" in out
