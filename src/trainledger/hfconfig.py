@@ -102,6 +102,11 @@ def _read_config(path: Path) -> Any:
     return read_data_file(path), str(path)
 
 
+def hub_offline() -> bool:
+    """Whether huggingface_hub is told to stay offline (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
 def _hub_config_path(repo_id: str) -> Path | None:
     """config.json of a Hub repo from the local HF cache, or (online only) downloaded; None if neither."""
     try:
@@ -115,7 +120,7 @@ def _hub_config_path(repo_id: str) -> Path | None:
         hit = None
     if isinstance(hit, str):
         return Path(hit)
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if hub_offline():
         return None
     try:
         got = hf_hub_download(repo_id, "config.json", cache_dir=cache_dir, etag_timeout=HUB_TIMEOUT_S)
@@ -142,6 +147,12 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
         data, source = read_data_file(presets[name]), None
     else:
         hub = _hub_config_path(s) if HUB_ID.match(s) else None
+        if hub is None and HUB_ID.match(s) and "/" in s:
+            why = "the Hub is offline (HF_HUB_OFFLINE is set)" if hub_offline() else \
+                "the Hub could not be reached (or the repo is gated or missing)"
+            raise CatalogError(f"model {clip(s, 80)} is not in the local cache and {why}. Download it once "
+                               f"with `huggingface-cli download {clip(s, 80)} config.json`, give a "
+                               f"config.json path, or a preset (`trainledger models`)")
         if hub is None:
             choices = list(presets) + list(preset_sources())
             raise CatalogError(f"unknown model {clip(s, 80)}.{did_you_mean(s[:200], choices)} Give a preset "

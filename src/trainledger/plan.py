@@ -55,7 +55,9 @@ class Plan(Spec):
             if r.global_batch % per_step:
                 raise PlanError(
                     f"global batch {r.global_batch} is not a multiple of micro-batch × dp = "
-                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is"
+                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is a "
+                    f"multiple of {per_step} (e.g. {max(per_step, r.global_batch // per_step * per_step)} or "
+                    f"{(r.global_batch // per_step + 1) * per_step})"
                 )
             ga = r.global_batch // per_step
             if r.grad_accum not in (1, ga):

@@ -130,3 +130,45 @@ def test_rank_by_cost_never_ranks_unpriced_gpus():
 def test_prices_for_a_gpu_without_data_says_so():
     code, out = run("prices", "b200")
     assert code == 0 and "no cloud price for 'b200'" in out
+
+
+# -- 8. offline Hub ids ---------------------------------------------------------------------------
+
+def test_offline_hub_id_says_offline_not_unknown(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    code, out = run("estimate", "-m", "some-org/some-model-7b")
+    assert code != 0 and "not in the local cache and the Hub is offline" in out
+    assert "unknown model" not in out
+
+
+# -- 9. error lines and labels --------------------------------------------------------------------
+
+def test_export_into_an_unwritable_folder_is_one_error_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out = run("export", "--out", str(blocker / "sub"), "--to", "torchrun")
+    assert code != 0 and out.startswith("error:") and len(out.strip().splitlines()) == 1
+    assert "Traceback" not in out
+
+
+def test_global_batch_error_sentence_is_complete():
+    code, out = run("estimate", "--global-batch", "3", "--gpus", "2")
+    assert code != 0
+    assert "choose a global batch that is a multiple of 2 (e.g. 2 or 4)" in out
+
+
+def test_inference_labels():
+    code, out = run("estimate", "-m", "qwen2.5-0.5b", "--method", "inference", "--tokens", "1M")
+    assert code == 0, out
+    head = out.splitlines()[0]
+    assert "adamw" not in head and "recompute" not in head
+    assert "2·N·T" in out and "6·N·T" not in out
+    hours = next(ln for ln in out.splitlines() if "GPU-hours" in ln)
+    assert " 0 GPU-hours" not in hours and "on 1 GPU," in hours
+
+
+def test_header_without_parallel_degrees_has_no_dangling_comma():
+    code, out = run("estimate", "--zero", "3", "--offload", "params")
+    assert code == 0, out
+    assert out.splitlines()[0].endswith("1× h100-sxm (ZeRO-3, offload params)")

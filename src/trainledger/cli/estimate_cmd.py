@@ -53,7 +53,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     if d.get("compute"):
         from .time_render import compute_lines
 
-        click.echo("\n" + "\n".join(compute_lines(d["compute"])))
+        click.echo("\n" + "\n".join(compute_lines(d["compute"], d["plan"].get("method"))))
     if d.get("time"):
         from .time_render import time_lines
 
@@ -68,13 +68,14 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
 
 
 def _header(p: dict[str, Any]) -> str:
-    par = ", ".join(f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1)
-    zero = f", ZeRO-{p['zero']}" if p.get("zero") else ""
-    off = f", offload {p['offload']}" if p.get("offload") not in (None, "none") else ""
-    return (f"{p['model']} · {p['method']} · {p['precision']} · {p['optimizer']} · b={p['micro_batch']} "
-            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p.get('framework', 'hf')} · "
-            f"{p['gpus']}× {p['gpu']}"
-            f"{' (' + par + zero + off + ')' if par or zero or off else zero + off}")
+    extra = [f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1]
+    extra += [f"ZeRO-{p['zero']}"] if p.get("zero") else []
+    extra += [f"offload {p['offload']}"] if p.get("offload") not in (None, "none") else []
+    train = p["method"] != "inference"  # inference runs no optimizer and no backward
+    return (f"{p['model']} · {p['method']} · {p['precision']} · " + (f"{p['optimizer']} · " if train else "")
+            + f"b={p['micro_batch']} s={p['seq_len']} · " + (f"recompute {p['recompute']} · " if train else "")
+            + f"{p['attention']} · {p.get('framework', 'hf')} · {p['gpus']}× {p['gpu']}"
+            + (f" ({', '.join(extra)})" if extra else ""))
 
 
 def memory_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
