@@ -7,8 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .cluster import Cluster, GpuSpec, NetworkSpec, StorageSpec  # noqa: E402
-from .errors import (  # noqa: E402
+from .errors import (  # noqa: E402  (cheap: no pydantic)
     CatalogError,
     CorpusError,
     DoesNotFit,
@@ -18,11 +17,25 @@ from .errors import (  # noqa: E402
     TrainledgerError,
     VerifyError,
 )
-from .hfconfig import from_hf_config, load_model  # noqa: E402
-from .layout import Layout  # noqa: E402
-from .model import ModelSpec  # noqa: E402
-from .plan import Plan  # noqa: E402
-from .recipe import Recipe  # noqa: E402
+
+#: public names imported on first use (PEP 562), so `trainledger --version` and commands that need
+#: little start fast: pydantic models and the catalog load only when a name below is touched
+_LAZY = {
+    "Cluster": "cluster", "GpuSpec": "cluster", "NetworkSpec": "cluster", "StorageSpec": "cluster",
+    "from_hf_config": "hfconfig", "load_model": "hfconfig", "Layout": "layout", "ModelSpec": "model",
+    "Plan": "plan", "Recipe": "recipe",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
