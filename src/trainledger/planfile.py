@@ -24,6 +24,7 @@ from .plan import Plan
 from .precision import default_precision
 from .runtime import FRAMEWORKS, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .units import GIB
 from .safety import check_tree, clip, path_exists, read_text, shorten
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -89,6 +90,9 @@ class PlanInputs(Spec):
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
     hybrid_shard: bool = Field(False, description="shard within a node, replicate across nodes (HSDP)")
     offload: Offload = Field("none", description="CPU offload of optimizer states, or of params too")
+    host_ram_gib: float | None = Field(
+        None, gt=0, le=1_048_576, description="host RAM per node in GiB [2048 = a DGX-class node for GPUs in an "
+        "NVLink domain (DGX H100: 2 TB); not known, so not judged, for PCIe cards]")
     headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
     corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
                                "and tokens (padding included) unless they are given")
@@ -167,6 +171,10 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     extra: dict[str, Any] = {}
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node
+    if inputs.host_ram_gib:
+        extra["host_ram_bytes"] = int(inputs.host_ram_gib * GIB)
+    elif not (gpu.max_gpus_per_node or gpu.nvlink_domain_size):  # a PCIe card: any workstation or server
+        extra["host_ram_bytes"] = None
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 

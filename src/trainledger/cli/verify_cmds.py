@@ -133,7 +133,10 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
 
         check_host_ram(plan.model.name, predicted["peak_allocated_bytes"], available_host_bytes())
     m = measure_memory(plan, device=device, steps=steps).to_dict()
-    result = {"measured": m, "predicted": predicted, "comparison": compare_memory(m, predicted),
+    from ..estimate import plan_summary
+
+    result = {"plan": plan_summary(plan), "measured": m, "predicted": predicted,
+              "comparison": compare_memory(m, predicted),
               "time": compare_time(m.get("step_time_s"), predicted["step_time_s"], device)}
     ok = not m.get("oom")
     peak_err = result["comparison"]["totals"][0]["relative_error"]
