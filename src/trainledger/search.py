@@ -239,10 +239,14 @@ from .search_space import Space, run_search  # noqa: E402  (the enumeration live
 __all__ = ["Job", "EXAMPLE_JOB", "Rejected", "Candidate", "SearchResult", "search", "Space"]
 
 
-def search(job: Job, progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """Plan ``job``: enumerate, prune, estimate, rank (see the module docstring)."""
+def search(job: Job, progress: Callable[[int, int], None] | None = None,
+           model: ModelSpec | None = None) -> SearchResult:
+    """Plan ``job``: enumerate, prune, estimate, rank (see the module docstring).
+
+    ``model`` replaces ``job.model`` (e.g. a config.json the web app parsed from a request body).
+    """
     t0 = time.perf_counter()
-    model = load_model(job.model)
+    model = model or load_model(job.model)
     gb = job.global_batch or default_global_batch(job)
     try:
         recipe = Recipe(method=job.method, precision=job.precision, optimizer=job.optimizer,

@@ -322,12 +322,12 @@ def _export_slurm(plan: Plan, head: list[str]) -> list[ExportedFile]:
     return [ExportedFile("train.sbatch", "\n".join(lines) + "\n", "slurm")]
 
 
-def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
-    """Render the plan given by ``inputs`` in one launch/config format."""
+def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[ExportedFile]:
+    """Render the plan given by ``inputs`` in one launch/config format (``model``: a parsed config)."""
     if fmt not in EXPORT_FORMATS:
         raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, EXPORT_FORMATS)} "
                         f"Formats: {', '.join(EXPORT_FORMATS)}")
-    plan = build_plan(inputs)
+    plan = build_plan(inputs, model)
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
     if fmt == "torchrun":

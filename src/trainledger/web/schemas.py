@@ -120,6 +120,8 @@ class PlanRequest(JsonSpec):
     headroom: float = Field(0.10, ge=0.0, lt=0.9)
     rank_by: Literal["time", "cost", "gpus"] = "time"
     top: int = Field(10, gt=0, le=50)
+    config_json: str | None = Field(None, max_length=MAX_CONFIG_CHARS,
+                                    description="a pasted Hugging Face config.json (text); replaces the preset")
 
 
 class ExportRequest(Spec):
@@ -127,6 +129,8 @@ class ExportRequest(Spec):
 
     inputs: WebInputs = WebInputs()
     format: str = Field(max_length=20, pattern=r"^[a-z-]+$", description="torchrun, accelerate, deepspeed, ...")
+    config_json: str | None = Field(None, max_length=MAX_CONFIG_CHARS,
+                                    description="a pasted Hugging Face config.json (text); replaces the preset")
 
 
 class ErrorBody(Spec):
