@@ -276,6 +276,7 @@ async function update() {
     if (err.name === "AbortError" || mine !== seq) return;
     clearErrors();
     showError(err);
+    if (!userEdited) for (const prob of urlProblems) showError(prob);  // the link's own problem first
     $("#fixes").hidden = true;
     const v = $("#verdict");
     v.textContent = "Fix the highlighted input";
