@@ -85,3 +85,22 @@ def test_accept_json_shows_not_measured_instead_of_zero_bytes(tmp_path):
     assert r.exit_code == 0, r.output
     sec = r.stdout.split("Measured vs predicted")[1].split("Procurement")[0]
     assert "0 B" not in sec and "not measured" in sec and "within the" not in sec
+
+
+def test_a_term_keeps_its_colour_in_every_chart():
+    from trainledger.report import charts
+
+    one = charts.stacked_bars("a", [{"label": "x", "values": {"weights": 1.0, "activations": 2.0}}],
+                              ["weights", "activations"])
+    two = charts.stacked_bars("b", [{"label": "y", "values": {"master_weights": 1.0, "activations": 2.0}}],
+                              ["master_weights", "activations"])
+    colour = charts.term_color("activations")
+    assert f'fill="{colour}"' in one and f'fill="{colour}"' in two
+    assert charts.term_color("weights") != colour
+
+
+def test_off_scale_values_are_labelled_not_drawn_flat():
+    from trainledger.report import charts
+
+    svg = charts.line_chart("t", [1, 2, 4], [{"name": "s", "ys": [1.0, 2.0, 500.0]}], "GiB", "x", y_clip=10.0)
+    assert "↑ 500" in svg
