@@ -140,8 +140,11 @@ def state_bytes_per_param(plan: Plan) -> dict[str, float]:
     pol = plan.recipe.policy
     weights = DTYPE_BYTES[pol["weights"]]
     master = 0.0 if pol["master"] == "none" else DTYPE_BYTES[pol["master"]]
+    states_dtype = pol["states"]
+    if plan.recipe.method in ("lora", "qlora"):  # peft keeps adapters and their states in fp32
+        weights, master, states_dtype = DTYPE_BYTES["fp32"], 0.0, "fp32"  # (autocast_adapter_dtype=True)
     n_states = OPTIMIZER_STATES[plan.recipe.optimizer]
-    per_state = ADAM8BIT_BYTES_PER_STATE if plan.recipe.optimizer == "adamw-8bit" else DTYPE_BYTES[pol["states"]]
+    per_state = ADAM8BIT_BYTES_PER_STATE if plan.recipe.optimizer == "adamw-8bit" else DTYPE_BYTES[states_dtype]
     return {"weights": float(weights), "master": float(master), "optimizer": float(n_states * per_state)}
 
 
