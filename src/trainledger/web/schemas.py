@@ -107,7 +107,7 @@ class PlanRequest(JsonSpec):
 
     model: str = Field(DEFAULT_MODEL, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
     method: Method = "full"
-    precision: Precision = "bf16-mixed"
+    precision: Precision | None = Field(None, description="precision policy [the method's default, as estimate]")
     optimizer: Optimizer = "adamw"
     attention: Attention = "sdpa"
     seq_len: int = Field(4096, gt=0, le=1_048_576)

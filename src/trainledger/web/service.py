@@ -214,6 +214,11 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
     if req.rank_by in ("time", "cost") and not req.tokens:
         raise WebError(f"ranking by {req.rank_by} needs a token budget: give one, or rank by GPU count", "tokens")
     job_data = req.model_dump(exclude={"gpus", "config_json"})
+    if req.precision is None:  # the method's default, as the estimate panel uses it
+        from ..hfconfig import load_model
+        from ..precision import default_precision
+
+        job_data["precision"] = default_precision(req.method, model or load_model(req.model.lower()), None)[0]
     job_data.update(model=PASTED_NAME if model is not None else req.model.lower(),
                     gpus=tuple(g.lower() for g in req.gpus))
     try:
