@@ -122,7 +122,7 @@ def stacked_bars(title: str, bars: Sequence[dict], terms: Sequence[str], unit: s
     for i, b in enumerate(bars):
         x = ML + slot * i + (slot - bw) / 2
         acc = 0.0
-        for j, term in enumerate(terms):
+        for term in terms:
             v = b["values"].get(term, 0.0)
             if v <= 0:
                 continue
