@@ -1,12 +1,16 @@
-"""Fuzz counts of the reliability suite (issue 9): hypothesis examples run per property, hostile
-inputs survived, schemathesis cases per API operation.
+"""Hostile-input report (issue 20): per input kind, cases tried / clean errors / tracebacks / hangs
+/ peak RSS; and (``--suite``) the fuzz counts of the reliability suite (issue 9).
 
-    python bench/fuzz_report.py                  # the suite's own (CI) example counts
-    python bench/fuzz_report.py --scale 4        # 4x the schemathesis examples per operation
+    python bench/fuzz_report.py                        # every issue-20 case at full size
+    python bench/fuzz_report.py --scale 0.25 --kind corpus
+    python bench/fuzz_report.py --src /tmp/old/src     # the same cases against another source tree
+    python bench/fuzz_report.py --suite [--scale 4]    # pytest tests/reliability with hypothesis stats
 
-Runs ``pytest tests/reliability`` (all but the fault tests, which ``bench/faults.py`` reports)
-with hypothesis statistics, a JUnit XML report and a log of every schemathesis case, then prints
-three tables. Exit status 1 when any test failed.
+The issue-20 cases (tests/reliability/hostile20.py) are generated in a temporary folder (sparse
+files for the multi-GB ones) and each runs as one ``trainledger`` command in a fresh subprocess
+under a 6 GiB address-space limit and a time limit; a case is ``ok``, a ``clean error`` (one
+``error:`` line), a ``traceback``, a ``hang`` (killed at the limit) or a ``crash``. Peak RSS is the
+process's VmHWM. Exit status 1 when any case tracebacked, hung, crashed or passed the RSS limit.
 """
 
 from __future__ import annotations
@@ -63,11 +67,65 @@ def parse_junit(path: Path) -> dict[str, Counter]:
     return res
 
 
+def hostile_main(a: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT / "tests" / "reliability"))
+    import shutil
+
+    from hostile20 import ALL_CASES, KINDS, RSS_LIMIT_MB, run_case
+
+    src = Path(a.src).resolve() if a.src else None
+    cases = [c for c in ALL_CASES if not a.kind or c.kind == a.kind]
+    tmp = Path(tempfile.mkdtemp(prefix="tl-hostile-"))
+    outcomes = []
+    try:
+        for i, case in enumerate(cases):
+            o = run_case(case, tmp / f"case{i}", a.scale, a.timeout, src)
+            outcomes.append(o)
+            if a.verbose:
+                print(f"  {o.status:<11} {o.seconds:6.1f} s {o.rss_mb:7.1f} MiB  {o.kind:<11} {o.name}: {o.line[:110]}",
+                      flush=True)
+            shutil.rmtree(tmp / f"case{i}", ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = []
+    for kind in [k for k in KINDS if any(o.kind == k for o in outcomes)]:
+        mine = [o for o in outcomes if o.kind == kind]
+        count = Counter(o.status for o in mine)
+        rows.append({"kind": kind, "cases": len(mine), "ok": count["ok"], "clean_errors": count["clean error"],
+                     "tracebacks": count["traceback"], "hangs": count["hang"], "crashes": count["crash"],
+                     "peak_rss_mb": max(o.rss_mb for o in mine), "max_seconds": max(o.seconds for o in mine)})
+    bad = [o for o in outcomes if o.status in ("traceback", "hang", "crash") or o.rss_mb > RSS_LIMIT_MB]
+    if a.json:
+        print(json.dumps({"rows": rows, "cases": [o.__dict__ for o in outcomes]}, indent=1))
+        return 1 if bad else 0
+    print(f"hostile inputs (issue 20), scale {a.scale:g}, time limit {a.timeout:g} s per case, "
+          f"RSS limit {RSS_LIMIT_MB:.0f} MiB, source {src or ROOT / 'src'}")
+    print(f"{'input kind':<12} {'cases':>5} {'ok':>4} {'clean err':>9} {'traceback':>9} {'hang':>5} {'crash':>5} "
+          f"{'peak RSS MiB':>12} {'max s':>6}")
+    for r in rows:
+        print(f"{r['kind']:<12} {r['cases']:>5} {r['ok']:>4} {r['clean_errors']:>9} {r['tracebacks']:>9} "
+              f"{r['hangs']:>5} {r['crashes']:>5} {r['peak_rss_mb']:>12.0f} {r['max_seconds']:>6.1f}")
+    for o in bad:
+        why = o.status if o.status != "ok" and o.status != "clean error" else f"RSS {o.rss_mb:.0f} MiB"
+        print(f"  FAIL {o.kind}: {o.name}: {why}: {o.line[:140]}")
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply schemathesis examples per operation")
+    ap.add_argument("--suite", action="store_true", help="the issue-9 reliability suite counts instead")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="size of the generated inputs (issue 20) / schemathesis examples (--suite)")
+    ap.add_argument("--kind", help="only this input kind (config.json, plan file, --from, corpus, ledger)")
+    ap.add_argument("--src", help="source tree to test (default: this checkout's src)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case before it counts as a hang")
+    ap.add_argument("--verbose", "-v", action="store_true", help="one line per case")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    return suite_main(a) if a.suite else hostile_main(a)
+
+
+def suite_main(a: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tl-fuzz-"))
     log, junit = tmp / "schemathesis.jsonl", tmp / "junit.xml"
     env = {**os.environ, "TRAINLEDGER_FUZZ_LOG": str(log), "HF_HUB_OFFLINE": "1",

@@ -37,8 +37,39 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
 
 
+#: the library's entry points, imported on first use (``import trainledger`` stays light)
+_LAZY = {
+    "estimate": ("trainledger.estimate", None),  # the package is callable: trainledger.estimate(plan)
+    "Estimate": ("trainledger.estimate", "Estimate"),
+    "EstimateOptions": ("trainledger.estimate", "EstimateOptions"),
+    "search": ("trainledger.search", None),  # the module is callable: trainledger.search(job)
+    "Job": ("trainledger.search", "Job"),
+    "build_plan": ("trainledger.planfile", "build_plan"),
+    "PlanInputs": ("trainledger.planfile", "PlanInputs"),
+    "Runtime": ("trainledger.runtime", "Runtime"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(module)
+    return mod if attr is None else getattr(mod, attr)
+
+
 __all__ = [
     "__version__",
+    "estimate",
+    "Estimate",
+    "EstimateOptions",
+    "search",
+    "Job",
+    "build_plan",
+    "PlanInputs",
+    "Runtime",
     "Cluster",
     "GpuSpec",
     "NetworkSpec",

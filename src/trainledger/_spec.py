@@ -23,4 +23,6 @@ def spec_error(exc: ValidationError, where: str) -> SpecError:
         shown = clip(err.get("input"))  # bounded: a megabyte string or a deep list stays short
         parts.append(f"{loc}: {msg} (got {shown})")
     more = "" if len(exc.errors()) <= 5 else f"; and {len(exc.errors()) - 5} more"
-    return SpecError(f"{where}: " + "; ".join(parts) + more)
+    first = exc.errors()[0].get("loc", ()) if exc.errors() else ()
+    field = str(first[-1]) if first and isinstance(first[-1], str) else (str(first[0]) if first else None)
+    return SpecError(f"{where}: " + "; ".join(parts) + more, field=field)

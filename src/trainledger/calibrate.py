@@ -35,6 +35,10 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf") and v > 0
+
+
 def fit(records: Iterable[Record]) -> dict[str, Any]:
     """Fit the corrections from ``verify memory`` records (all of one environment)."""
     overhead, reserve, time_scale, mfu = [], [], [], []
@@ -43,17 +47,20 @@ def fit(records: Iterable[Record]) -> dict[str, Any]:
         if r.kind != "measurement" or r.command != MEMORY_COMMAND:
             continue
         m, p = r.result.get("measured") or {}, r.result.get("predicted") or {}
+        if not isinstance(m, dict) or not isinstance(p, dict) or not all(
+                _number(d.get(k)) for d, k in ((m, "peak_allocated_bytes"), (p, "peak_allocated_bytes"))):
+            continue  # a damaged or foreign record (issue 20): not a measurement to fit from
         if m.get("oom") or not m.get("peak_allocated_bytes") or not p.get("peak_allocated_bytes"):
             continue
         used.append(r.id)
         overhead.append(m["peak_allocated_bytes"] / p["peak_allocated_bytes"] - 1.0)
-        if m.get("device") == "cuda" and m.get("peak_reserved_bytes"):
+        if m.get("device") == "cuda" and _number(m.get("peak_reserved_bytes")):
             reserve.append((m["peak_reserved_bytes"] - m["peak_allocated_bytes"]) / m["peak_allocated_bytes"])
             t = r.result.get("time") or {}
-            if t.get("measured") and t.get("predicted"):
+            if isinstance(t, dict) and _number(t.get("measured")) and _number(t.get("predicted")):
                 scale = t["measured"] / t["predicted"]
                 time_scale.append(scale)
-                if p.get("mfu"):
+                if _number(p.get("mfu")):
                     mfu.append(p["mfu"] / scale)
     return {
         "n_measurements": len(used), "record_ids": used,
@@ -79,7 +86,7 @@ def calibrate(ledger: Ledger, env: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def latest(ledger: Ledger, env_id: str) -> dict[str, Any] | None:
-    recs = ledger.list(kind="calibration", env_id=env_id, limit=1)
+    recs = ledger.list(kind="calibration", env_id=env_id, command=CALIBRATION_COMMAND, limit=1)
     if not recs:
         return None
     out = dict(recs[0].result)
@@ -102,7 +109,8 @@ def apply_terms(estimate: Mapping[str, Any], cal: Mapping[str, Any] | None, env_
         if "allocator_reserve_fraction" in terms:
             mem["calibrated_peak_reserved_bytes"] = int(round(alloc * (1 + terms["allocator_reserve_fraction"])))
     comp = d.get("compute")
-    if isinstance(comp, dict) and comp.get("step_time_s") and "step_time_scale" in terms:
+    if isinstance(comp, dict) and comp.get("step_time_s") and "step_time_scale" in terms \
+            and "calibrated_step_time_s" not in comp:
         comp["calibrated_step_time_s"] = comp["step_time_s"] * terms["step_time_scale"]
     d["calibration"] = {"calibrated": True, "env_id": env_id, "n_measurements": cal["n_measurements"],
                         "calibration_id": cal.get("id"), "terms": terms}
@@ -111,17 +119,94 @@ def apply_terms(estimate: Mapping[str, Any], cal: Mapping[str, Any] | None, env_
 
 def apply(estimate: Mapping[str, Any], env: Mapping[str, Any] | None = None,
           ledger: Ledger | None = None) -> dict[str, Any]:
-    """Add this environment's latest calibration to an estimate dict (``Estimate.to_dict()``)."""
+    """Add this environment's latest calibration to an estimate dict (``Estimate.to_dict()``).
+
+    A time calibration (``trainledger calibrate --measured-step-time / --log``) is applied when its
+    stack fingerprint matches the estimate's (any machine: it describes the measured cluster, not
+    this one); otherwise the estimate says why it was refused.
+    """
     from .ledger import fingerprint
 
     env = env or fingerprint()
     own = ledger is None
     ledger = ledger or Ledger()
     try:
-        return apply_terms(estimate, latest(ledger, env["env_id"]), env["env_id"])
+        d = apply_time(estimate, ledger)
+        mem_cal = latest(ledger, env["env_id"])
+        out = apply_terms(d, mem_cal, env["env_id"])
+        tc = (d.get("compute") or {}).get("time_calibration")
+        if tc and tc.get("calibrated") and not out["calibration"].get("calibrated"):
+            out["calibration"] = {"calibrated": True, "env_id": env["env_id"],
+                                  "n_measurements": tc.get("n_runs") or 1,
+                                  "calibration_id": tc.get("calibration_id"), "terms": {},
+                                  "time_only": True}
+        return out
     finally:
         if own:
             ledger.close()
+
+
+TIME_COMMAND = "calibrate time"
+
+
+def apply_time(estimate: Mapping[str, Any], ledger: Ledger) -> dict[str, Any]:
+    """The estimate with ``compute.time_calibration`` (and ``calibrated_step_time_s``) added."""
+    from .estimate import calibration as tcal
+
+    d = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in estimate.items()}
+    comp = d.get("compute")
+    if not isinstance(comp, dict) or not comp.get("stack_profile"):
+        return d
+    fp = tcal.fingerprint(comp, d.get("plan") or {})
+    refused = None
+    for rec in ledger.list(kind="calibration", command=TIME_COMMAND, limit=50):
+        got = tcal.apply(comp, fp, rec.result)
+        if got["calibrated"]:
+            got["calibration_id"] = rec.id
+            comp["time_calibration"] = got
+            comp["calibrated_step_time_s"] = got["step_time_s"]
+            from .estimate.intervals import time_interval
+
+            comp["calibrated_step_time_interval_s"] = time_interval(
+                got["step_time_s"], str(fp.get("framework")), str(fp.get("gpu_family")), calibrated=True)
+            return d
+        refused = refused or got["reason"]
+    if refused:
+        comp["time_calibration"] = {"calibrated": False, "reason": refused}
+    return d
+
+
+def calibrate_time(ledger: Ledger, runs: list[tuple[Any, float]], source: str) -> dict[str, Any]:
+    """Fit time factors from measured runs [(Plan, measured step seconds)] and store them."""
+    from .estimate import calibration as tcal
+    from .estimate.time import estimate_compute
+
+    fit_runs = []
+    for plan, meas in runs:
+        comp = estimate_compute(plan).to_dict()
+        fp = tcal.fingerprint(comp, {"attention": plan.recipe.attention})
+        fit_runs.append((comp, fp, meas))
+    fitted = tcal.fit(fit_runs)
+    fitted["source"] = source
+    fitted["id"] = ledger.add("calibration", TIME_COMMAND, fitted)
+    return fitted
+
+
+def render_time(fitted: Mapping[str, Any]) -> str:
+    fp = fitted["fingerprint"]
+    lines = [f"time calibration {fitted.get('id')} ({fitted['method']}) from {fitted['n_runs']} run(s), "
+             f"{fitted.get('source', '')}",
+             f"  environment: {fp.get('gpu')}"
+             + (f" at {fp['power_limit_w']:g} W" if fp.get("power_limit_w") else "")
+             + f", {fp.get('framework')}, {fp.get('matmul_dtype')} GEMMs, {fp.get('kernels')} kernels, "
+             f"attention {fp.get('attention')}"]
+    for k, v in fitted["factors"].items():
+        lines.append(f"  {k:<10} x{v:.3f}")
+    for m, p in zip(fitted["measured_step_s"], fitted["predicted_step_s"]):
+        lines.append(f"  measured {m:.4g} s per step, predicted {p:.4g} s before calibration")
+    lines.append("  applies to estimates of the same GPU, power limit, stack and precision "
+                 "(estimate --calibrated); others are refused")
+    return "\n".join(lines)
 
 
 def render(fitted: Mapping[str, Any]) -> str:

@@ -138,6 +138,9 @@ class GpuSpec(Spec):
     devices_per_package: int = Field(1, ge=1, le=8, description="runtime devices per sold module")
     tdp_w: float = Field(gt=0, le=5000, description="board power (TDP/TBP), watts")
     idle_w: float | None = Field(None, gt=0, description="idle power, watts (None: 20% of TDP)")
+    power_limit_w: float | None = Field(
+        None, gt=0, le=5000, description="configured board power limit, watts (nvidia-smi -pl); "
+        "below TDP the tensor clock drops (time model: estimate/stack.py clock_scale)")
     sparsity_note: str | None = Field(None, description="how sparse datasheet figures were made dense")
     source: str = Field(min_length=1, description="datasheet URL (every bundled file has one)")
     checked: _dt.date | None = Field(None, description="date the numbers were checked against source")

@@ -1,7 +1,20 @@
 """One error tree for trainledger (DESIGN.md §3.7).
 
 Every error a user can cause is a :class:`TrainledgerError`; its message says what was wrong and
-what to do next. The CLI prints it as one line and exits non-zero — never a stack trace.
+what to do next. The CLI prints it as one line and exits non-zero — never a stack trace. An error
+about one input carries that input's name in ``field`` (a ``PlanInputs`` field such as ``"tp"``), so
+the web page puts the message next to the right box without reading the message.
+
+    TrainledgerError            (exit 2; .field: the input it concerns, or None)
+    ├── SpecError               a model config, recipe or plan file is malformed or unsupported
+    ├── CatalogError            unknown or invalid GPU, network, preset or price entry
+    ├── LayoutError             parallel degrees that do not fit the model or the cluster
+    ├── PlanError               contradictory inputs
+    ├── DoesNotFit              the job does not fit in the memory it is given
+    ├── CorpusError             a dataset that cannot be read or tokenized
+    ├── VerifyError             a verification run failed or could not start (exit 1)
+    ├── LedgerError             the measurement ledger cannot be read or written
+    └── MissingDependency       an optional extra is not installed; the message gives the pip command
 """
 
 from __future__ import annotations
@@ -25,9 +38,13 @@ __all__ = [
 
 
 class TrainledgerError(Exception):
-    """Base of every error trainledger raises on purpose."""
+    """Base of every error trainledger raises on purpose; ``field`` names the input it concerns."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SpecError(TrainledgerError):

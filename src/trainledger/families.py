@@ -16,6 +16,12 @@ from .errors import SpecError
 
 _NO = object()
 
+#: most decoder layers a config may have. Real models stay far below it: Llama 3.1 405B has 126
+#: (Llama Team 2024, arXiv:2407.21783, Table 3), DeepNet trained 1,000-layer Transformers (Wang et
+#: al. 2022, arXiv:2203.00555, §1). A 10,000-layer pasted config made one web estimate take a minute
+#: (issue 20); past this bound it is one error line.
+MAX_LAYERS = 1024
+
 
 class Cfg:
     """A config.json mapping plus the file name, with typed, range-checked getters."""
@@ -75,12 +81,22 @@ class Cfg:
             raise self.fail(key, "a list of integers", v)
         return tuple(v)
 
+    def layer_indices(self, key: str, n_layers: int) -> tuple[int, ...]:
+        """A list of distinct layer indices in [0, n_layers) (e.g. ``mlp_only_layers``), sorted."""
+        v = self._raw(key, [])
+        if isinstance(v, list) and len(v) > n_layers:
+            raise self.fail(key, f"a list of at most {n_layers} layer indices", f"{len(v):,} entries")
+        got = self.int_list(key, [])
+        if any(not 0 <= x < n_layers for x in got) or len(set(got)) != len(got):
+            raise self.fail(key, f"a list of distinct layer indices in [0, {n_layers})", v)
+        return tuple(sorted(got))
+
     def layer_types(self, n_layers: int) -> tuple[str, ...] | None:
         v = self.data.get("layer_types")
         if v is None:
             return None
         names = {"full_attention": "full", "sliding_attention": "sliding"}
-        if not isinstance(v, list) or len(v) != n_layers or any(x not in names for x in v):
+        if not isinstance(v, list) or len(v) != n_layers or any(not isinstance(x, str) or x not in names for x in v):
             raise self.fail("layer_types", f"a list of {n_layers} 'full_attention'/'sliding_attention'", v)
         return tuple(names[x] for x in v)
 
@@ -103,7 +119,7 @@ def _attention_dims(c: Cfg, head_dim_default: Any = None) -> dict[str, Any]:
 
 def _common(c: Cfg, tie_default: bool = False) -> dict[str, Any]:
     return dict(
-        num_layers=c.int("num_hidden_layers", hi=10_000),
+        num_layers=c.int("num_hidden_layers", hi=MAX_LAYERS),
         intermediate_size=c.int("intermediate_size"),
         vocab_size=c.int("vocab_size"),
         tie_word_embeddings=c.bool("tie_word_embeddings", tie_default),
@@ -146,8 +162,9 @@ def _pattern_sliding(c: Cfg, f: dict[str, Any], period: int) -> dict[str, Any]:
     return f
 
 
-def _moe_layers(c: Cfg) -> dict[str, Any]:
-    return dict(layer_freq=c.int("decoder_sparse_step", 1), dense_layers=c.int_list("mlp_only_layers", []))
+def _moe_layers(c: Cfg, n_layers: int) -> dict[str, Any]:
+    return dict(layer_freq=c.int("decoder_sparse_step", 1, hi=max(1, n_layers)),
+                dense_layers=c.layer_indices("mlp_only_layers", n_layers))
 
 
 # ------------------------------------------------------------------ families
@@ -181,7 +198,7 @@ def qwen2_moe(c: Cfg) -> dict[str, Any]:
     f["moe"] = dict(num_experts=c.int("num_experts", 60), top_k=c.int("num_experts_per_tok", 4),
                     expert_intermediate_size=c.int("moe_intermediate_size", 1408),
                     num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
-                    shared_expert_gate=True, **_moe_layers(c))
+                    shared_expert_gate=True, **_moe_layers(c, f["num_layers"]))
     return f
 
 
@@ -197,7 +214,7 @@ def qwen3_moe(c: Cfg) -> dict[str, Any]:
     bias = c.bool("attention_bias", False)
     f.update(qkv_bias=bias, o_bias=bias, qk_norm="head")
     f["moe"] = dict(num_experts=c.int("num_experts", 128), top_k=c.int("num_experts_per_tok", 8),
-                    expert_intermediate_size=c.int("moe_intermediate_size", 768), **_moe_layers(c))
+                    expert_intermediate_size=c.int("moe_intermediate_size", 768), **_moe_layers(c, f["num_layers"]))
     return f
 
 
@@ -214,10 +231,18 @@ def gemma(c: Cfg) -> dict[str, Any]:
     return _gemma_base(c)
 
 
+#: transformers Gemma2Config defaults (models/gemma2/configuration_gemma2.py)
+GEMMA2_FINAL_SOFTCAP = 30.0
+GEMMA2_ATTN_SOFTCAP = 50.0
+
+
 def gemma2(c: Cfg) -> dict[str, Any]:
     """Gemma 2: pre- and post-norm around attention and MLP (4 norms per layer), local/global layers."""
     f = _pattern_sliding(c, _gemma_base(c), 2)
-    f.update(norms_per_layer=4, logit_softcap=c.data.get("final_logit_softcapping"))
+    # transformers' Gemma2Config applies 30 / 50 when config.json omits the keys (an explicit null
+    # turns the cap off): configuration_gemma2.py ``final_logit_softcapping=30.0, attn_logit_softcapping=50.0``
+    f.update(norms_per_layer=4, logit_softcap=c.data.get("final_logit_softcapping", GEMMA2_FINAL_SOFTCAP),
+             attn_softcap=c.data.get("attn_logit_softcapping", GEMMA2_ATTN_SOFTCAP))
     return f
 
 
@@ -262,7 +287,7 @@ def gpt2(c: Cfg) -> dict[str, Any]:
         raise SpecError(f"{c.where}: n_embd {h} is not divisible by n_head {a}")
     return dict(
         hidden_size=h, num_heads=a, num_kv_heads=a, head_dim=h // a,
-        num_layers=c.int(key("n_layer", "num_hidden_layers"), hi=10_000),
+        num_layers=c.int(key("n_layer", "num_hidden_layers"), hi=MAX_LAYERS),
         intermediate_size=c.int("n_inner", 4 * h),
         vocab_size=c.int("vocab_size"), tie_word_embeddings=c.bool("tie_word_embeddings", True),
         mlp_type="plain", activation=c.str("activation_function", "gelu_new"), norm_type="layernorm",

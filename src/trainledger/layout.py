@@ -19,7 +19,7 @@ Offload = Literal["none", "optimizer", "params"]
 class Layout(Spec):
     """Parallelism degrees and sharding. ``dp=None`` means: whatever the world size leaves."""
 
-    dp: int | None = Field(None, gt=0, le=1_000_000, description="data-parallel degree")
+    dp: int | None = Field(None, gt=0, le=1_000_000, description="data-parallel degree [gpus / (tp·pp·cp)]")
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
     pp: int = Field(1, gt=0, le=1024, description="pipeline-parallel degree")
     cp: int = Field(1, gt=0, le=1024, description="context-parallel degree")
@@ -29,7 +29,7 @@ class Layout(Spec):
     pp_schedule: PipelineSchedule = "1f1b"
     pp_microbatches: int | None = Field(None, gt=0, description="micro-batches per pipeline flush")
     zero: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage; 3 == FSDP full shard")
-    hybrid_shard: bool = Field(False, description="FSDP hybrid: shard within a node, replicate across")
+    hybrid_shard: bool = Field(False, description="shard within a node, replicate across nodes (HSDP)")
     offload: Offload = Field("none", description="CPU offload of optimizer states, or of params too")
     offload_device: Literal["cpu", "nvme"] = "cpu"
 
@@ -42,7 +42,8 @@ class Layout(Spec):
         mp = self.model_parallel()
         if self.dp is None:
             if world_size % mp:
-                raise LayoutError(
+                worst = max(("tp", "pp", "cp"), key=lambda k: getattr(self, k))
+                raise LayoutError(field=worst, message=
                     f"tp·pp·cp = {self.tp}·{self.pp}·{self.cp} = {mp} does not divide {world_size} GPUs; "
                     f"choose degrees whose product divides the GPU count"
                 )
@@ -54,17 +55,17 @@ class Layout(Spec):
         dp = self.dp or 1
         total = dp * self.model_parallel()
         if total != world_size:
-            raise LayoutError(
+            raise LayoutError(field="dp", message=
                 f"dp·tp·pp·cp = {dp}·{self.tp}·{self.pp}·{self.cp} = {total}, but the cluster has "
                 f"{world_size} GPUs; set --dp {world_size // self.model_parallel() or 1} or change --gpus"
             )
         if (dp * self.cp) % self.ep:
-            raise LayoutError(
+            raise LayoutError(field="ep", message=
                 f"ep={self.ep} must divide dp·cp = {dp}·{self.cp} = {dp * self.cp} (experts are "
                 f"sharded over the data-parallel ranks)"
             )
         if self.vp > 1 and self.pp == 1:
-            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1")
+            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1", field="vp")
 
     @property
     def dp_size(self) -> int:

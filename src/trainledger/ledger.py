@@ -89,21 +89,45 @@ class Record:
     plan: dict[str, Any] | None
     ok: bool | None
     result: dict[str, Any]
+    #: why the row could not be read in full (damaged JSON), or None
+    damaged: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id, "kind": self.kind, "command": self.command,
             "created_at": self.created_at, "env_id": self.env_id, "env": self.env,
             "plan_key": self.plan_key, "plan": self.plan, "ok": self.ok, "result": self.result,
         }
+        if self.damaged:
+            d["damaged"] = self.damaged
+        return d
 
 
 def _row(r: sqlite3.Row) -> Record:
+    """A Record from one row; a row whose JSON is damaged is kept, marked, with empty fields."""
+    damaged = []
+
+    def obj(col: str, optional: bool = False) -> Any:
+        raw = r[col]
+        if optional and not raw:
+            return None
+        try:
+            v = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
+            damaged.append(f"{col} is not valid JSON")
+            return None if optional else {}
+        if not isinstance(v, dict):
+            damaged.append(f"{col} is not a JSON object")
+            return None if optional else {}
+        return v
+
+    env, plan, result = obj("env"), obj("plan", optional=True), obj("result")
+    ok = r["ok"]
     return Record(
-        id=r["id"], kind=r["kind"], command=r["command"], created_at=r["created_at"],
-        env_id=r["env_id"], env=json.loads(r["env"]), plan_key=r["plan_key"],
-        plan=json.loads(r["plan"]) if r["plan"] else None,
-        ok=None if r["ok"] is None else bool(r["ok"]), result=json.loads(r["result"]),
+        id=r["id"], kind=str(r["kind"]), command=str(r["command"]), created_at=str(r["created_at"]),
+        env_id=str(r["env_id"]), env=env, plan_key=r["plan_key"], plan=plan,
+        ok=None if ok is None or not isinstance(ok, int) else bool(ok), result=result,
+        damaged="; ".join(damaged) or None,
     )
 
 
@@ -112,22 +136,18 @@ class Ledger:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path).expanduser() if path else default_path()
+        #: True when the file (or its folder) cannot be written: records can be read, not added
+        self.read_only = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-            self._conn.row_factory = sqlite3.Row
-            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            with self._tx():
-                for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                    self._conn.execute(stmt)
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
+            try:
+                mode = self._open_rw()
+            except sqlite3.OperationalError as exc:
+                if not self.path.is_file() or not _read_only_error(exc):
+                    raise
+                if getattr(self, "_conn", None) is not None:
+                    self._conn.close()
+                mode = self._open_ro()
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError):  # I/O, full disk, locked: the file is fine
                 raise LedgerError(f"{self.path}: cannot open the ledger ({exc}); check the free space and "
@@ -139,6 +159,63 @@ class Ledger:
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot create the ledger ({exc.strerror})") from None
         self.journal_mode = str(mode).lower()
+
+    def _open_rw(self) -> str:
+        self._conn = sqlite3.connect(
+            str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        mode = self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        with self._tx():
+            for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                self._conn.execute(stmt)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        return mode
+
+    def _open_ro(self) -> str:
+        """A ledger we may not write (read-only file or folder): open it for reading only.
+
+        A WAL database needs its -shm file; where that cannot be created the file is opened as
+        immutable (https://sqlite.org/uri.html#uriimmutable), which is right for a ledger nobody
+        can write.
+        """
+        uri = self.path.resolve().as_uri()
+        last: Exception | None = None
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                self._conn = sqlite3.connect(uri + query, uri=True, timeout=BUSY_TIMEOUT_S,
+                                             isolation_level=None, check_same_thread=False)
+                self._conn.row_factory = sqlite3.Row
+                mode = self._conn.execute("PRAGMA journal_mode").fetchone()[0]
+                self._conn.execute("SELECT COUNT(*) FROM records").fetchone()
+                self.read_only = True
+                return mode
+            except sqlite3.OperationalError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def _retry_locked(self, fn: Any) -> Any:
+        """fn() until it stops failing with "database is locked" (or BUSY_TIMEOUT_S passes).
+
+        Switching a new file to WAL needs an exclusive lock and SQLite does not call the busy
+        handler for it, so several processes opening a new ledger at once raced (issue 20).
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(0.1, delay * 2)
 
     def close(self) -> None:
         self._conn.close()
@@ -152,6 +229,9 @@ class Ledger:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; ``BEGIN IMMEDIATE`` takes the write lock up front (no deadlock)."""
+        if self.read_only:
+            raise LedgerError(f"{self.path}: the ledger is read-only (no write permission on the file "
+                              "or its folder); pass --ledger PATH to record elsewhere")
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
             try:
@@ -233,13 +313,19 @@ class Ledger:
             raise LedgerError(f"{self.path}: cannot read the ledger ({exc})") from None
 
     def get(self, record_id: int) -> Record:
-        r = self._conn.execute("SELECT * FROM records WHERE id = ?", (int(record_id),)).fetchone()
+        try:
+            r = self._conn.execute("SELECT * FROM records WHERE id = ?", (int(record_id),)).fetchone()
+        except (sqlite3.DatabaseError, OverflowError) as exc:
+            raise LedgerError(f"{self.path}: cannot read the ledger ({exc})") from None
         if r is None:
             raise LedgerError(f"{self.path}: no record with id {record_id} (`trainledger ledger list`)")
         return _row(r)
 
     def count(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+        try:
+            return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{self.path}: cannot read the ledger ({exc})") from None
 
     def export(self, fmt: str = "jsonl", **filters: Any) -> str:
         """All matching records as JSON lines, one JSON array, or CSV (JSON columns as text)."""
@@ -339,6 +425,11 @@ def env_id_of(env: Mapping[str, Any]) -> str:
     keys = ("gpu_name", "gpu_count", "driver", "cuda", "torch", "transformers", "cpu_model")
     blob = json.dumps({k: env.get(k) for k in keys}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _read_only_error(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "readonly" in msg or "read-only" in msg or "unable to open" in msg
 
 
 def _dumps(obj: Any) -> str:

@@ -126,7 +126,8 @@ class ModelSpec(Spec):
     layer_types: tuple[Literal["full", "sliding"], ...] = Field(
         (), description="attention type of each layer; empty = all full (or all sliding if a window is set)"
     )
-    logit_softcap: float | None = None
+    logit_softcap: float | None = Field(None, description="final-logit soft-cap c: logits = c·tanh(logits/c)")
+    attn_softcap: float | None = Field(None, description="attention-score soft-cap (eager attention)")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     notes: tuple[str, ...] = Field((), description="what the counts include or leave out")
@@ -146,12 +147,22 @@ class ModelSpec(Spec):
     def is_moe(self) -> bool:
         return self.moe is not None
 
+    @cached_property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """is_moe_layer for every layer, computed once: O(L + len(dense_layers)), not their product."""
+        m = self.moe
+        if m is None:
+            return (False,) * self.num_layers
+        dense = frozenset(m.dense_layers)
+        return tuple(i >= m.first_dense_layers and i not in dense and (i + 1) % m.layer_freq == 0
+                     for i in range(self.num_layers))
+
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i (0-based) has a routed-expert FFN."""
-        m = self.moe
-        if m is None or i < m.first_dense_layers or i in m.dense_layers:
+        if self.moe is None:
             return False
-        return (i + 1) % m.layer_freq == 0
+        mask = self.moe_layer_mask
+        return mask[i] if 0 <= i < len(mask) else False
 
     def is_sliding_layer(self, i: int) -> bool:
         """Whether layer i attends within ``sliding_window`` only."""
@@ -197,31 +208,12 @@ class ModelSpec(Spec):
         return int(self.params.total * bytes_per_param)
 
     # ---------------------------------------------------------------- parameter counts
-    def _mla_params(self) -> int:
-        """MLA projections: W^DQ, q norm, W^UQ|QR, W^DKV|KR, kv norm, W^UK|UV, W^O (arXiv:2405.04434 §2.1)."""
-        m, h, a = self.mla, self.hidden_size, self.num_heads
-        assert m is not None
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        b = self.qkv_bias
-        if m.q_lora_rank is None:
-            q = h * a * qk
-        else:
-            q = h * m.q_lora_rank + (m.q_lora_rank if b else 0) + m.q_lora_rank + m.q_lora_rank * a * qk
-        kv_a = m.kv_lora_rank + m.qk_rope_head_dim
-        kv = h * kv_a + (kv_a if b else 0) + m.kv_lora_rank
-        kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-        o = a * m.v_head_dim * h + (h if self.o_bias else 0)
-        return q + kv + o
-
-    def _attention_params(self) -> int:
+    def _attention_norm_params(self) -> int:
+        """Norms inside the attention block: q/k RMSNorms (qk_norm), MLA's q and kv latent norms."""
         if self.mla is not None:
-            return self._mla_params()
-        h = self.hidden_size
-        q = h * self.q_dim + (self.q_dim if self.qkv_bias else 0)
-        kv = 2 * (h * self.kv_dim + (self.kv_dim if self.qkv_bias else 0))
-        o = self.q_dim * h + (h if self.o_bias else 0)
-        qkn = {"none": 0, "head": 2 * self.head_dim, "full": self.q_dim + self.kv_dim}[self.qk_norm]
-        return q + kv + o + qkn
+            x = self.mla
+            return (x.q_lora_rank or 0) + x.kv_lora_rank
+        return {"none": 0, "head": 2 * self.head_dim, "full": self.q_dim + self.kv_dim}[self.qk_norm]
 
     def _ffn_params(self, width: int) -> int:
         h = self.hidden_size
@@ -235,21 +227,20 @@ class ModelSpec(Spec):
         return self.hidden_size * (2 if self.norm_bias else 1)
 
     def layer_params(self, i: int) -> dict[str, int]:
-        """Parameters of decoder layer i by component (attention, norms, mlp | experts, router, shared_experts)."""
-        out = {"attention": self._attention_params(), "norms": self.norms_per_layer * self._norm_params()}
+        """Parameters of decoder layer i by component (attention, norms, mlp | experts, router, shared_experts).
+
+        The projections come from the one layer inventory (:func:`modules.layer_linears`), the same
+        list LoRA matching and the FLOP count read; norms are added here.
+        """
+        from .modules import component, layer_linears
+
+        out = {"attention": self._attention_norm_params(), "norms": self.norms_per_layer * self._norm_params()}
         if self.is_moe_layer(i):
-            m = self.moe
-            assert m is not None
-            out["experts"] = m.num_experts * self._ffn_params(m.expert_intermediate_size)
-            out["router"] = self.hidden_size * m.num_experts
-            shared = 0
-            if m.num_shared_experts and m.shared_intermediate_size:
-                shared = self._ffn_params(m.shared_intermediate_size)
-                if m.shared_expert_gate:
-                    shared += self.hidden_size
-            out["shared_experts"] = shared
+            out.update(experts=0, router=0, shared_experts=0)
         else:
-            out["mlp"] = self._ffn_params(self.intermediate_size)
+            out["mlp"] = 0
+        for path, lin in layer_linears(self, i).items():
+            out[component(path)] += lin.params
         return out
 
     def layer_active_params(self, i: int) -> int:

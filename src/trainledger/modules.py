@@ -79,8 +79,8 @@ def layer_linears(m: ModelSpec, i: int) -> dict[str, Linear]:
     assert x is not None
     fe, n_in = x.expert_intermediate_size, 2 if m.mlp_type == "gated" else 1
     out["mlp.gate"] = Linear(h, x.num_experts)  # router: weight E×h, no bias
-    out["mlp.experts.gate_up_proj"] = Linear(h, n_in * fe, count=x.num_experts)
-    out["mlp.experts.down_proj"] = Linear(fe, h, count=x.num_experts)
+    out["mlp.experts.gate_up_proj"] = Linear(h, n_in * fe, m.mlp_bias, count=x.num_experts)
+    out["mlp.experts.down_proj"] = Linear(fe, h, m.mlp_bias, count=x.num_experts)
     if x.num_shared_experts and x.shared_intermediate_size:
         name = "mlp.shared_expert" if x.shared_expert_gate else "mlp.shared_experts"
         out.update(_ffn(m, name, x.shared_intermediate_size))
@@ -141,6 +141,19 @@ def _moe_lora(m: ModelSpec, roles: set[str], r: int) -> int:
     return n
 
 
+def lora_targets_of(m: ModelSpec, layer: int, targets: tuple[str, ...]) -> tuple[list[tuple[str, Linear]], set[str]]:
+    """What peft wraps in decoder layer ``layer``: the matched projections, and the converted MoE roles.
+
+    Module targets follow peft's ``target_modules`` rule (:func:`matches`) on single ``nn.Linear``
+    projections; for the MoE families in :data:`PEFT_MOE_CONVERSION` the expert/router names become
+    roles on the stacked experts (only in MoE layers).
+    """
+    roles, module_targets = _converted(tuple(targets), PEFT_MOE_CONVERSION.get(m.model_type, {}))
+    mods = [(path, lin) for path, lin in layer_linears(m, layer).items()
+            if lin.count == 1 and any(matches(path, t) for t in module_targets)]
+    return mods, (roles if m.is_moe_layer(layer) else set())
+
+
 def lora_params(m: ModelSpec, targets: tuple[str, ...], rank: int) -> int:
     """Trainable LoRA parameters r·(in + out) per wrapped module (Hu et al. 2021, arXiv:2106.09685 §4.1).
 
@@ -148,13 +161,34 @@ def lora_params(m: ModelSpec, targets: tuple[str, ...], rank: int) -> int:
     :data:`PEFT_MOE_CONVERSION` the expert/router names follow peft's v5 conversion instead
     (:func:`_moe_lora`). Assumes transformers 5 and peft >= 0.21 (the verify extra).
     """
-    names = PEFT_MOE_CONVERSION.get(m.model_type, {})
-    roles, module_targets = _converted(tuple(targets), names)
+    n_moe = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i))
     total = 0
-    for i in range(m.num_layers):
-        for path, lin in layer_linears(m, i).items():
-            if lin.count == 1 and any(matches(path, t) for t in module_targets):
-                total += rank * (lin.in_features + lin.out_features)
-        if roles and m.is_moe_layer(i):
-            total += _moe_lora(m, roles, rank)
+    # a layer's projections depend on i only through is_moe_layer(i): count each kind once
+    for kind_count, i in ((m.num_layers - n_moe, _first_layer(m, moe=False)), (n_moe, _first_layer(m, moe=True))):
+        if not kind_count:
+            continue
+        mods, roles = lora_targets_of(m, i, targets)
+        per_layer = sum(rank * (lin.in_features + lin.out_features) for _, lin in mods)
+        if roles:
+            per_layer += _moe_lora(m, roles, rank)
+        total += kind_count * per_layer
     return total
+
+
+def _first_layer(m: ModelSpec, moe: bool) -> int:
+    """Index of the first decoder layer that is (or is not) a MoE layer; -1 when there is none."""
+    return next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), -1)
+
+
+def component(path: str) -> str:
+    """The parameter-count component of a projection path: attention, mlp, experts, router, shared_experts."""
+    head, _, rest = path.partition(".")
+    if head in ("self_attn", "attn", "attention"):
+        return "attention"
+    if rest.startswith("experts."):
+        return "experts"
+    if rest == "gate":
+        return "router"
+    if rest.startswith("shared_expert"):
+        return "shared_experts"
+    return "mlp"

@@ -12,6 +12,7 @@ from .model import ModelSpec
 from .precision import check_precision
 from .recipe import Recipe
 from .runtime import Runtime
+from .serving_spec import Serving
 
 
 class Plan(Spec):
@@ -22,7 +23,8 @@ class Plan(Spec):
     layout: Layout
     cluster: Cluster
     runtime: Runtime = Runtime()
-    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="memory kept free for the fit verdict")
+    serving: Serving = Serving()
+    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
 
     @model_validator(mode="after")
     def _resolve(self) -> "Plan":
@@ -32,28 +34,28 @@ class Plan(Spec):
             object.__setattr__(self, "layout", lay)
         m, lay = self.model, self.layout
         if m.num_heads % lay.tp:
-            raise LayoutError(
+            raise LayoutError(field="tp", message=
                 f"tp={lay.tp} must divide the {m.num_heads} attention heads of {m.name}"
             )
         if lay.pp > m.num_layers:
-            raise LayoutError(f"pp={lay.pp} exceeds the {m.num_layers} layers of {m.name}")
+            raise LayoutError(f"pp={lay.pp} exceeds the {m.num_layers} layers of {m.name}", field="pp")
         if lay.ep > 1 and (m.moe is None or m.moe.num_experts % lay.ep):
             n = m.moe.num_experts if m.moe else 0
-            raise LayoutError(
+            raise LayoutError(field="ep", message=
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
         r = self.recipe
         check_precision(r.precision, self.cluster.gpu)
         if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
             names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
-            raise PlanError(
+            raise PlanError(field="lora_targets", message=
                 f"LoRA targets {', '.join(r.lora_targets)} match no module of {m.name} (as in peft, that "
                 f"is an error); its linear modules are: {', '.join(names)} — pass --lora-targets"
             )
         if r.global_batch is not None:
             per_step = r.micro_batch * lay.dp_size
             if r.global_batch % per_step:
-                raise PlanError(
+                raise PlanError(field="global_batch", message=
                     f"global batch {r.global_batch} is not a multiple of micro-batch × dp = "
                     f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is a "
                     f"multiple of {per_step} (e.g. {max(per_step, r.global_batch // per_step * per_step)} or "
@@ -61,14 +63,14 @@ class Plan(Spec):
                 )
             ga = r.global_batch // per_step
             if r.grad_accum not in (1, ga):
-                raise PlanError(
+                raise PlanError(field="grad_accum", message=
                     f"global batch {r.global_batch} != micro-batch × grad-accum × dp = {r.micro_batch} × "
                     f"{r.grad_accum} × {lay.dp_size} = {r.micro_batch * r.grad_accum * lay.dp_size}"
                 )
             if ga != r.grad_accum:
                 object.__setattr__(self, "recipe", r.model_copy(update={"grad_accum": ga}))
         if self.recipe.seq_len % lay.cp:
-            raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}")
+            raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}", field="cp")
         return self
 
     @property

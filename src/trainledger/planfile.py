@@ -22,16 +22,22 @@ from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
 from .precision import default_precision
-from .runtime import FRAMEWORKS, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
-from .recipe import DEFAULT_LORA_TARGETS, Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from .recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from .units import GIB
 from .safety import check_tree, clip, path_exists, read_text, shorten
+from .serving_spec import Engine, KvCacheDtype, Quantization, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
 #: largest token budget accepted: 1e15 is ~65x the 15T tokens Llama 3 trained on (Meta, "The Llama 3
 #: Herd of Models", arXiv:2407.21783, §3.1) and beyond any text corpus; larger is a typo (1e30)
 MAX_TOKENS = 1e15
+
+
+#: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
+_RECIPE, _LAYOUT, _RUNTIME = Recipe.model_fields, Layout.model_fields, Runtime.model_fields
+_SERVING = Serving.model_fields
 
 
 class PlanInputs(Spec):
@@ -50,50 +56,75 @@ class PlanInputs(Spec):
     intra: str | None = Field(None, description="intra-node link, e.g. nvlink4, pcie5-x16 [the GPU's own link]")
     network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
     nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
+    power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
     # -- the software stack
-    framework: Framework = Field("hf", description="software stack that runs the job: " + ", ".join(FRAMEWORKS))
-    reshard_after_forward: bool = Field(True, description="fsdp2: free gathered parameters after forward")
-    param_dtype: ParamDtype = Field("bf16", description="fsdp2 MixedPrecisionPolicy param_dtype")
-    reduce_dtype: ReduceDtype = Field("fp32", description="fsdp2 MixedPrecisionPolicy reduce_dtype")
-    wrap: Wrap = Field("layers", description="fsdp2 wrapping: layers, or layers+embed+head")
-    loss_parallel: bool = Field(False, description="torch TP loss_parallel (cross-entropy on sharded logits)")
-    gradient_as_bucket_view: bool = Field(False, description="DDP gradient_as_bucket_view (no separate gradient copy)")
+    framework: Framework = _RUNTIME["framework"]
+    reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
+    param_dtype: ParamDtype = _RUNTIME["param_dtype"]
+    reduce_dtype: ReduceDtype = _RUNTIME["reduce_dtype"]
+    wrap: Wrap = _RUNTIME["wrap"]
+    loss_parallel: bool = _RUNTIME["loss_parallel"]
+    gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
+    ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
+    ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
+    ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
+    ds_stage3_param_persistence_threshold: int | None = _RUNTIME["ds_stage3_param_persistence_threshold"]
+    ds_stage3_max_live_parameters: int | None = _RUNTIME["ds_stage3_max_live_parameters"]
+    ds_overlap_comm: bool | None = _RUNTIME["ds_overlap_comm"]
     # -- the recipe
-    method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
+    method: Method = _RECIPE["method"]
     precision: Precision | None = Field(
         None, description="precision policy [by method: bf16-mixed for pretrain/full; the checkpoint's dtype "
         "with fp32 adapters for lora/qlora; the checkpoint's dtype for inference; fp16 on GPUs without bf16]")
-    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
-    seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens")
-    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass")
-    grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
-    global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas")
-    recompute: Recompute = Field("none", description="activation recomputation")
-    recompute_layers: int | None = Field(None, ge=0, description="with --recompute full: only this many layers are checkpointed [all]")
-    attention: Attention = Field("sdpa", description="attention kernel")
-    lora_rank: int = Field(16, gt=0, le=65536, description="LoRA rank")
-    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scaling only; no memory effect)")
-    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
+    optimizer: Optimizer = _RECIPE["optimizer"]
+    seq_len: int = _RECIPE["seq_len"]
+    micro_batch: int = _RECIPE["micro_batch"]
+    grad_accum: int = _RECIPE["grad_accum"]
+    global_batch: int | None = _RECIPE["global_batch"]
+    recompute: Recompute = _RECIPE["recompute"]
+    recompute_layers: int | None = _RECIPE["recompute_layers"]
+    attention: Attention = _RECIPE["attention"]
+    lora_rank: int = _RECIPE["lora_rank"]
+    lora_alpha: float = _RECIPE["lora_alpha"]
+    lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
+    dropout: float = _RECIPE["dropout"]
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
-    tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, description="token budget of the run, e.g. 2B")
-    generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
+    tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, allow_inf_nan=False,
+                                 description="token budget of the run, e.g. 2B")
+    generate_len: int = _RECIPE["generate_len"]
+    # -- serving (method inference; declared in serving_spec.Serving)
+    serving_engine: Engine = _SERVING["engine"]
+    quantization: Quantization = _SERVING["quantization"]
+    quant_group_size: int = _SERVING["quant_group_size"]
+    kv_cache_dtype: KvCacheDtype = _SERVING["kv_cache_dtype"]
+    mla_latent_cache: bool | None = _SERVING["mla_latent_cache"]
+    block_size: int | None = _SERVING["block_size"]
+    gpu_memory_utilization: float = _SERVING["gpu_memory_utilization"]
+    max_num_seqs: int | None = _SERVING["max_num_seqs"]
+    max_num_batched_tokens: int | None = _SERVING["max_num_batched_tokens"]
+    max_model_len: int | None = _SERVING["max_model_len"]
+    cuda_graphs: bool = _SERVING["cuda_graphs"]
+    requests_per_s: float | None = _SERVING["requests_per_s"]
+    ttft_p50_s: float | None = _SERVING["ttft_p50_s"]
+    ttft_p99_s: float | None = _SERVING["ttft_p99_s"]
+    tpot_p50_s: float | None = _SERVING["tpot_p50_s"]
+    tpot_p99_s: float | None = _SERVING["tpot_p99_s"]
     # -- the layout
-    dp: int | None = Field(None, gt=0, description="data-parallel degree [gpus / (tp·pp·cp)]")
-    tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
-    pp: int = Field(1, gt=0, le=1024, description="pipeline-parallel degree")
-    cp: int = Field(1, gt=0, le=1024, description="context-parallel degree")
-    ep: int = Field(1, gt=0, le=4096, description="expert-parallel degree")
-    sp: bool = Field(True, description="sequence parallelism with TP")
-    vp: int = Field(1, gt=0, le=128, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    dp: int | None = _LAYOUT["dp"]
+    tp: int = _LAYOUT["tp"]
+    pp: int = _LAYOUT["pp"]
+    cp: int = _LAYOUT["cp"]
+    ep: int = _LAYOUT["ep"]
+    sp: bool = _LAYOUT["sp"]
+    vp: int = _LAYOUT["vp"]
     pp_schedule: PipelineSchedule | None = Field(None, description="pipeline schedule [1f1b, interleaved when --vp > 1]")
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
-    hybrid_shard: bool = Field(False, description="shard within a node, replicate across nodes (HSDP)")
-    offload: Offload = Field("none", description="CPU offload of optimizer states, or of params too")
+    hybrid_shard: bool = _LAYOUT["hybrid_shard"]
+    offload: Offload = _LAYOUT["offload"]
     host_ram_gib: float | None = Field(
         None, gt=0, le=1_048_576, description="host RAM per node in GiB [2048 = a DGX-class node for GPUs in an "
         "NVLink domain (DGX H100: 2 TB); not known, so not judged, for PCIe cards]")
-    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
+    headroom: float = Plan.model_fields["headroom"]
     corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
                                "and tokens (padding included) unless they are given")
 
@@ -151,6 +182,8 @@ def _default_intra(gpu: Any, per_node: int) -> str:
 
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
+    if inputs.power_limit_w:
+        gpu = gpu.model_copy(update={"power_limit_w": inputs.power_limit_w})
     per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
     if inputs.gpus % per_node:
         raise LayoutError(
@@ -178,6 +211,12 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 
+def serving_of(inputs: PlanInputs) -> Serving:
+    """The serving settings of ``inputs`` (read by inference plans only)."""
+    keys = {k: k for k in Serving.model_fields if k != "engine"}
+    return Serving(engine=inputs.serving_engine, **{k: getattr(inputs, v) for k, v in keys.items()})
+
+
 def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """Resolve names (model preset, GPU, links) and validate the whole plan.
 
@@ -200,6 +239,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
+            **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(
@@ -208,6 +248,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             offload=inputs.offload,
         )
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
-                    headroom=inputs.headroom)
+                    headroom=inputs.headroom, serving=serving_of(inputs))
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None

@@ -33,31 +33,42 @@ PRECISION_POLICY: dict[str, dict[str, str]] = {
     "fp16": {"weights": "fp16", "compute": "fp16", "grads": "fp16", "master": "none", "states": "fp16"},
 }
 
+#: Inference serves in the policy's 16-bit (or 8-bit) dtype: nobody serves fp32 weights under
+#: autocast. ``bf16-mixed`` loads bf16 weights (vLLM ``--dtype auto`` takes the checkpoint's bf16;
+#: transformers ``from_pretrained(torch_dtype="auto")``), ``fp8-mixed`` fp8 weights (vLLM
+#: ``--quantization fp8``: W8A8, docs/features/quantization/fp8.md), ``fp32`` stays fp32 when asked.
+INFERENCE_POLICY: dict[str, dict[str, str]] = {
+    "fp32": PRECISION_POLICY["fp32"],
+    "bf16-mixed": PRECISION_POLICY["bf16"], "bf16": PRECISION_POLICY["bf16"],
+    "fp16-mixed": PRECISION_POLICY["fp16"], "fp16": PRECISION_POLICY["fp16"],
+    "fp8-mixed": {"weights": "fp8", "compute": "fp8", "grads": "bf16", "master": "none", "states": "bf16"},
+}
+
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class Recipe(Spec):
     """How the job trains. Sizes are per GPU unless named global."""
 
-    method: Method = Field("full", description="pretrain | full fine-tune | lora | qlora | inference")
-    precision: Precision = Field("bf16-mixed", description="precision policy, see PRECISION_POLICY")
-    optimizer: Optimizer = Field("adamw", description="adamw = torch's default foreach AdamW")
-    seq_len: int = Field(4096, gt=0, le=10_000_000, description="tokens per sample s")
-    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward b")
+    method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
+    precision: Precision = Field("bf16-mixed", description="precision policy (recipe.PRECISION_POLICY)")
+    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
+    seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens (s)")
+    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass (b)")
     grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
     global_batch: int | None = Field(
         None, gt=0, description="samples per optimizer step over all DP ranks (derived when None)"
     )
-    recompute: Recompute = Field("none", description="activation recomputation (full = HF checkpointing)")
+    recompute: Recompute = Field("none", description="activation recomputation (full = HF gradient checkpointing)")
     recompute_layers: int | None = Field(
-        None, ge=0, description="with recompute=full: only this many layers are checkpointed (None = all)"
+        None, ge=0, description="with --recompute full: only this many layers are checkpointed [all]"
     )
-    attention: Attention = Field("sdpa", description="attention kernel: sdpa/flash keep no s×s scores")
-    lora_rank: int = Field(16, gt=0, le=65536)
-    lora_alpha: float = Field(32.0, gt=0)
-    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="module names LoRA wraps")
-    train_tokens: float | None = Field(None, gt=0, description="token budget of the whole run")
-    generate_len: int = Field(0, ge=0, description="inference: new tokens per sequence beyond seq_len")
+    attention: Attention = Field("sdpa", description="attention kernel (sdpa/flash keep no s×s scores)")
+    lora_rank: int = Field(16, gt=0, le=65536, description="LoRA rank")
+    lora_alpha: float = Field(32.0, gt=0, allow_inf_nan=False, description="LoRA alpha (scaling only; no memory effect)")
+    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")
+    train_tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the whole run")
+    generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
     grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
 
@@ -71,8 +82,8 @@ class Recipe(Spec):
 
     @property
     def policy(self) -> dict[str, str]:
-        """Dtype of weights, compute, grads, master copy and optimizer states."""
-        return PRECISION_POLICY[self.precision]
+        """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes)."""
+        return (INFERENCE_POLICY if self.method == "inference" else PRECISION_POLICY)[self.precision]
 
     @property
     def is_training(self) -> bool:

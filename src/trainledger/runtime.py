@@ -59,6 +59,16 @@ class Runtime(Spec):
         False, description="torch TP loss_parallel: cross-entropy on the vocab-sharded logits")
     gradient_as_bucket_view: bool = Field(
         False, description="DDP gradient_as_bucket_view: gradients are views into the reduction buckets")
+    # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (estimate/memory_runtimes.DS_DEFAULTS)
+    ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
+    ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
+    ds_stage3_prefetch_bucket_size: int | None = Field(
+        None, ge=0, description="deepspeed stage3_prefetch_bucket_size [5e7]")
+    ds_stage3_param_persistence_threshold: int | None = Field(
+        None, ge=0, description="deepspeed stage3_param_persistence_threshold [1e5]")
+    ds_stage3_max_live_parameters: int | None = Field(
+        None, ge=0, description="deepspeed stage3_max_live_parameters [1e9]")
+    ds_overlap_comm: bool | None = Field(None, description="deepspeed overlap_comm [True for stage 3 only]")
 
     @property
     def is_fsdp(self) -> bool:
@@ -76,4 +86,11 @@ class Runtime(Spec):
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
         if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
+        if self.framework in ("deepspeed", "megatron-deepspeed"):
+            from .estimate.memory_runtimes import DS_DEFAULTS
+
+            for k, dflt in DS_DEFAULTS.items():
+                v = getattr(self, "ds_" + k)
+                d["ds_" + k] = dflt if v is None else v
+            d["ds_overlap_comm"] = self.ds_overlap_comm
         return d

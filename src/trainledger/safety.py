@@ -97,15 +97,44 @@ def read_text(path: str | os.PathLike[str], limit: int = MAX_FILE_BYTES, what: s
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise SpecError(f"{shorten(str(p))}: cannot read ({reason})") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise SpecError(f"{p}: {kind}; a {what} is a regular file")
-        data = f.read(limit + 1)
+    try:
+        data = _read_regular(fd, limit, p, what)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise SpecError(f"{p}: more than {limit} bytes is too large for a {what} (limit {limit})")
     return data.decode("utf-8", errors="replace")
+
+
+def _read_regular(fd: int, limit: int, p: Path, what: str) -> bytes:
+    """At most ``limit + 1`` bytes of the open regular file ``fd``; SpecError for anything else.
+
+    A directory (``fdopen`` would raise IsADirectoryError) and any read error (``/proc/self/mem``
+    answers EIO) are one clear line, not a traceback (issue 20).
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        raise SpecError(f"{shorten(str(p))}: cannot read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise SpecError(f"{shorten(str(p))}: {kind}; a {what} is a regular file")
+    size = os.fstat(fd).st_size
+    if size > limit:  # said at once (a 2 GB file is not read to find out); /proc files say 0 and are read
+        raise SpecError(f"{shorten(str(p))}: {size:,} bytes is too large for a {what} (limit {limit:,})")
+    try:
+        os.set_blocking(fd, True)
+        chunks, got = [], 0
+        while got <= limit:
+            b = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+    except OSError as exc:
+        raise SpecError(f"{shorten(str(p))}: cannot read ({exc.strerror or exc}); a {what} is a "
+                        "regular file") from None
+    return b"".join(chunks)
 
 
 def check_tree(data: Any, where: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,

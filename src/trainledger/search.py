@@ -13,13 +13,16 @@ with the largest micro-batch that fits. Pruning:
 
 Every infeasible candidate comes back as ``Rejected(plan, reason)``. The GPU count of a job is
 the larger of the memory bound (fewest GPUs that hold it) and the deadline bound (fewest that finish
-the token budget in time); both are reported.
+the token budget in time, counting the expected interruptions, checkpoints and restarts of
+``estimate/goodput.py``); both are reported.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,13 +40,17 @@ from .hfconfig import load_model
 from .layout import Layout
 from .model import ModelSpec
 from .plan import Plan
+from .planfile import PlanInputs
 from .recipe import Attention, Method, Optimizer, Precision, Recipe
+from .runtime import Framework
 from .units import GIB, SECONDS_PER_DAY
 
 RankBy = Literal["time", "cost", "gpus"]
 
 #: thresholds of the risks a recommended plan lists (issue 4)
 RISK_HEADROOM = 0.15
+#: within this share of capacity the caching allocator starts to retry (cudaMalloc retries)
+RISK_ALLOCATOR = 0.03
 RISK_BUBBLE = 0.20
 RISK_EXPOSED_COMM = 0.30
 
@@ -53,28 +60,44 @@ _KNOBS: tuple[tuple[int, str, str], ...] = (  # (zero, recompute, offload), chea
 )
 
 
-class Job(Spec):
-    """What the planner is asked: one training job, its deadline or budget, candidate hardware."""
+#: the job fields the planner shares with ``PlanInputs``: declared there once, reused here as they are
+_SHARED = PlanInputs.model_fields
 
-    model: str = Field("llama-3.1-8b", description="preset name, config.json path or Hub id")
-    method: Method = "full"
-    precision: Precision = "bf16-mixed"
-    optimizer: Optimizer = "adamw"
-    attention: Attention = "sdpa"
-    seq_len: int = Field(4096, gt=0, le=10_000_000)
-    global_batch: int | None = Field(None, gt=0, description="samples per step [~1M tokens]")
-    tokens: float | None = Field(None, gt=0, description="token budget of the run")
-    deadline_days: float | None = Field(None, gt=0)
-    max_gpus: int = Field(1024, gt=0, le=1_000_000, description="GPU budget")
+
+class Job(Spec):
+    """What the planner is asked: one training job, its deadline or budget, candidate hardware.
+
+    The fields that describe the job itself (model, method, precision, ...) are the ``PlanInputs``
+    fields of the same name — one declaration, one unit, one help text; the rest are the planner's.
+    """
+
+    model: str = _SHARED["model"]
+    framework: Framework = _SHARED["framework"]
+    method: Method = _SHARED["method"]
+    precision: Precision | None = _SHARED["precision"]
+    optimizer: Optimizer = _SHARED["optimizer"]
+    attention: Attention = _SHARED["attention"]
+    seq_len: int = _SHARED["seq_len"]
+    global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas [~1M tokens]")
+    tokens: float | None = _SHARED["tokens"]
+    deadline_days: float | None = Field(None, gt=0, description="wall-clock deadline in days")
+    max_gpus: int = Field(1024, gt=0, le=1_000_000, description="GPU budget (largest count searched)")
     gpus: tuple[str, ...] = Field((), description="candidate GPU types [all catalog GPUs]")
     gpus_per_node: tuple[int, ...] = Field((), description="node sizes [8]")
     networks: tuple[str, ...] = Field((), description="inter-node networks [ib-ndr]")
-    lora_rank: int = Field(16, gt=0, le=65536)
-    headroom: float = Field(0.10, ge=0.0, lt=0.9)
-    rank_by: RankBy = "time"
-    top: int = Field(10, gt=0, le=1000)
+    lora_rank: int = _SHARED["lora_rank"]
+    headroom: float = _SHARED["headroom"]
+    rank_by: RankBy = Field("time", description="rank plans by time, cost or GPU count")
+    top: int = Field(10, gt=0, le=1000, description="plans to show")
     time_options: TimeOptions = TimeOptions()
     cost_options: CostOptions = CostOptions()
+    batch_rounding: float = Field(
+        0.25, ge=0.0, le=0.5, description="the planner may round the global batch to a multiple of "
+        "micro-batch x DP by up to this share, so that any whole-node GPU count can run the job "
+        "(0 = exactly the batch given)")
+    frameworks: tuple[Framework, ...] = Field(
+        (), description="software stacks the planner compares (a layout is a stack plus degrees) "
+        "[the job's framework]")
 
 
 #: the built-in example job (README main job; ``trainledger plan`` with no arguments)
@@ -90,9 +113,12 @@ class Rejected:
     reason: str
     gpu: str = ""
     gpus: int = 0
+    framework: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"gpu": self.gpu, "gpus": self.gpus, "reason": self.reason}
+        fw = self.framework or (self.plan.runtime.framework if self.plan is not None else "")
+        d: dict[str, Any] = {"gpu": self.gpu, "gpus": self.gpus, "framework": fw,
+                             "reason": f"{fw}: {self.reason}" if fw else self.reason}
         if self.plan is not None:
             d["layout"] = layout_dict(self.plan)
         return d
@@ -109,10 +135,21 @@ class Candidate:
     usd_per_gpu_hour: float | None
     risks: list[str] = field(default_factory=list)
     pareto: bool = False
+    wall_factor: float | None = None  # T_w / T_s with interruptions (estimate/goodput.py), set by the deadline check
 
     @property
     def total_s(self) -> float | None:
         return self.time.total_s if self.time else None
+
+    def wall_s(self, options: CostOptions | None = None) -> float | None:
+        """Goodput-adjusted wall-clock time of the run: failure-free time × T_w/T_s (Daly 2006)."""
+        if self.total_s is None:
+            return None
+        if self.wall_factor is None:
+            from .estimate.goodput import wall_factor
+
+            self.wall_factor = wall_factor(self.plan, options)
+        return self.total_s * self.wall_factor
 
     @property
     def cost_usd(self) -> float | None:
@@ -124,6 +161,7 @@ class Candidate:
         c, m = self.compute, self.memory
         d: dict[str, Any] = {
             "gpu": self.plan.cluster.gpu.name, "gpus": self.plan.cluster.world_size,
+            "framework": self.plan.runtime.framework,
             "nodes": self.plan.cluster.nodes, "network": self.plan.cluster.inter.name
             if self.plan.cluster.inter else None,
             "layout": layout_dict(self.plan),
@@ -140,6 +178,15 @@ class Candidate:
         if self.time is not None:
             d["estimate"].update(total_s=self.time.total_s, days=self.time.days,
                                  gpu_hours=self.time.gpu_hours)
+            if self.wall_factor is not None:
+                d["estimate"].update(goodput=1 / self.wall_factor, days_with_failures=self.time.days * self.wall_factor)
+            if self.time.interval:
+                lo, hi = self.time.interval["factor_p10"], self.time.interval["factor_p90"]
+                d["estimate"]["days_interval"] = [self.time.days * lo, self.time.days * hi]
+                if self.cost_usd is not None:
+                    d["estimate"]["cost_usd_interval"] = [self.cost_usd * lo, self.cost_usd * hi]
+                d["estimate"]["mfu_interval"] = [c.mfu / hi, c.mfu / lo]
+                d["estimate"]["interval_basis"] = self.time.interval["basis"]
         if self.usd_per_gpu_hour is not None:
             d["estimate"]["usd_per_gpu_hour"] = self.usd_per_gpu_hour
             d["estimate"]["cost_usd"] = self.cost_usd
@@ -170,7 +217,7 @@ class SearchResult:
 
 def layout_dict(plan: Plan) -> dict[str, Any]:
     lay, r = plan.layout, plan.recipe
-    return {"dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vp": lay.vp,
+    return {"framework": plan.runtime.framework, "global_batch": plan.global_batch, "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "vp": lay.vp,
             "zero": lay.zero, "offload": lay.offload, "micro_batch": r.micro_batch,
             "grad_accum": r.grad_accum, "recompute": r.recompute, "sp": lay.sp}
 
@@ -180,7 +227,11 @@ def plan_risks(plan: Plan, mem: Any, comp: ComputeEstimate) -> list[str]:
     out = []
     cl, lay = plan.cluster, plan.layout
     left = 1 - mem.device_total_bytes / mem.usable_bytes
-    if left < RISK_HEADROOM:
+    if left < RISK_ALLOCATOR:
+        out.append(f"headroom {100 * left:.1f}% < {100 * RISK_ALLOCATOR:.0f}%: the caching allocator "
+                   "will retry (free its cache and synchronize); FSDP steps measured 38% slower with "
+                   "46 cudaMalloc retries (pytorch/pytorch#104509) - the step time does not include it")
+    elif left < RISK_HEADROOM:
         out.append(f"headroom {100 * left:.0f}% < {100 * RISK_HEADROOM:.0f}%: allocator fragmentation "
                    "or a longer sample can run out of memory")
     if lay.tp > cl.gpus_per_node:
@@ -212,7 +263,12 @@ def _usd_per_gpu_hour(gpu: str, opts: CostOptions | None = None) -> float | None
 
 
 def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
-    """1, 2, 4 ... up to a node, then whole nodes doubling, up to ``max_gpus``."""
+    """The coarse grid: 1, 2, 4 ... up to a node (partial nodes for small jobs), then whole nodes
+    doubling, and the largest whole-node count within ``max_gpus`` (so a budget of 800 is tried).
+
+    The deadline bound is refined between two grid points at node granularity
+    (:func:`trainledger.search_space.run_search`), so any whole-node count can be the answer.
+    """
     out, n = [], 1
     while n < per_node and n <= max_gpus:
         out.append(n)
@@ -221,6 +277,9 @@ def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
     while n <= max_gpus:
         out.append(n)
         n *= 2
+    top = (max_gpus // per_node) * per_node
+    if top >= per_node and top not in out:
+        out.append(top)
     return out
 
 
@@ -249,7 +308,10 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
     model = model or load_model(job.model)
     gb = job.global_batch or default_global_batch(job)
     try:
-        recipe = Recipe(method=job.method, precision=job.precision, optimizer=job.optimizer,
+        from .precision import default_precision  # None: the method's default, as estimate resolves it
+
+        precision = job.precision or default_precision(job.method, model, None)[0]
+        recipe = Recipe(method=job.method, precision=precision, optimizer=job.optimizer,
                         seq_len=job.seq_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
     except Exception as exc:  # pydantic validation of the job's recipe fields
@@ -259,7 +321,8 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
     sizes = job.gpus_per_node or (8,)
     space = Space(job=job, model=model, recipe=recipe, global_batch=gb,
                   lower_bound=_state_bytes_lower_bound(model, recipe))
-    configs = [(g, s, n) for g in gpus for s in sizes for n in nets]
+    configs = [(g, s, n, fw) for g in gpus for s in sizes for n in nets
+               for fw in (job.frameworks or (job.framework,))]
     cands, rejected, evaluated, counts = run_search(space, configs, progress)
     unpriced: list[Candidate] = []
     if job.rank_by == "cost":  # no price is no rank: list those plans apart instead of ranking them by time
@@ -337,3 +400,13 @@ def _layout(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp:
 
 def _catalog_error_reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, (CatalogError, TrainledgerError)) else repr(exc)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``trainledger.search`` be both this module and the function ``search(job)``."""
+
+    def __call__(self, job: Job, progress: Callable[[int, int], None] | None = None) -> SearchResult:
+        return search(job, progress)
+
+
+sys.modules[__name__].__class__ = _CallableModule

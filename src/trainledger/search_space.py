@@ -12,6 +12,7 @@ from .estimate.memory import estimate_memory
 from .model import ModelSpec
 from .plan import Plan
 from .recipe import Recipe
+from .runtime import Runtime
 from .units import GIB
 
 _PP = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -28,6 +29,7 @@ class Space:
     recipe: Recipe
     global_batch: int
     lower_bound: float
+    framework: str = ""   # the stack searched ('' = the job's framework)
 
 
 @dataclass
@@ -47,11 +49,11 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
             continue
         if tp > per_node:
             rejected.append(Rejected(None, f"TP={tp} would span nodes of {per_node} GPUs",
-                                     gpu.name, n_gpus))
+                                     gpu.name, n_gpus, space.framework or space.job.framework))
             continue
         if pcie and tp >= 4:
             rejected.append(Rejected(None, f"TP={tp} across PCIe without NVLink ({gpu.link}): "
-                                     "per-layer all-reduces through the host bridge", gpu.name, n_gpus))
+                                     "per-layer all-reduces through the host bridge", gpu.name, n_gpus, space.framework or space.job.framework))
             continue
         out.append(tp)
     return out
@@ -61,16 +63,34 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
     from .search import _layout
 
-    gb = space.global_batch
-    if gb % (mb * dp):
+    gb = _global_batch(space.global_batch, mb * dp, _tolerance(space))
+    if gb is None:
         return None
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
-                                          "grad_accum": gb // (mb * dp)})
+                                          "grad_accum": gb // (mb * dp), "global_batch": gb})
     try:
         return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
-                    cluster=cluster, headroom=space.job.headroom)
+                    cluster=cluster, headroom=space.job.headroom,
+                    runtime=Runtime(framework=space.framework or space.job.framework))
     except TrainledgerError:
         return None
+
+
+def _global_batch(gb: int, unit: int, tolerance: float = 0.0) -> int | None:
+    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within ``tolerance``.
+
+    A GPU count whose DP degree does not divide the global batch may round the batch to the nearest
+    multiple of micro-batch × DP (``Job.batch_rounding``): any whole-node GPU count, not only powers
+    of two, can then run the job; the token budget is unchanged and the plan states the batch used.
+    """
+    if gb % unit == 0:
+        return gb
+    near = max(unit, round(gb / unit) * unit)
+    return near if abs(near - gb) <= tolerance * gb else None
+
+
+def _tolerance(space: "Space") -> float:
+    return float(getattr(space.job, "batch_rounding", 0.0))
 
 
 def _cp_values(space: Space, room: int) -> list[int]:
@@ -103,7 +123,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     from .search import _KNOBS, evaluate
 
     gb = space.global_batch
-    mbs = [b for b in _MB if gb % (b * dp) == 0]
+    mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
         return []
     z, rc, off = _KNOBS[-1]
@@ -178,7 +198,7 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
     if space.lower_bound / n > budget:
         rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of weights "
                                  f"and optimizer states per GPU even fully sharded over {n}, has "
-                                 f"{budget / GIB:.0f}", gpu.name, n))
+                                 f"{budget / GIB:.0f}", gpu.name, n, space.framework or space.job.framework))
         return []
     cluster = _cluster(gpu, per_node, n, net)
     found: list = []
@@ -208,10 +228,10 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
             plan, mem = min(fails, key=lambda f: f[1].device_total_bytes)
             rejected.append(Rejected(plan, f"needs {mem.device_total_bytes / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "
-                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n))
+                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
         else:
             rejected.append(Rejected(None, f"no layout divides global batch {space.global_batch} "
-                                     f"over {n} GPUs", gpu.name, n))
+                                     f"over {n} GPUs", gpu.name, n, space.framework or space.job.framework))
     return found
 
 
@@ -220,29 +240,62 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
     """Search every hardware config; return (candidates, rejected, evaluated, gpu-count bounds)."""
     from .search import Rejected, _deadline_s, gpu_counts
 
+    import dataclasses
+
     st = _State()
     cands: list = []
     rejected: list = []
     bounds: list[dict[str, Any]] = []
     deadline = _deadline_s(space.job)
-    for i, (gpu, per_node, net) in enumerate(configs):
+    base_space = space
+    for i, (gpu, per_node, net, *fw) in enumerate(configs):
+        space = dataclasses.replace(base_space, framework=fw[0] if fw else base_space.framework)
         mem_bound = time_bound = None
+        missed = 0  # largest whole-node count tried that ran but missed the deadline
         for n in gpu_counts(per_node, space.job.max_gpus):
             found = _count_search(space, gpu, per_node, net, n, st, rejected)
             if not found:
                 continue
             mem_bound = mem_bound or n
             best = min(found, key=lambda c: c.compute.step_time_s)
-            if deadline and best.total_s is not None and best.total_s > deadline:
+            wall = best.wall_s(space.job.cost_options) if deadline else None
+            if deadline and wall is not None and wall > deadline:
                 rejected.append(Rejected(best.plan, f"misses the {space.job.deadline_days:g}-day "
-                                         f"deadline: {best.total_s / 86400:.1f} days", gpu.name, n))
+                                         f"deadline: {wall / 86400:.1f} days with interruptions "
+                                         f"({best.total_s / 86400:.1f} without)", gpu.name, n,
+                                         space.framework))
+                missed = max(missed, n)
                 continue
+            if deadline and time_bound is None and missed >= per_node and n - missed > per_node:
+                hit = _refine(space, gpu, per_node, net, missed, n, deadline, st, rejected)
+                if hit is not None:
+                    cands.append(hit)
+                    time_bound = hit.plan.cluster.world_size
             time_bound = time_bound or n
             cands.append(best)
         bounds.append(_bound_row(gpu, per_node, net, mem_bound, time_bound, deadline))
+        bounds[-1]["framework"] = space.framework
         if progress:
             progress(i + 1, len(configs))
     return cands, rejected, st.evaluated, bounds
+
+
+def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
+            deadline: float, st: _State, rejected: list):
+    """Smallest whole-node count in (lo, hi) that meets the deadline with interruptions (bisection on
+    node counts; time falls as nodes are added). ``lo`` missed it, ``hi`` met it. None if only ``hi`` does."""
+    best = None
+    a, b = lo // per_node, hi // per_node
+    while b - a > 1:
+        mid = (a + b) // 2
+        found = _count_search(space, gpu, per_node, net, mid * per_node, st, [])
+        opts = space.job.cost_options
+        ok = [c for c in found if c.wall_s(opts) is not None and c.wall_s(opts) <= deadline]
+        if ok:
+            best, b = min(ok, key=lambda c: c.wall_s(opts)), mid
+        else:
+            a = mid
+    return best
 
 
 def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:

@@ -68,6 +68,8 @@ CPU_CASES: list[tuple[str, dict]] = [
     ("gemma family", dict(model="@gemma-2b")),
     ("mixtral family (MoE, no shared expert)", dict(model="@mixtral-8x7b")),
     ("mixtral lora (frozen experts)", dict(model="@mixtral-8x7b", method="lora")),
+    ("llama eager lora q,v (frozen o_proj saves no input)", dict(model=LL, method="lora", attention="eager",
+                                                                 lora_targets=("q_proj", "v_proj"))),
     ("llama lora o,down only (frozen q,k,v)", dict(model=LL, method="lora", lora_targets=("o_proj", "down_proj"))),
     ("olmo-2 family (post-norms, full qk-norm)", dict(model="@olmo-2-7b")),
     ("gemma-3 family (4 norms, sliding window)", dict(model="@gemma-3-1b")),
@@ -91,6 +93,10 @@ FAKE_CASES: list[tuple[str, dict]] = [
     ("Qwen3-0.6B b1 s1024", dict(model="qwen3-0.6b", seq_len=1024, micro_batch=1)),
     ("Llama-3.2-1B inference b4 s2048", dict(model="llama-3.2-1b", seq_len=2048, micro_batch=4,
                                              method="inference", precision="bf16")),
+    ("Llama-3.2-1B LoRA + recompute (autocast caches trainable casts only)",
+     dict(model="llama-3.2-1b", seq_len=1024, micro_batch=1, method="lora", recompute="full")),
+    ("Gemma-2-2B eager soft-capping s2048", dict(model="gemma-2-2b", seq_len=2048, micro_batch=1,
+                                                 attention="eager", precision="bf16", optimizer="sgd")),
 ]
 DEFAULTS = dict(seq_len=256, micro_batch=2)
 
@@ -139,6 +145,8 @@ def _plan(kw: dict, folder: Path):
     kw = {**DEFAULTS, **kw} if not kw["model"].startswith(("llama-3", "qwen")) else dict(kw)
     if kw["model"].startswith("@"):
         kw["model"] = shrink_preset(kw["model"][1:], folder)
+    if kw.get("method") == "inference":  # measured with transformers generate, not a serving engine
+        kw.setdefault("serving_engine", "hf")
     return build_plan(PlanInputs(**kw))
 
 

@@ -95,8 +95,12 @@ def test_hostile_pasted_config_is_4xx(client, config):
 
 @pytest.mark.parametrize("name", ["/etc/passwd", "../../../../etc/passwd", "/dev/zero",
                                   "tiny.json", "C:\\boot.ini", "~/.ssh/id_rsa", "a" * 101])
-def test_client_named_files_are_never_opened(client, monkeypatch, name):
+def test_client_named_files_are_never_opened(monkeypatch, name):
     """Model/GPU names that look like paths are refused before any file is touched."""
+    from fastapi.testclient import TestClient
+
+    # in-process threads (isolate=False): the spies below see what a request's worker opens
+    client = TestClient(create_app(timeout_s=10.0, isolate=False))
     import builtins
     import io as _io
 

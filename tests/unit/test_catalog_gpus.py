@@ -41,7 +41,7 @@ def test_every_gpu_file_loads_with_source_and_date(name):
     g = catalog.load_gpu(name)
     assert g.name == name
     assert g.source.startswith("https://")
-    assert g.checked == CHECKED
+    assert g.checked is not None and g.checked >= CHECKED  # files added later carry their own date
     if g.memory_bytes_basis == "reported":
         assert g.memory_source and ("http" in g.memory_source or "brief" in g.memory_source)
         # a driver total never exceeds the printed capacity read as GiB (it reserves, never adds)

@@ -24,7 +24,7 @@ def test_required_networks_exist():
 def test_every_network_loads_with_source_date_and_one_unit(name):
     n = catalog.load_network(name)
     assert n.source.startswith("https://")
-    assert n.checked == dt.date(2026, 11, 29)
+    assert n.checked is not None and n.checked >= dt.date(2026, 11, 29)  # later files carry their own date
     assert (n.gb_per_s is None) != (n.gbit_per_s is None)
     assert 0 < n.latency_s < 1e-3
     # NICs are sold in bits, GPU fabrics in bytes

@@ -84,8 +84,9 @@ def test_full_recompute_keeps_only_layer_inputs():
 
 
 def test_tensor_parallel_divides_weights_and_activations():
-    one = parts(seq_len=2048)
-    tp = parts(seq_len=2048, gpus=8, tp=8)
+    # Megatron TP + SP (torch's parallelize_module keeps more: tests/unit/test_memory_runtimes.py)
+    one = parts(seq_len=2048, framework="megatron-core")
+    tp = parts(seq_len=2048, gpus=8, tp=8, framework="megatron-core")
     assert tp.weights == pytest.approx(one.weights / 8, rel=0.01)
     assert tp.acts == pytest.approx(one.acts / 8, rel=0.01)  # with sequence parallelism
 

@@ -89,9 +89,18 @@ _SHELL = ("head", "grep", "tail", "cat", "ls")
 def _filter(lines: list[str], stage: str) -> list[str]:
     """One pipe stage after a trainledger command: grep [-E] PATTERN, head/tail -n N or -N."""
     args = shlex.split(stage)
-    if args[0] == "grep":
-        pat = [a for a in args[1:] if not a.startswith("-")][0]
-        return [ln for ln in lines if re.search(pat, ln)]
+    if args[0] == "grep":  # grep [-E] [-A N] PATTERN
+        after = int(args[args.index("-A") + 1]) if "-A" in args else 0
+        rest = [a for i, a in enumerate(args[1:], 1) if not a.startswith("-") and args[i - 1] != "-A"]
+        out, left = [], -1
+        for ln in lines:
+            if re.search(rest[0], ln):
+                out.append(ln)
+                left = after
+            elif left > 0:
+                out.append(ln)
+                left -= 1
+        return out
     if args[0] in ("head", "tail"):
         n = int(args[-1].lstrip("-"))
         return lines[:n] if args[0] == "head" else lines[-n:]

@@ -21,7 +21,8 @@ def small():
 
 def test_gpu_counts_fill_a_node_then_double_nodes():
     assert gpu_counts(8, 64) == [1, 2, 4, 8, 16, 32, 64]
-    assert gpu_counts(4, 20) == [1, 2, 4, 8, 16]
+    assert gpu_counts(4, 20) == [1, 2, 4, 8, 16, 20]   # the whole-node budget itself is tried
+    assert gpu_counts(8, 800) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 800]
 
 
 def test_plans_fit_with_headroom_and_meet_the_deadline(small):
@@ -125,3 +126,23 @@ def test_cli_plan_takes_token_budget_and_seq_len_from_corpus_stats(tmp_path):
     assert job["seq_len"] == 2048
     assert job["tokens"] > 2 * 200 * 100  # two epochs of at least 100 words per sample
     assert hints["seq_len"] == 2048
+
+
+def test_deadline_bound_is_the_smallest_whole_node_count_not_a_power_of_two():
+    """Issue 15: 70B on 2T tokens in 30 days on H100 — any node count, with its interval."""
+    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=30, gpus=("h100-sxm",),
+              max_gpus=2048, rank_by="gpus", frameworks=("megatron-core",))
+    res = search(job)
+    need = res.gpu_count[0]["deadline_bound_gpus"]
+    assert need is not None and need % 8 == 0 and need < 1024 and need & (need - 1) != 0
+    best = res.to_dict()["plans"][0]
+    assert best["gpus"] == need and best["framework"] == "megatron-core"
+    assert best["estimate"]["days"] <= 30
+    lo, hi = best["estimate"]["days_interval"]
+    assert lo < best["estimate"]["days"] < hi
+    # one node fewer misses the deadline (or cannot run the job)
+    small = search(job.model_copy(update={"max_gpus": need - 8}))
+    assert not small.plans or all(p.total_s > 30 * 86400 for p in small.plans)
+    capped = search(job.model_copy(update={"max_gpus": 800}))
+    assert capped.plans and capped.plans[0].plan.cluster.world_size <= 800
+    assert all(r.to_dict()["reason"].startswith("megatron-core") for r in capped.rejected if r.plan is not None)

@@ -90,8 +90,10 @@ def test_extreme_but_valid_prices_are_answered(client, price):
     assert r.json()["estimate"]["cost"]["usd_per_gpu_hour"] == price
 
 
-def test_pasted_config_is_parsed_from_the_body_and_never_opened(client, monkeypatch):
+def test_pasted_config_is_parsed_from_the_body_and_never_opened(monkeypatch):
     import trainledger.hfconfig as hf
+
+    client = TestClient(create_app(isolate=False))  # threads: the patched readers are the ones used
 
     cfg = load_hf_config("qwen2.5-0.5b")
 

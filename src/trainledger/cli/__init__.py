@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "serve_cmd",
     "export_cmd",
     "prices_cmd",
+    "serve_plan_cmd",
 )
 
 
@@ -36,7 +37,7 @@ COMMAND_OF = {
     "models": "catalog_cmds", "model": "catalog_cmds", "gpus": "catalog_cmds", "networks": "catalog_cmds",
     "estimate": "estimate_cmd", "plan": "plan_cmd", "corpus": "corpus_cmd", "verify": "verify_cmds",
     "ledger": "ledger_cmds", "calibrate": "ledger_cmds", "report": "report_cmd", "serve": "serve_cmd",
-    "export": "export_cmd", "prices": "prices_cmd",
+    "export": "export_cmd", "prices": "prices_cmd", "serve-plan": "serve_plan_cmd",
 }
 
 

@@ -50,6 +50,10 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
         echo_json(d)
         return
     click.echo("\n".join(memory_lines(d["plan"], d["memory"])))
+    if d.get("serving"):
+        from .serving_render import serving_lines
+
+        click.echo("\n" + "\n".join(serving_lines(d["serving"])))
     if d.get("compute"):
         from .time_render import compute_lines
 
@@ -57,7 +61,11 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     if d.get("time"):
         from .time_render import time_lines
 
-        click.echo("\n" + "\n".join(time_lines(d["time"])))
+        lines, g = time_lines(d["time"]), d.get("goodput") or {}
+        if g.get("wall_days") is not None:  # goodput section: the same run with interruptions
+            lines.insert(2, f"  with interruptions: {g['wall_days']:,.1f} days (goodput {g['goodput']:.1%}, "
+                            f"+{g['added_days']:,.1f} days)")
+        click.echo("\n" + "\n".join(lines))
     if est.extra:
         from .cost_opts import ledger_lines
 
@@ -71,6 +79,11 @@ def _header(p: dict[str, Any]) -> str:
     extra = [f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1]
     extra += [f"ZeRO-{p['zero']}"] if p.get("zero") else []
     extra += [f"offload {p['offload']}"] if p.get("offload") not in (None, "none") else []
+    if p.get("serving"):  # inference: the engine and its formats instead of the training recipe
+        sv = p["serving"]
+        return (f"{p['model']} · inference · {p['precision']} · {sv['engine']} · weights {sv['quantization'] if sv['quantization'] != 'none' else 'as ' + p['precision']} · "
+                f"KV {sv['kv_cache_dtype']} · b={p['micro_batch']} in={p['seq_len']} out={p['generate_len']} · "
+                f"{p['gpus']}× {p['gpu']}" + (f" (tp={p['tp']}, pp={p['pp']})" if p['tp'] > 1 or p['pp'] > 1 else ""))
     train = p["method"] != "inference"  # inference runs no optimizer and no backward
     return (f"{p['model']} · {p['method']} · {p['precision']} · " + (f"{p['optimizer']} · " if train else "")
             + f"b={p['micro_batch']} s={p['seq_len']} · " + (f"recompute {p['recompute']} · " if train else "")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import SpecError, TrainledgerError
-from ..runconfig import EXPORT_FORMATS, export_plan
+from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
 from .options import inputs_from_options, plan_options
 from .output import echo_json
 
@@ -21,7 +21,8 @@ def register(main: click.Group) -> None:
 @click.argument("plan_path", required=False, type=click.Path(dir_okay=False))
 @plan_options
 @click.option("--to", "formats", multiple=True, required=True,
-              type=click.Choice(EXPORT_FORMATS + ("all",)), help="output format (repeatable, or 'all')")
+              type=click.Choice(EXPORT_FORMATS + SERVING_EXPORT_FORMATS + ("all",)),
+              help="output format (repeatable, or 'all'); vllm/sglang for --method inference")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="directory to write the files into")
 @click.option("--force", is_flag=True, help="overwrite existing files")
@@ -33,7 +34,8 @@ def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, fo
     if plan_path and not kwargs.get("plan_file"):
         kwargs["plan_file"] = plan_path
     inputs = inputs_from_options(kwargs)
-    fmts = EXPORT_FORMATS if "all" in formats else formats
+    every = SERVING_EXPORT_FORMATS if inputs.method == "inference" else EXPORT_FORMATS
+    fmts = every if "all" in formats else formats
     files = []
     for fmt in fmts:
         try:

@@ -22,6 +22,13 @@ def ledger_group() -> None:
 
 
 def _summary(result: dict[str, Any]) -> str:
+    try:
+        return _summary_of(result)
+    except (TypeError, KeyError, AttributeError, ValueError):  # a record of another shape: no summary
+        return ""
+
+
+def _summary_of(result: dict[str, Any]) -> str:
     m = result.get("measured")
     if isinstance(m, dict) and m.get("peak_allocated_bytes") is not None:
         from ..units import fmt_bytes
@@ -29,6 +36,10 @@ def _summary(result: dict[str, Any]) -> str:
         return f"peak {fmt_bytes(m['peak_allocated_bytes'])} on {m.get('device')}"
     if "items" in result:
         return f"{sum(i['status'] == 'pass' for i in result['items'])}/{len(result['items'])} items pass"
+    if "crossed" in result and "checks" in result:  # verify soak
+        rec = (result.get("recovery") or {}).get("recovery_s")
+        return (f"{sum(c['status'] == 'pass' for c in result['checks'])}/{len(result['checks'])} checks pass"
+                + (f", recovery {rec:.0f} s" if rec is not None else ""))
     if "verdict" in result:
         return f"efficiency {result.get('efficiency', 0):.2f} ({result['verdict']})"
     if "n_measurements" in result:
@@ -63,7 +74,8 @@ def list_cmd(path: str | None, kind: str | None, env_id: str | None, limit: int,
         return
     ok = {True: "pass", False: "FAIL", None: ""}
     rows = [[r.id, r.created_at[:19].replace("T", " "), r.kind, r.command, r.env_id,
-             (r.plan or {}).get("model", ""), ok[r.ok], _summary(r.result)] for r in recs]
+             (r.plan or {}).get("model", ""), ok[r.ok],
+             f"damaged row: {r.damaged}" if r.damaged else _summary(r.result)] for r in recs]
     click.echo(table(rows, ["id", "time (UTC)", "kind", "command", "env", "model", "ok", "summary"],
                      "rllllll" + "l"))
 
@@ -89,6 +101,8 @@ def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
                f"CPU {env.get('cpu_model')}")
     if rec.plan:
         click.echo("plan: " + ", ".join(f"{k}={v}" for k, v in rec.plan.items() if v is not None))
+    if rec.damaged:
+        click.echo(f"damaged row: {rec.damaged} (the fields that could be read are shown)")
     click.echo("summary: " + (_summary(rec.result) or "(see --json)"))
 
 
@@ -114,18 +128,48 @@ def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | Non
         click.echo(text, nl=False)
 
 
+def _time_calibration_flags(func: Any) -> Any:
+    from .options import plan_options
+
+    func = click.option("--at-seq-len", "at_seq_len", type=int, multiple=True,
+                        help="sequence length of each measured run when they differ (two runs at "
+                        "different lengths separate GEMM from attention)")(func)
+    func = click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False),
+                        help="measured run: trainer_state.json, torchtitan or Megatron log, verify "
+                        "result JSON (repeatable)")(func)
+    func = click.option("--measured-step-time", "measured", type=click.FloatRange(0, min_open=True),
+                        multiple=True, help="measured seconds per optimizer step of the plan "
+                        "given by the plan flags (repeatable)")(func)
+    return plan_options(func)
+
+
 @click.command("calibrate")
 @click.option("--ledger", "path", type=click.Path(dir_okay=False), help=LEDGER_HELP)
 @click.option("--env", "env_id", help="fit another environment of the ledger (default: this machine)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool) -> None:
+@_time_calibration_flags
+def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool, measured: tuple[float, ...] = (),
+                  logs: tuple[str, ...] = (), at_seq_len: tuple[int, ...] = (), **plan_kw: Any) -> None:
     """Fit allocator reserve, runtime overhead and achievable efficiency from stored measurements.
 
-    Estimates use the fit when asked (`trainledger.calibrate.apply`, `estimate --calibrated`).
+    With --measured-step-time or --log (and the plan flags of the measured run): fit the time
+    model's per-term factors for that GPU, stack and precision (one run: one compute factor; two
+    runs at different --at-seq-len: GEMM and attention apart). Estimates use the fit when asked
+    (`estimate --calibrated`).
     """
     from .. import calibrate
     from ..errors import LedgerError
     from ..ledger import Ledger, fingerprint
+
+    if measured or logs:
+        from .time_calibrate import run_time_calibration
+
+        fitted = run_time_calibration(path, measured, logs, at_seq_len, plan_kw)
+        if as_json:
+            echo_json(fitted)
+        else:
+            click.echo(calibrate.render_time(fitted))
+        return
 
     with Ledger(path) as led:
         if env_id:

@@ -103,8 +103,10 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
     if plan_file:
         data.update(load_plan_file(plan_file))
     from_files = kwargs.pop("from_files", None)
+    checks: list = []
     if from_files:
-        data.update(_imported(from_files))
+        data.update(_imported(from_files, checks))
+    flags: set[str] = set()
     for key in _FLAG_KEYS:
         value = kwargs.pop(key, None)
         if value is None:
@@ -112,14 +114,21 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
         if key == "lora_targets":
             value = tuple(t.strip() for t in str(value).split(",") if t.strip())
         data[key] = value
+        flags.add(key)
+    if checks:
+        from ..runconfig.guards import keep_train_batch
+
+        data = keep_train_batch(data, checks, flags)
     return parse_inputs(data, "plan")
 
 
-def _imported(paths: tuple[str, ...]) -> dict[str, Any]:
+def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, Any]:
     """Plan inputs read from the user's configs; unknown keys and notes are reported on stderr."""
     from ..runconfig import import_configs
 
     res = import_configs(list(paths))
+    if checks is not None:
+        checks.extend(res.checks)
     for key in res.unknown_keys:
         click.echo(f"warning: unknown key {key} (not understood, not used for sizing)", err=True)
     for note in res.notes:
@@ -135,10 +144,10 @@ def plan_from_options(kwargs: dict[str, Any]) -> Plan:
 TIME_OPTIONS: list[Callable] = [
     click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), help="force this model-FLOPs utilization (sets the step time)"),
     click.option("--matmul-efficiency", type=click.FloatRange(0, 1, min_open=True), help="override the GPU family's achievable fraction of dense peak for GEMMs"),
-    click.option("--tp-comm-overlap", is_flag=True, default=None, help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)"),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="override: the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE, torch AsyncTP) [the stack profile's]"),
     click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
     click.option("--ep-comm-overlap", is_flag=True, default=None, help="the runtime hides the MoE all-to-all behind compute (DualPipe)"),
-    click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) or megatron (fused) [hf]"),
+    click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="override the stack profile's kernel fusion: hf (PyTorch eager modules) or megatron (fused: TE, Apex, torch.compile) [the --framework profile's]"),
 ]
 
 
@@ -154,7 +163,7 @@ def time_options_from_kwargs(kwargs: dict[str, Any]):
     from ..estimate.options import TimeOptions
 
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
-                       tp_comm_overlap=bool(kwargs.pop("tp_comm_overlap", None)),
+                       tp_comm_overlap=kwargs.pop("tp_comm_overlap", None),
                        overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None),
                        ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)),
-                       runtime=kwargs.pop("runtime", None) or "hf")
+                       runtime=kwargs.pop("runtime", None))

@@ -1,52 +1,15 @@
-"""Helpers shared by the commands: JSON output and plain tables."""
+"""JSON output of the commands (tables and JSON themselves live in :mod:`trainledger.format`)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from ..jsonsafe import finite_json
+from ..format import table, to_json
 
-
-def _default(o: Any) -> Any:
-    if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json")
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if hasattr(o, "isoformat"):
-        return o.isoformat()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    return str(o)
-
-
-def to_json(obj: Any) -> str:
-    data = json.loads(json.dumps(obj, default=_default))
-    return json.dumps(finite_json(data), indent=2, allow_nan=False)
+__all__ = ["echo_json", "table", "to_json"]
 
 
 def echo_json(obj: Any) -> None:
     click.echo(to_json(obj))
-
-
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None) -> str:
-    """A plain-text table; ``align`` holds 'l' or 'r' per column (default: numbers right)."""
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [len(h) for h in headers]
-    for r in cells:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
-    if align is None:
-        align = "".join(
-            "r" if rows and isinstance(rows[0][i], (int, float)) else "l" for i in range(len(headers))
-        )
-
-    def fmt(r: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, widths, align)).rstrip()
-
-    lines = [fmt(headers), "  ".join("-" * w for w in widths)]
-    lines += [fmt(r) for r in cells]
-    return "\n".join(lines)

@@ -1,6 +1,7 @@
 """`trainledger plan`: find the hardware and layouts that fit a job, ranked (the main job).
 
-Thin: flags -> Job -> search() -> render. With no arguments it plans the built-in example job.
+Thin: flags -> Job -> search() -> render. With no arguments it plans the built-in example job;
+flags change that job field by field.
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ from typing import Any
 
 import click
 
-from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS
+from ..runtime import FRAMEWORKS
 from ..units import fmt_params, fmt_seconds
 from .cost_opts import cost_options, cost_options_from_kwargs
-from .options import _count
 from .output import echo_json, table
 
 _RANKS = ("time", "cost", "gpus")
 
 
 def _job(kw: dict[str, Any]):
+    """The job to plan: the built-in example job with the given flags applied on top of it.
+
+    A flag changes that field of the job and keeps the rest (``plan --top 3`` plans the example
+    job and shows three plans). Returns the job and the names of the fields the flags changed.
+    """
     from ..search import EXAMPLE_JOB, Job
 
-    given = {k: v for k, v in kw.items() if v not in (None, (), False)}
+    given = {k: v for k, v in kw.items() if v is not None and v != ()}
     corpus, epochs = given.pop("corpus", None), given.pop("epochs", None)
     if corpus:
         from ..corpus.recommend import plan_hints
@@ -30,22 +35,19 @@ def _job(kw: dict[str, Any]):
         hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
         given.setdefault("seq_len", hints["seq_len"])
         given.setdefault("tokens", float(hints["tokens"]) * (epochs or 1.0))
-    tpo = given.pop("tp_comm_overlap", False)
-    epo = given.pop("ep_comm_overlap", False)
-    runtime = given.pop("runtime", None)
-    if not given and not tpo and not epo and runtime is None:
-        return EXAMPLE_JOB, True
-    from ..estimate.options import TimeOptions
+    time_flags = {k: given.pop(k) for k in ("tp_comm_overlap", "ep_comm_overlap", "runtime") if k in given}
+    data = EXAMPLE_JOB.model_dump()
+    data.update(given)
+    if time_flags:
+        from ..estimate.options import TimeOptions
 
-    if tpo or epo or runtime:
-        given["time_options"] = TimeOptions(tp_comm_overlap=tpo, ep_comm_overlap=epo,
-                                            runtime=runtime or "hf")
+        data["time_options"] = TimeOptions(**{**EXAMPLE_JOB.time_options.model_dump(), **time_flags})
     from pydantic import ValidationError
 
     from .._spec import spec_error
 
     try:
-        return Job(**given), False
+        return Job.model_validate(data), sorted({*given, *time_flags})
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None
 
@@ -58,6 +60,8 @@ def _layout_text(lay: dict[str, Any]) -> str:
     if lay["vp"] > 1:
         parts.append(f"v{lay['vp']}")
     s = "·".join(parts) + f" z{lay['zero']} mb{lay['micro_batch']}×{lay['grad_accum']}"
+    if lay.get("framework") and lay["framework"] != "hf":
+        s = f"{lay['framework']} " + s
     if lay["recompute"] != "none":
         s += f" rc-{lay['recompute']}"
     if lay["offload"] != "none":
@@ -72,6 +76,9 @@ def _plans_table(plans: list[dict[str, Any]], ranked: bool = True) -> str:
         e = p["estimate"]
         cost = f"${e['cost_usd']:,.0f}" if e.get("cost_usd") is not None else "-"
         days = fmt_seconds(e["total_s"]) if "total_s" in e else "-"
+        if e.get("days_interval"):
+            lo, hi = e["days_interval"]
+            days += f" ({fmt_seconds(lo * 86400)}-{fmt_seconds(hi * 86400)})"
         gpuh = "-" if "gpu_hours" not in e else (
             f"{e['gpu_hours']:,.0f}" if e["gpu_hours"] >= 10 else f"{e['gpu_hours']:.2g}")
         rows.append([f"{i}{'*' if p['pareto'] and ranked else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
@@ -81,18 +88,21 @@ def _plans_table(plans: list[dict[str, Any]], ranked: bool = True) -> str:
                         "time", "GPU-h", "cost"], align="llrllrrrrrr")
 
 
-def _render(res: dict[str, Any], example: bool) -> None:
+def _render(res: dict[str, Any], changed: list[str]) -> None:
     job = res["job"]
-    head = "built-in example job" if example else "job"
+    head = "built-in example job" if not changed else (
+        "job (the built-in example with " + ", ".join("--" + k.replace("_", "-") for k in changed) + ")")
     tokens = f"{fmt_params(job['tokens'])} tokens" if job.get("tokens") else "no token budget"
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
-    click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}), seq {job['seq_len']}, "
+    click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}, "
                f"{tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
-    click.echo(f"time model: {to['runtime']} runtime kernels, TP comm "
-               f"{'overlapped' if to['tp_comm_overlap'] else 'exposed'}, MoE all-to-all "
+    over = lambda v, yes, no: "the stack's" if v is None else (yes if v else no)  # noqa: E731
+    click.echo(f"time model: stacks {', '.join(job.get('frameworks') or [job['framework']])} "
+               f"(catalog/efficiency/stacks); kernels {over(to['runtime'], to['runtime'], '')}, TP comm "
+               f"{over(to['tp_comm_overlap'], 'overlapped', 'exposed')}, MoE all-to-all "
                f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
-               "(--runtime, --tp-comm-overlap, --ep-comm-overlap)")
+               "(--framework, --search-framework, --runtime, --tp-comm-overlap, --ep-comm-overlap)")
     click.echo(f"searched {res['evaluated']:,} layouts in {fmt_seconds(res['elapsed_s'])} "
                f"({res['plans_per_s']:,.0f}/s); {len(res['rejected'])} candidates rejected\n")
     if res["plans"]:
@@ -122,48 +132,58 @@ def _render(res: dict[str, Any], example: bool) -> None:
         click.echo(f"  {r['gpu']} x {r['gpus']}: {r['reason']}")
 
 
+#: job flags that are the estimate's flags too (declared once in PlanInputs)
+_SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "tokens",
+                 "lora_rank", "headroom", "corpus")
+#: the planner's own flags, generated from its Job fields
+_JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")
+
+
+def _plan_options(func: Any) -> Any:
+    from ..planfile import PlanInputs
+    from ..search import Job
+    from .options import _field_option
+
+    opts = [_field_option(n, PlanInputs.model_fields[n]) for n in _SHARED_FLAGS]
+    opts.insert(-1, click.option("--epochs", type=float, help="passes over the --corpus data [1]"))
+    opts += [_field_option(n, Job.model_fields[n]) for n in _JOB_FLAGS]
+    opts += [
+        click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]"),
+        click.option("--gpus-per-node", "gpus_per_node", type=int, multiple=True, help="node size (repeatable) [8]"),
+        click.option("--network", "networks", multiple=True, help="inter-node network (repeatable) [ib-ndr]"),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="override: the runtime overlaps TP collectives with GEMMs [the stack profile's]"),
+        click.option("--runtime", type=click.Choice(["hf", "megatron"]),
+                     help="override the stack profile's kernel fusion: hf (eager) or megatron (fused: "
+                     "TE, Apex, torch.compile)"),
+        click.option("--search-framework", "frameworks", multiple=True, type=click.Choice(FRAMEWORKS),
+                     help="software stacks the planner compares (repeatable; a layout is a stack plus "
+                     "degrees) [--framework]"),
+        click.option("--ep-comm-overlap", is_flag=True, default=None,
+                     help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)"),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
 def register(main: click.Group) -> None:
     @main.command("plan")
-    @click.option("--model", "-m", help="preset name, config.json path or Hub id")
-    @click.option("--method", type=click.Choice(METHODS), help="training method [full]")
-    @click.option("--precision", type=click.Choice(PRECISIONS), help="precision policy [bf16-mixed]")
-    @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="optimizer [adamw]")
-    @click.option("--attention", type=click.Choice(ATTENTIONS), help="attention kernel [sdpa]")
-    @click.option("--seq-len", type=int, help="sequence length [4096]")
-    @click.option("--global-batch", type=int, help="samples per optimizer step [~1M tokens]")
-    @click.option("--tokens", callback=_count, help="token budget, e.g. 20B")
-    @click.option("--corpus", type=click.Path(dir_okay=False),
-                  help="stats JSON of `trainledger corpus --json`: sets --seq-len and --tokens")
-    @click.option("--epochs", type=float, help="passes over the --corpus data [1]")
-    @click.option("--deadline-days", type=float, help="wall-clock deadline in days")
-    @click.option("--max-gpus", type=int, help="GPU budget (largest count searched) [1024]")
-    @click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]")
-    @click.option("--gpus-per-node", "gpus_per_node", type=int, multiple=True, help="node size (repeatable) [8]")
-    @click.option("--network", "networks", multiple=True, help="inter-node network (repeatable) [ib-ndr]")
-    @click.option("--lora-rank", type=int, help="LoRA rank [16]")
-    @click.option("--headroom", type=float, help="memory kept free for the fit verdict [0.10]")
-    @click.option("--rank-by", type=click.Choice(_RANKS), help="rank by time, cost or GPU count [time]")
-    @click.option("--top", type=int, help="plans to show [10]")
-    @click.option("--tp-comm-overlap", is_flag=True, default=False,
-                  help="the runtime overlaps TP collectives with GEMMs (Megatron-Core + TE)")
-    @click.option("--runtime", type=click.Choice(["hf", "megatron"]),
-                  help="kernel fusion of the training runtime: hf (PyTorch eager + transformers) "
-                  "or megatron (fused kernels) [hf]")
-    @click.option("--ep-comm-overlap", is_flag=True, default=False,
-                  help="the runtime hides the MoE all-to-all behind compute (DeepSeek DualPipe)")
+    @_plan_options
     @cost_options
     @click.option("--json", "as_json", is_flag=True, help="print JSON")
     def plan_cmd(as_json: bool, **kw: Any) -> None:
         """Rank the hardware and layouts that fit a training job.
 
         With no arguments, plans the built-in example job: Llama-3.1-8B, full fine-tune
-        (continued pre-training) on 20B tokens, 7-day deadline, every catalog GPU, up to 64 GPUs,
-        cheapest first.
+        (continued pre-training) on 20B tokens, global batch 256, 7-day deadline, every catalog
+        GPU, up to 64 GPUs, cheapest first. Flags change that job field by field (--model,
+        --tokens, --max-gpus ...). Exits 1 when no plan fits, so it can guard a launch script.
         """
         from ..search import search
 
         cost = cost_options_from_kwargs(kw)  # --price-per-gpu-hour, --provider, --pricing, --prices ...
-        job, example = _job(kw)
+        job, changed = _job(kw)
         if cost != job.cost_options:
             job = job.model_copy(update={"cost_options": cost})
         if sys.stderr.isatty():
@@ -179,4 +199,6 @@ def register(main: click.Group) -> None:
         if as_json:
             echo_json(d)
         else:
-            _render(d, example)
+            _render(d, changed)
+        if not d["plans"]:
+            sys.exit(1)

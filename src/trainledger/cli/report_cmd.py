@@ -45,10 +45,12 @@ def _gpu_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--verify-json", type=click.Path(dir_okay=False),
               help="output of `trainledger verify memory --json`: adds measured vs predicted")
 @click.option("--checkpoint-dir", help="where checkpoints will be written (shown on the acceptance sheet)")
+@click.option("--soak-json", type=click.Path(dir_okay=False),
+              help="output of `trainledger verify soak --out FILE`: adds the soak checks and time series")
 @click.option("--json", "as_json", is_flag=True, help="print what was written as JSON")
 def report_cmd(plan_path: str | None, out: str | None, fmt: str | None, compare_gpus: list[str] | None,
                from_plan_json: str | None, pick: int, verify_json: str | None, checkpoint_dir: str | None,
-               as_json: bool, **kwargs: Any) -> None:
+               soak_json: str | None, as_json: bool, **kwargs: Any) -> None:
     """Write a report of one plan: memory per GPU by term on candidate GPUs, memory against
     sequence length and micro-batch, the memory timeline of a step, the step-time breakdown, time
     and cost against GPU count (Pareto front), the procurement and acceptance sheet, risks and
@@ -65,9 +67,10 @@ def report_cmd(plan_path: str | None, out: str | None, fmt: str | None, compare_
         inputs = parse_inputs({**base.model_dump(exclude_unset=True), **given.model_dump(exclude_unset=True)},
                               "plan")
     verify_result = read_json(verify_json, "trainledger verify memory --json") if verify_json else None
+    soak_result = read_json(soak_json, "trainledger verify soak --out FILE") if soak_json else None
     fmt = fmt or (format_for(out) if out else "txt")
     data = build_report(inputs, EstimateOptions(cost=cost), compare_gpus=compare_gpus, plan_result=plan_result,
-                        verify_result=verify_result, checkpoint_dir=checkpoint_dir)
+                        verify_result=verify_result, checkpoint_dir=checkpoint_dir, soak_result=soak_result)
     text = render(data, fmt)
     if out is None:
         click.echo(text, nl=False)

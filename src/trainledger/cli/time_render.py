@@ -24,6 +24,19 @@ def compute_lines(c: dict[str, Any], method: str | None = None) -> list[str]:
         f"MFU {100 * c['mfu']:.1f}%, HFU {100 * c['hfu']:.1f}% (matmuls in {c['matmul_dtype']}, "
         f"efficiency family {c['efficiency_family']})",
     ]
+    iv = c.get("step_time_interval_s")
+    if iv:
+        out.append(f"  step time p10-p90: {fmt_seconds(iv['p10'])} - {fmt_seconds(iv['p90'])}, MFU "
+                   f"{100 * c['mfu_interval']['p10']:.1f}-{100 * c['mfu_interval']['p90']:.1f}% "
+                   f"({iv['basis']})")
+    tc = c.get("time_calibration")
+    if tc and tc.get("calibrated"):
+        civ = c.get("calibrated_step_time_interval_s") or {}
+        out.append(f"  calibrated step {fmt_seconds(tc['step_time_s'])} (x{tc['scale']:.3f}, calibration "
+                   f"{tc.get('calibration_id')}; p10-p90 {fmt_seconds(civ.get('p10', 0))} - "
+                   f"{fmt_seconds(civ.get('p90', 0))})")
+    elif tc:
+        out.append(f"  {tc['reason']}")
     step = c["step_time_s"]
     rows = [[k, fmt_seconds(v), f"{100 * v / step:.1f}%"] for k, v in c["breakdown"].items()]
     out += ["  " + line for line in table(rows, ["part", "time", "share"], align="lrr").splitlines()]
@@ -46,6 +59,10 @@ def time_lines(t: dict[str, Any]) -> list[str]:
     out = ["time to train",
            f"  {t['tokens']:,.0f} tokens = {t['steps']:,} steps: {fmt_seconds(t['total_s'])} on "
            f"{t['gpus']} GPU{'s' if t['gpus'] != 1 else ''}, {_hours(t['gpu_hours'])} GPU-hours"]
+    if t.get("gpu_hours_interval"):
+        g = t["gpu_hours_interval"]
+        out.append(f"  p10-p90: {fmt_seconds(t['days_interval']['p10'] * 86400)} - "
+                   f"{fmt_seconds(t['days_interval']['p90'] * 86400)}, {g['p10']:,.0f} - {g['p90']:,.0f} GPU-hours")
     if t.get("scaling"):
         rows = [[r["gpus"], r["dp"], fmt_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
                  f"{100 * r['mfu']:.1f}%", f"{100 * r['scaling_efficiency']:.0f}%"] for r in t["scaling"]]

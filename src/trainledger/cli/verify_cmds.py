@@ -1,4 +1,4 @@
-"""`trainledger verify probe|memory|comm|scaling|io|accept`: check the plan on the real machine.
+"""`trainledger verify probe|memory|comm|scaling|io|accept|soak`: check the plan on the real machine.
 
 Thin: parse flags, call trainledger.verify, render, store the result in the ledger. Progress goes
 to stderr; ``--json`` prints the result; the exit code is 1 when a check fails.
@@ -29,7 +29,7 @@ def register(main: click.Group) -> None:
 
 @click.group("verify")
 def verify_group() -> None:
-    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept."""
+    """Measure the plan on this machine: probe, memory, comm, scaling, io, accept, soak, serve."""
 
 
 def _progress(msg: str) -> None:
@@ -55,16 +55,29 @@ def ledger_options(func):
 
 def _record(kwargs: dict[str, Any], command: str, result: dict[str, Any], plan: Any = None,
             ok: bool | None = None) -> None:
-    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
-    if off:
-        return
-    from ..estimate import plan_summary
-    from ..ledger import Ledger
+    """Store the result; a ledger that cannot take it keeps it in a file (verify/results.py)."""
+    from ..verify import results
 
-    with Ledger(path) as led:
-        rid = led.add("measurement", command, json.loads(to_json(result)),
-                      plan=plan_summary(plan) if plan is not None else None, ok=ok)
-    _progress(f"stored as record {rid} in {led.path}")
+    path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
+    results.record(command, json.loads(to_json(result)), ledger_path=path, off=off,
+                   plan_summary=_plan_summary(plan), ok=ok, say=lambda m: click.echo(m, err=True))
+
+
+def _plan_summary(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    from ..estimate import plan_summary
+
+    return plan_summary(plan)
+
+
+def _failures(kwargs: dict[str, Any], command: str, plan: Any = None):
+    """Context: a run that raises is recorded as a failed measurement before the error shows."""
+    from ..verify import results
+
+    return results.recording_failures(command, ledger_path=kwargs.get("ledger_path"),
+                                      off=bool(kwargs.get("no_ledger")), plan_summary=_plan_summary(plan),
+                                      say=lambda m: click.echo(m, err=True))
 
 
 def _finish(result: dict[str, Any], text: str, as_json: bool, ok: bool) -> None:
@@ -123,6 +136,10 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     from ..verify.measure import measure_memory
 
     plan = build_plan(inputs_from_options(kwargs))
+    if not plan.recipe.is_training and plan.serving.engine != "hf":  # what runs here is transformers
+        _progress(f"inference: measuring transformers generate (engine hf); the {plan.serving.engine} "
+                  f"accounting is in `trainledger estimate`")
+        plan = plan.model_copy(update={"serving": plan.serving.model_copy(update={"engine": "hf"})})
     _progress(f"estimating, then measuring {steps} step(s) of {plan.model.name} on {device}")
     est = estimate(plan)
     predicted = est.memory.to_dict()
@@ -132,7 +149,8 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
         from ..verify.preflight import available_host_bytes, check_host_ram
 
         check_host_ram(plan.model.name, predicted["peak_allocated_bytes"], available_host_bytes())
-    m = measure_memory(plan, device=device, steps=steps).to_dict()
+    with _failures(kwargs, "verify memory", plan):
+        m = measure_memory(plan, device=device, steps=steps).to_dict()
     from ..estimate import plan_summary
 
     result = {"plan": plan_summary(plan), "measured": m, "predicted": predicted,
@@ -143,10 +161,55 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     if tolerance is not None and ok and peak_err is not None and abs(peak_err) > tolerance:
         ok = False
         result["tolerance_failure"] = f"peak error {100 * peak_err:+.1f}% exceeds ±{100 * tolerance:.1f}%"
+    text_extra = ""
+    if m.get("serving"):  # inference on a GPU: measured latency against the serving model
+        from ..estimate.serving import ServingPerf
+
+        r = plan.recipe
+        pred = ServingPerf(plan).static_batch(r.micro_batch, r.seq_len, max(r.generate_len, 1))
+        result["serving"] = {"measured": m["serving"], "predicted": pred}
+        ms = m["serving"]
+        text_extra = (f"\nlatency: TTFT measured {1e3 * ms['ttft_s']:.1f} ms, predicted {1e3 * pred['ttft_s']:.1f} ms"
+                      + (f"; TPOT measured {1e3 * ms['tpot_s']:.2f} ms, predicted {1e3 * pred['tpot_s']:.2f} ms"
+                         if ms.get("tpot_s") else ""))
     result["ok"] = ok
     _record(kwargs, "verify memory", result, plan, ok)
-    text = render_memory(result) + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
+    text = render_memory(result) + text_extra + (f"\nFAIL  {result['tolerance_failure']}" if "tolerance_failure" in result else "")
     _finish(result, text, as_json, ok)
+
+
+# ------------------------------------------------------------------------------------------ serve
+@verify_group.command("serve")
+@plan_options
+@click.option("--concurrency", type=int, default=None, help="client --max-concurrency [--micro-batch]")
+@click.option("--num-prompts", type=int, default=None, help="requests sent [10 x concurrency]")
+@click.option("--port", type=int, default=8765, show_default=True, help="port of the vLLM server")
+@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True, help="seconds for start-up and for the client")
+@click.option("--logs", "log_dir", type=click.Path(file_okay=False), help="folder for the server log and result")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def serve_cmd(concurrency: int | None, num_prompts: int | None, port: int, timeout_s: float, log_dir: str | None,
+              as_json: bool, **kwargs: Any) -> None:
+    """Serve the plan with vLLM on this GPU (dummy weights) and measure TTFT, TPOT and tokens/s with
+    vLLM's benchmark client; compare with the serving model. Skips cleanly without vLLM or a GPU."""
+    from ..planfile import build_plan
+    from ..verify.serve import run
+
+    plan = build_plan(inputs_from_options(dict(kwargs, method="inference")))
+    conc = concurrency or plan.recipe.micro_batch
+    res = run(plan, conc, num_prompts or 10 * conc, port, timeout_s, log_dir)
+    if "skipped" in res:
+        kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", None)
+        _finish(res, f"skipped: {res['skipped']}", as_json, True)
+        return
+    _record(kwargs, "verify serve", res, plan, True)
+    lines = [f"vLLM measured at concurrency {conc} (logs: {res['logs']})"]
+    for row in res["comparison"]:
+        m, p, e = row["measured"], row["predicted"], row["relative_error"]
+        lines.append(f"  {row['name']:16} measured {m if m is not None else float('nan'):10.4g}  "
+                     f"predicted {p if p is not None else float('nan'):10.4g}  "
+                     f"{'' if e is None else f'{100 * e:+.1f}%'}")
+    _finish(res, "\n".join(lines), as_json, True)
 
 
 # ------------------------------------------------------------------------------------------ comm
@@ -182,7 +245,8 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
             return
     else:
         _progress(f"launching torchrun: {nproc} {device} rank(s), sizes {min_size}..{max_size}")
-        raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom)
+        with _failures(kwargs, "verify comm"):
+            raw = comm.run_comm(nproc, device, top, timeout_s, collective_timeout, bottom)
     result = comm.finish(raw, comm.reference_link(device, raw["world_size"], link, gpu))
     _record(kwargs, "verify comm", result, None, result["ok"])
     _finish(result, comm.render(result), as_json, result["ok"])
@@ -210,8 +274,9 @@ def scaling_cmd(device: str, nproc: int, steps: int, warmup: int, timeout_s: flo
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
-    result = scaling.run_scaling(inputs, device, nproc, steps=steps, warmup=warmup, timeout_s=timeout_s,
-                                 collective_timeout_s=collective_timeout, progress=_progress)
+    with _failures(kwargs, "verify scaling", plan):
+        result = scaling.run_scaling(inputs, device, nproc, steps=steps, warmup=warmup, timeout_s=timeout_s,
+                                     collective_timeout_s=collective_timeout, progress=_progress)
     _record(kwargs, "verify scaling", result, plan, result["ok"])
     _finish(result, scaling.render(result), as_json, result["ok"])
 
@@ -277,15 +342,100 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
     _progress(f"acceptance run of {plan.model.name} on {nproc} {device} rank(s) (2 torchrun launches)")
-    report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
-                               collective_timeout, workdir)
+    with _failures(kwargs, "verify accept", plan):
+        report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
+                                   collective_timeout, workdir)
     if out_path:
-        tmp = Path(out_path + ".tmp")
-        tmp.write_text(to_json(report))
-        os.replace(tmp, out_path)
-        _progress(f"report written to {out_path}")
+        from ..verify import results
+
+        results.write_out(out_path, to_json(report), "verify accept", lambda m: click.echo(m, err=True))
     _record(kwargs, "verify accept", report, plan, report["ok"])
     _finish(report, accept.render(report), as_json, report["ok"])
+
+
+# ------------------------------------------------------------------------------------------ soak
+def _seconds(text: str) -> float:
+    """'90', '90s', '10m', '2h' -> seconds."""
+    t = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
+    try:
+        return float(t[:-1]) * scale if scale else float(t)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give seconds, or a number with s, m or h (e.g. 10m)") from None
+
+
+@verify_group.command("soak")
+@plan_options
+@click.option("--device", type=click.Choice(("cuda", "cpu")), default="cpu", show_default=True)
+@click.option("--nproc", type=int, default=2, show_default=True, help="ranks on this node")
+@click.option("--duration", default="10m", show_default=True, help="training time from the first step: seconds or 90s, 10m, 24h")
+@click.option("--checkpoint-interval", "checkpoint_interval", default="60s", show_default=True,
+              help="time between checkpoints")
+@click.option("--sample-interval", default="1s", show_default=True, help="time between telemetry samples")
+@click.option("--kill-rank", type=int, help="fault injection: SIGKILL this rank once (needs --kill-after)")
+@click.option("--kill-after", help="... after this much training (once a checkpoint exists), e.g. 20s")
+@click.option("--max-restarts", type=int, default=1, show_default=True, help="torchrun elastic restarts allowed")
+@click.option("--max-temperature", type=float, default=85.0, show_default=True, help="°C")
+@click.option("--max-clock-drop", type=float, default=0.10, show_default=True, help="fraction below the early median")
+@click.option("--max-step-time-drift", type=float, default=0.10, show_default=True,
+              help="last-quarter over first-quarter median step time, minus 1")
+@click.option("--max-recovery", "max_recovery", default="600s", show_default=True,
+              help="kill to every rank training again [the goodput model's restart time]")
+@click.option("--max-ecc-uncorrected", type=int, default=0, show_default=True)
+@click.option("--max-xid-events", type=int, default=0, show_default=True)
+@click.option("--max-link-errors", type=int, default=0, show_default=True, help="NVLink errors + PCIe replays")
+@click.option("--fail-on-slowdown/--no-fail-on-slowdown", default=True, show_default=True,
+              help="a thermal / power-brake / hardware slowdown throttle reason fails the soak")
+@click.option("--telemetry-fixture", type=click.Path(dir_okay=False, exists=True),
+              help="replay a recorded NVML fixture (python -m trainledger.verify.telemetry record) instead of sensors")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write the result JSON here")
+@click.option("--workdir", type=click.Path(file_okay=False), help="keep checkpoints and journals here (empty folder)")
+@click.option("--timeout", "timeout_s", type=float, help="seconds for the whole launch [duration + 600 per attempt]")
+@click.option("--collective-timeout", type=float, default=120.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@ledger_options
+def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, sample_interval: str,
+             kill_rank: int | None, kill_after: str | None, max_restarts: int, max_temperature: float,
+             max_clock_drop: float, max_step_time_drift: float, max_recovery: str, max_ecc_uncorrected: int,
+             max_xid_events: int, max_link_errors: int, fail_on_slowdown: bool, telemetry_fixture: str | None,
+             out_path: str | None, workdir: str | None, timeout_s: float | None, collective_timeout: float,
+             as_json: bool, **kwargs: Any) -> None:
+    """Train the plan's acceptance loop for a duration: per-rank telemetry, checkpoints with checksums,
+    optional rank kill and measured recovery, thresholds and a verdict naming each one crossed."""
+    _need_torch(device)
+    from pydantic import ValidationError
+
+    from .._spec import spec_error
+    from ..planfile import build_plan
+    from ..verify import soak
+    from ..verify.launch import in_torchrun
+
+    if in_torchrun():
+        raise VerifyError("verify soak starts its own torchrun (with elastic restarts); run it without torchrun, "
+                          "once, on the node to soak")
+
+    try:
+        th = soak.SoakThresholds(max_temperature_c=max_temperature, max_clock_drop=max_clock_drop,
+                                 max_step_time_drift=max_step_time_drift, max_recovery_s=_seconds(max_recovery),
+                                 max_ecc_uncorrected=max_ecc_uncorrected, max_xid_events=max_xid_events,
+                                 max_link_errors=max_link_errors, fail_on_slowdown=fail_on_slowdown)
+    except ValidationError as exc:
+        raise spec_error(exc, "soak thresholds") from None
+    inputs = inputs_from_options(kwargs)
+    plan = build_plan(inputs)
+    dur = _seconds(duration)
+    _progress(f"soak of {plan.model.name} on {nproc} {device} rank(s) for {dur:g} s under torchrun "
+              f"(max {max_restarts} restart(s))" + (f", killing rank {kill_rank}" if kill_rank is not None else ""))
+    result = soak.run_soak(inputs, device, nproc, dur, _seconds(checkpoint_interval), _seconds(sample_interval),
+                           kill_rank, _seconds(kill_after) if kill_after else None, max_restarts, th, timeout_s,
+                           collective_timeout, workdir, telemetry_fixture)
+    if out_path:
+        tmp = Path(out_path + ".tmp")
+        tmp.write_text(to_json(result))
+        os.replace(tmp, out_path)
+        _progress(f"result written to {out_path}")
+    _record(kwargs, "verify soak", result, plan, result["ok"])
+    _finish(result, soak.render(result), as_json, result["ok"])
 
 
 __all__ = ["register", "verify_group", "VerifyError"]

@@ -21,6 +21,22 @@ from typing import Any
 from ..errors import CorpusError
 
 FALLBACK_FORMAT = "{role}: {content}\n"
+#: largest tokenizer_config.json read (bytes): with a 150k-entry ``added_tokens_decoder`` real ones
+#: stay under a few MB; one holding a 3e9-character template took more than 5 GB (issue 20)
+MAX_CONFIG_BYTES = 64 << 20
+#: longest chat template accepted (characters); real ones are 1-20 KB
+MAX_TEMPLATE_CHARS = 1 << 20
+
+
+def read_bounded(path: Path, limit: int, what: str) -> str:
+    """A regular file's text of at most ``limit`` bytes, else one CorpusError (no FIFO hang)."""
+    from ..errors import SpecError
+    from ..safety import read_text
+
+    try:
+        return read_text(path, limit, what=what)
+    except SpecError as exc:
+        raise CorpusError(str(exc)) from None
 
 
 def _token_text(value: Any) -> str:
@@ -35,9 +51,11 @@ def find_template(folder: Path) -> tuple[str | None, dict[str, str], str | None]
     cfg: dict[str, Any] = {}
     if cfg_path.is_file():
         try:
-            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise CorpusError(f"{cfg_path}: not valid JSON ({exc})") from None
+            cfg = json.loads(read_bounded(cfg_path, MAX_CONFIG_BYTES, "tokenizer_config.json"))
+        except (ValueError, RecursionError) as exc:
+            raise CorpusError(f"{cfg_path}: not valid JSON ({str(exc)[:200]})") from None
+        if not isinstance(cfg, dict):
+            raise CorpusError(f"{cfg_path}: not a tokenizer_config.json (expected a JSON object)")
     tokens = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
     template = cfg.get("chat_template")
     where = str(cfg_path) if template else None
@@ -46,7 +64,10 @@ def find_template(folder: Path) -> tuple[str | None, dict[str, str], str | None]
         template = named.get("default") or next(iter(named.values()), None)
     jinja_file = folder / "chat_template.jinja"
     if not template and jinja_file.is_file():
-        template, where = jinja_file.read_text(encoding="utf-8"), str(jinja_file)
+        template, where = read_bounded(jinja_file, MAX_TEMPLATE_CHARS, "chat template"), str(jinja_file)
+    if isinstance(template, str) and len(template) > MAX_TEMPLATE_CHARS:
+        raise CorpusError(f"{where}: a chat template of {len(template):,} characters (limit "
+                          f"{MAX_TEMPLATE_CHARS:,}); real templates are a few KB")
     return (template if isinstance(template, str) and template else None), tokens, where
 
 

@@ -84,13 +84,25 @@ class _CappedStream(io.RawIOBase):
 
     def __init__(self, inner: Any, limit: int, where: str) -> None:
         self.inner, self.limit, self.where, self.total = inner, limit, where, 0
+        #: the decompression error that ended the stream (truncation, trailing garbage), or None.
+        #: Kept instead of raised: raising from here dropped the lines already decompressed into
+        #: the reader's buffer (issue 20: 42 of 500 records lost to trailing garbage).
+        self.error: BaseException | None = None
+        self._read = getattr(inner, "read1", None) or inner.read
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf: Any) -> int:
-        # small reads: a truncated stream raises on the read that hits its end, losing that read
-        data = self.inner.read(min(len(buf), _DECOMPRESS_STEP))
+        if self.error is not None:
+            return 0
+        try:
+            # read1: at most one read of the decompressor, so that an error on the next one cannot
+            # discard bytes GzipFile had already decompressed into its own buffer
+            data = self._read(min(len(buf), _DECOMPRESS_STEP))
+        except _truncation_errors() as exc:
+            self.error = exc
+            return 0
         n = len(data)
         self.total += n
         if self.total > self.limit:
@@ -122,6 +134,16 @@ def open_binary(source: Source, opts: CorpusOptions) -> io.BufferedReader:
 _TRUNCATION_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, OSError, zlib.error)
 
 
+def stream_error(f: Any) -> BaseException | None:
+    """The decompression error that ended ``f`` early (see :class:`_CappedStream`), or None."""
+    return getattr(getattr(f, "raw", None), "error", None)
+
+
+def _truncated(exc: BaseException) -> RecordError:
+    return RecordError("truncated", f"file ends early, is corrupt or has trailing data ({exc}); "
+                       "the records before this point are counted")
+
+
 def _truncation_errors() -> tuple[type[BaseException], ...]:
     try:
         import zstandard
@@ -142,13 +164,15 @@ class Giant:
         self.size = size
 
 
-def _skip_rest(f: io.BufferedReader, first: bytes) -> int:
+def _skip_rest(f: io.BufferedReader, first: bytes, limit: int | None = None) -> int:
+    """Bytes up to and including the next newline (or EOF); stops early after ``limit`` bytes."""
     skipped = len(first)
-    while True:
-        more = f.readline(_READ_BUFFER)
+    while limit is None or skipped < limit:
+        more = f.readline(_READ_BUFFER if limit is None else min(_READ_BUFFER, limit - skipped))
         skipped += len(more)
         if not more or more.endswith(b"\n"):
             return skipped
+    return skipped
 
 
 def _read_lines(f: io.BufferedReader, cap: int, budget: int | None) -> Iterator[bytes | Giant]:
@@ -174,19 +198,25 @@ def _iter_lines(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
             budget = unit.end - unit.start
             if unit.start > 0:
                 f.seek(unit.start - 1)
-                # the line holding byte start-1 belongs to the previous unit
-                budget -= _skip_rest(f, b"") - 1
+                # the line holding byte start-1 belongs to the previous unit; look no further than
+                # this unit's own bytes for its end (a giant line is scanned once, not per unit)
+                budget -= _skip_rest(f, b"", limit=budget + 1) - 1
         index = 0
         try:
             for line in _read_lines(f, opts.max_line_bytes, budget):
+                if isinstance(line, bytes) and not line.endswith(b"\n") and stream_error(f) is not None:
+                    break  # the line the stream broke off in: part of the truncation, not a record
                 if unit.kind == "stride" and index % unit.stride != unit.start:
                     index += 1
                     continue
                 yield index, line
                 index += 1
         except _truncation_errors() as exc:
-            yield index, RecordError("truncated", f"file ends early or is corrupt ({exc}); "
-                                     "the records before this point are counted")
+            yield index, _truncated(exc)
+            return
+        err = stream_error(f)
+        if err is not None:
+            yield index, _truncated(err)
 
 
 def decode_line(raw: bytes, opts: CorpusOptions, whole: bool = False) -> tuple[str | None, RecordError | None, bool]:
@@ -218,6 +248,9 @@ def parse_json_line(text: str) -> Any:
 def _read_document(source: Source, opts: CorpusOptions) -> bytes:
     with open_binary(source, opts) as f:
         data = f.read(opts.max_document_bytes + 1)
+        err = stream_error(f)
+    if err is not None:
+        raise CorpusError(f"{source.path}: file ends early, is corrupt or has trailing data ({err})")
     if len(data) > opts.max_document_bytes:
         raise CorpusError(f"{source.path}: one JSON document larger than {opts.max_document_bytes:,} bytes; "
                           "convert it to JSON Lines (one record per line) to stream it")
@@ -240,6 +273,14 @@ def json_records(data: Any, where: str) -> list[Any]:
 
 
 def _iter_json(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
+    from .jsonstream import array_items
+
+    streamed = array_items(unit.source, opts)
+    if streamed is not None:  # an array of records (or {"key": [records]}): one record in memory at a time
+        for i, rec in enumerate(streamed):
+            if i % unit.stride == unit.start:
+                yield i, rec
+        return
     data = _read_document(unit.source, opts)
     try:
         doc = json.loads(data.decode("utf-8", errors="strict" if opts.encoding_errors == "strict" else "replace"))
@@ -264,6 +305,9 @@ def _iter_csv(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
             try:
                 row = next(reader)
             except StopIteration:
+                err = stream_error(fb)
+                if err is not None:
+                    yield i, _truncated(err)
                 return
             except csv.Error as exc:
                 row = RecordError("malformed", f"bad CSV ({exc})")
@@ -282,7 +326,10 @@ def _iter_text_files(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any
     for i, src in enumerate(unit.files):
         with open_binary(src, opts) as f:
             data = f.read(opts.max_document_bytes + 1)
-        if len(data) > opts.max_document_bytes:
+            err = stream_error(f)
+        if err is not None:
+            yield i, RecordError("malformed", f"{src.path}: file ends early, is corrupt or has trailing data ({err})")
+        elif len(data) > opts.max_document_bytes:
             yield i, Giant(len(data))
         else:
             yield i, data
@@ -317,6 +364,11 @@ def _batches(source: Source) -> Iterator[Any]:
 
 
 def _iter_columnar(unit: Unit, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
+    if unit.source.fmt == "parquet":
+        from .parquet import iter_parquet
+
+        yield from iter_parquet(unit, opts, columns)
+        return
     row = 0
     for k, (n_rows, load) in enumerate(_batches(unit.source)):
         if k % unit.stride == unit.start:

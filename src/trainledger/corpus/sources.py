@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,25 +120,56 @@ def make_source(path: str, text_mode: str = "line") -> Source:
     return Source(path=path, fmt=fmt, compression=comp, size=os.path.getsize(path))
 
 
-def _saved_dataset_files(folder: Path, split: str | None) -> list[str] | None:
+#: a datasets state.json / dataset_dict.json is a few KB; more is not one
+_MAX_META_BYTES = 4 * 1024 * 1024
+
+
+def _read_meta(path: Path) -> object:
+    from ..errors import SpecError
+    from ..safety import read_text
+
+    try:
+        return json.loads(read_text(path, _MAX_META_BYTES, what="datasets metadata file"))
+    except SpecError as exc:
+        raise CorpusError(str(exc)) from None
+
+
+def _plain_name(value: object) -> bool:
+    """A file or folder name inside the dataset folder: no separators, not '.'/'..' (issue 20)."""
+    return (isinstance(value, str) and value not in ("", ".", "..") and "/" not in value
+            and "\\" not in value and "\x00" not in value)
+
+
+def _saved_dataset_files(folder: Path, split: str | None, nested: bool = False) -> list[str] | None:
     """Arrow files of a ``datasets`` save_to_disk folder (Dataset or DatasetDict), else None."""
     state = folder / "state.json"
     if state.is_file():
         try:
-            files = json.loads(state.read_text(encoding="utf-8"))["_data_files"]
-            return [str(folder / f["filename"]) for f in files]
-        except (ValueError, KeyError, TypeError) as exc:
+            files = _read_meta(state)["_data_files"]  # type: ignore[index]
+            names = [f["filename"] for f in files]
+        except (KeyError, TypeError) as exc:
             raise CorpusError(f"{state}: not a datasets state.json ({exc})") from None
+        except ValueError as exc:
+            raise CorpusError(f"{state}: not a datasets state.json ({exc})") from None
+        bad = next((n for n in names if not _plain_name(n)), None)
+        if bad is not None:
+            raise CorpusError(f"{state}: data file name {str(bad)[:80]!r} is not a file of this folder")
+        return [str(folder / n) for n in names]
     ddict = folder / "dataset_dict.json"
-    if ddict.is_file():
+    if ddict.is_file() and not nested:
         try:
-            splits = list(json.loads(ddict.read_text(encoding="utf-8"))["splits"])
-        except (ValueError, KeyError, TypeError) as exc:
+            splits = list(_read_meta(ddict)["splits"])  # type: ignore[index]
+        except (KeyError, TypeError) as exc:
             raise CorpusError(f"{ddict}: not a datasets dataset_dict.json ({exc})") from None
-        chosen = _choose_splits(splits, split, str(folder))
+        except ValueError as exc:
+            raise CorpusError(f"{ddict}: not a datasets dataset_dict.json ({exc})") from None
+        bad = next((s for s in splits if not _plain_name(s)), None)
+        if bad is not None:
+            raise CorpusError(f"{ddict}: split {str(bad)[:80]!r} is not a folder name of this dataset")
+        chosen = _choose_splits([str(s) for s in splits], split, str(folder))
         out: list[str] = []
         for s in chosen:
-            out += _saved_dataset_files(folder / s, None) or []
+            out += _saved_dataset_files(folder / s, None, nested=True) or []
         return out
     return None
 
@@ -150,13 +182,23 @@ def _choose_splits(splits: list[str], split: str | None, where: str) -> list[str
     return [split]
 
 
+def _regular(path: str) -> bool:
+    """A regular file (following symlinks): a FIFO, socket or device — e.g. a ``/dev/zero`` symlink
+    named ``x.csv`` — would hang or never end, so a folder scan leaves it out (issue 20)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def _walk(folder: Path) -> list[str]:
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if not name.startswith(".") and split_suffixes(name)[0] is not None:
-                found.append(os.path.join(root, name))
+            path = os.path.join(root, name)
+            if not name.startswith(".") and split_suffixes(name)[0] is not None and _regular(path):
+                found.append(path)
     return found
 
 
@@ -196,6 +238,8 @@ def discover(paths: list[str], text_mode: str = "line", split: str | None = None
         p = Path(ref)
         if p.is_file():
             files.append(str(p))
+        elif p.exists() and not p.is_dir():
+            raise CorpusError(f"{ref}: not a regular file (a FIFO, socket or device); give a data file")
         elif p.is_dir():
             saved = _saved_dataset_files(p, split)
             found = saved if saved is not None else _walk(p)
@@ -203,7 +247,7 @@ def discover(paths: list[str], text_mode: str = "line", split: str | None = None
                 raise CorpusError(f"{ref}: folder holds no readable data files ({ACCEPTED})")
             files += found
         elif any(c in ref for c in "*?["):
-            found = sorted(f for f in glob.glob(ref, recursive=True) if os.path.isfile(f))
+            found = sorted(f for f in glob.glob(ref, recursive=True) if _regular(f))
             if not found:
                 raise CorpusError(f"{ref}: the pattern matches no file")
             files += found
@@ -215,4 +259,7 @@ def discover(paths: list[str], text_mode: str = "line", split: str | None = None
             files += cached
     seen: set[str] = set()
     unique = [f for f in files if not (f in seen or seen.add(f))]
+    odd = next((f for f in unique if not _regular(f)), None)
+    if odd is not None:
+        raise CorpusError(f"{odd}: not a regular file (a FIFO, socket, device or missing); give a data file")
     return [make_source(f, text_mode) for f in unique]

@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CorpusError, MissingDependency
-from .chat import ChatRenderer, find_template
+from .chat import ChatRenderer, find_template, read_bounded
+
+#: largest tokenizer.json read (bytes). Real ones are far smaller: Gemma 3's 262k-entry vocabulary
+#: is about 33 MB (google/gemma-3-1b-it tokenizer.json); a 2 GB file took 4.1 GB to load (issue 20).
+MAX_TOKENIZER_BYTES = 128 << 20
 
 
 def hub_cache() -> Path:
@@ -126,7 +130,7 @@ def load_counter(ref: str | None, chars_per_token: float, use_template: bool = T
         return TokenCounter(name=f"approximate ({chars_per_token:g} chars/token)", approximate=True,
                             chars_per_token=chars_per_token)
     path = locate_tokenizer(ref)
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_bounded(path, MAX_TOKENIZER_BYTES, "tokenizer.json")
     Tokenizer = import_tokenizers()
     try:
         Tokenizer.from_str(text)

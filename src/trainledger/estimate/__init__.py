@@ -7,15 +7,22 @@ Sections: memory (issue 3), compute/time/comm (issue 4), energy, cost, io, host,
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plan import Plan
 from ..precision import policy_text
 from .options import EstimateOptions
+from .stage import Stage
 from .terms import Term
 
-__all__ = ["Estimate", "EstimateOptions", "Term", "estimate", "plan_summary"]
+if TYPE_CHECKING:
+    from .memory import MemoryEstimate
+    from .time import ComputeEstimate, TimeEstimate
+
+__all__ = ["Estimate", "EstimateOptions", "Term", "estimate", "estimate_job", "plan_summary"]
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
@@ -36,6 +43,8 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "sp": lay.sp,
         "vp": lay.vp, "zero": lay.zero, "offload": lay.offload,
         "framework": plan.runtime.framework, "runtime": plan.runtime.summary(),
+        "generate_len": r.generate_len,
+        "serving": plan.serving.model_dump(mode="json") if r.method == "inference" else None,
     }
 
 
@@ -45,10 +54,11 @@ class Estimate:
 
     plan: Plan
     options: EstimateOptions
-    memory: Any
-    compute: Any = None
-    time: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryEstimate
+    compute: ComputeEstimate | None = None
+    time: TimeEstimate | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # run sections by name: energy, cost, io, ...
+    stage: Stage | None = None  # the derived per-plan view every section read
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"plan": plan_summary(self.plan), "memory": self.memory.to_dict()}
@@ -75,4 +85,37 @@ def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     from .sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
 
     extra = dict(ledger_sections(plan, options.cost, mem, comp, tm))
-    return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra)
+    if not plan.recipe.is_training:  # latency, throughput, concurrency, cost per token (issue 16)
+        from .serving import serving_section
+
+        extra["serving"] = serving_section(plan, None, options.cost)
+    return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra,
+                    stage=Stage.of(plan))
+
+
+def estimate_job(plan: Any = None, options: EstimateOptions | None = None, **fields: Any) -> Estimate:
+    """``trainledger.estimate(...)``: a Plan, a PlanInputs, or PlanInputs fields as keywords.
+
+    >>> est = trainledger.estimate(model="llama-3.1-8b", gpus=8, zero=3)   # doctest: +SKIP
+    """
+    from ..planfile import PlanInputs, build_plan, parse_inputs
+
+    if plan is None:
+        plan = parse_inputs(fields, "estimate")
+    elif fields:
+        raise TypeError("pass a Plan/PlanInputs or keyword fields, not both")
+    if isinstance(plan, PlanInputs):
+        plan = build_plan(plan)
+    if not isinstance(plan, Plan):
+        raise TypeError(f"estimate() takes a Plan or PlanInputs, not {type(plan).__name__}")
+    return estimate(plan, options)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``trainledger.estimate`` be both this package and the function (``estimate_job``)."""
+
+    def __call__(self, plan: Any = None, options: EstimateOptions | None = None, **fields: Any) -> Estimate:
+        return estimate_job(plan, options, **fields)
+
+
+sys.modules[__name__].__class__ = _CallableModule

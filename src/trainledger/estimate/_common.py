@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan import Plan
+from .optimizers import state_bytes_per_param as optimizer_state_per_param
 from ..units import DTYPE_BYTES, SECONDS_PER_HOUR
 from .terms import Term
 
@@ -116,20 +117,6 @@ def _busy_fraction(compute: Any, step: float | None) -> tuple[float, str]:
     return 1.0, "assumed 1: GPUs busy for the whole step"
 
 
-#: Optimizer state tensors per trainable parameter, in units of the states dtype.
-#: AdamW: exp_avg + exp_avg_sq (Loshchilov & Hutter 2019, Algorithm 2); Lion: one momentum
-#: (Chen et al. 2023, arXiv:2302.06675, Alg. 1); SGD with momentum: one buffer; plain SGD: none;
-#: Adafactor: factored second moment, O(rows + cols) per matrix (Shazeer & Stern 2018,
-#: arXiv:1804.04235) — counted as 0 per parameter here.
-OPTIMIZER_STATES: dict[str, float] = {
-    "adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1,
-}
-
-#: bitsandbytes 8-bit Adam: 1 byte per state element plus one fp32 absmax per 2048-element block
-#: (Dettmers et al. 2022, arXiv:2110.02861, §2, block-wise quantization with B = 2048).
-ADAM8BIT_BYTES_PER_STATE = 1 + 4 / 2048
-
-
 def state_bytes_per_param(plan: Plan) -> dict[str, float]:
     """Bytes per trainable parameter of weights, master copy and optimizer states.
 
@@ -143,9 +130,8 @@ def state_bytes_per_param(plan: Plan) -> dict[str, float]:
     states_dtype = pol["states"]
     if plan.recipe.method in ("lora", "qlora"):  # peft keeps adapters and their states in fp32
         weights, master, states_dtype = DTYPE_BYTES["fp32"], 0.0, "fp32"  # (autocast_adapter_dtype=True)
-    n_states = OPTIMIZER_STATES[plan.recipe.optimizer]
-    per_state = ADAM8BIT_BYTES_PER_STATE if plan.recipe.optimizer == "adamw-8bit" else DTYPE_BYTES[states_dtype]
-    return {"weights": float(weights), "master": float(master), "optimizer": float(n_states * per_state)}
+    states = optimizer_state_per_param(plan.recipe.optimizer, states_dtype)
+    return {"weights": float(weights), "master": float(master), "optimizer": float(states)}
 
 
 def trainable_params(plan: Plan) -> int:

@@ -51,6 +51,10 @@ class Flow:
     c: int  # compute dtype of matmul inputs/outputs
     R: int  # residual stream (embedding output, residual adds, norm outputs)
     autocast: bool  # linears cast their inputs (weights are not in the compute dtype)
+    #: bytes of peft's LoRA adapter weights: fp32 (peft's autocast_adapter_dtype=True upcasts them),
+    #: or the compute dtype when the runtime casts every parameter (FSDP MixedPrecisionPolicy,
+    #: DeepSpeed/Megatron 16-bit modules)
+    adapter: int = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,10 @@ class LayerBytes:
     first_layer_per_s: float = 0.0  # LoRA: layer 0's scores, not kept when q, k, v need no gradient
     core_drop: float = 0.0  # selective recompute: what the checkpointed attention core no longer saves
     core_keep: float = 0.0  # ... and the core inputs the checkpoint keeps instead (q, k after RoPE, v)
+    #: part of ``replicated``: the saved inputs of the column-parallel linears. Megatron's sequence
+    #: parallelism saves them sequence-sharded (and all-gathers again in backward); torch's
+    #: ``PrepareModuleInput`` hands the linears the gathered tensor, which they save whole.
+    linear_inputs: float = 0.0
 
     def total(self, s_attended: float) -> float:
         return self.replicated + self.sharded + self.per_s * s_attended
@@ -123,7 +131,7 @@ class _Layer:
             if f.autocast and (src != f.c or not self.trainable):
                 # peft casts x to the fp32 adapter dtype first, so lora_A always makes its own cast
                 out += len(savers) * f.c * width
-            elif not already_saved and (self.trainable or src == FP32):
+            elif not already_saved and (self.trainable or src == FP32 or src == f.adapter):
                 out += src * width
         for _r in savers if not self.trainable else ():
             out += self._lora(width, src)
@@ -133,9 +141,9 @@ class _Layer:
         """peft LoRA (fp32 adapters): lora_A output, and without autocast an fp32 input copy."""
         assert self.lora is not None
         f, r = self.flow, self.lora.rank
-        out = (f.c if f.autocast else FP32) * r
-        if not f.autocast and src != FP32:
-            out += FP32 * width  # peft casts x to the adapter dtype
+        out = (f.c if f.autocast else f.adapter) * r
+        if not f.autocast and src != f.adapter:
+            out += f.adapter * width  # peft casts x to the adapter dtype
         if self.lora.dropout:
             out += width + (0 if f.autocast else src * width)  # bool mask (+ the dropped copy)
         return out
@@ -169,14 +177,24 @@ def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, f
     out = c * q
     grouped = a > m.num_kv_heads
     rope = R if f.autocast else c  # q, k after RoPE with R-byte cos/sin
+    # Phi-3's fused qkv_proj: v is a view of the fused output, so saving v for the attention
+    # backward keeps the whole q|k|v buffer alive (transformers Phi3Attention slices qkv)
+    fused_rest = c * (q + kv) if m.model_type == "phi3" and m.fused_qkv else 0.0
     keep = rope * (q + kv) + c * kv
     if attention == "eager":
+        # eager: the bmm output is saved only by an o_proj that needs its input (trainable, or a
+        # LoRA adapter on it); a frozen o_proj keeps just its weight (matmul backward saves probs, v)
+        if not (x.trainable or "self_attn.o_proj" in x.wrapped):
+            out = 0.0
         k_saved = c * q if grouped else c * kv
         probs_copy = c * a if c != FP32 else 0
-        core = c * q + 2 * k_saved
-        return rep, sh + core + out, FP32 * a + probs_copy, core, keep
+        # Gemma-2 soft-capping, cap·tanh(scores/cap): tanh saves its c-byte output for backward
+        # (transformers gemma2 ``eager_attention_forward``); the division and the product save nothing
+        capped = c * a if getattr(m, "attn_softcap", None) else 0
+        core = c * q + 2 * k_saved + fused_rest
+        return rep, sh + core + out, FP32 * a + probs_copy + capped, core, keep
     k_saved = c * q if (masked and grouped) else c * kv
-    core = c * q + 2 * k_saved + FP32 * a
+    core = c * q + 2 * k_saved + FP32 * a + fused_rest
     per_s = c if masked else 0.0  # each layer's SDPA keeps its own c-byte copy of the mask
     return rep, sh + core + out, per_s, core, keep
 
@@ -282,7 +300,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
                       layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,
                       core_drop=drop, core_keep=keep, per_layer_const=const,
-                      first_layer_per_s=first_per_s)
+                      first_layer_per_s=first_per_s, linear_inputs=rep_a + rep_m)
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,

@@ -37,6 +37,20 @@ class Group:
     beta: float
     alpha: float
     link: str
+    alpha_intra: float | None = None   # latency of a ring step that stays inside a node
+
+    def ring_latency(self, steps: int, inter_steps: int) -> float:
+        """Latency of a ring of ``steps`` steps, ``inter_steps`` of them between nodes.
+
+        NCCL's tuning model charges each ring step the latency of the link it crosses: intra-node
+        steps the NVLink latency, the (nodes-1) steps between nodes the network latency
+        (src/graph/tuning.cc, ncclTopoTuneModel: ring latency = (nsteps - nInterSteps)·intraLat +
+        nInterSteps·interLat).
+        """
+        if self.alpha_intra is None or self.nodes <= 1:
+            return steps * self.alpha
+        inter = min(steps, inter_steps)
+        return (steps - inter) * self.alpha_intra + inter * self.alpha
 
     @property
     def intra_node(self) -> bool:
@@ -56,7 +70,8 @@ def group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency | None = 
         return Group(n, n, 1, intra_bw, cluster.intra.latency_s, cluster.intra.name)
     nic_per_gpu = links.bytes_per_s(cluster.inter) * cluster.nics_per_node / g
     beta = min(intra_bw, per_node * nic_per_gpu) if per_node > 1 else nic_per_gpu
-    return Group(n, per_node, nodes, beta, cluster.inter.latency_s, cluster.inter.name)
+    return Group(n, per_node, nodes, beta, cluster.inter.latency_s, cluster.inter.name,
+                 alpha_intra=cluster.intra.latency_s if per_node > 1 else None)
 
 
 def all_reduce_s(grp: Group, size: float) -> float:
@@ -64,8 +79,9 @@ def all_reduce_s(grp: Group, size: float) -> float:
     n = grp.n
     if n <= 1 or size <= 0:
         return 0.0
-    steps = min(2 * (n - 1), 2 * math.ceil(math.log2(n)) + 2)
-    return 2.0 * (n - 1) / n * size / grp.beta + steps * grp.alpha
+    ring = grp.ring_latency(2 * (n - 1), 2 * (grp.nodes - 1))
+    tree = (2 * math.ceil(math.log2(n)) + 2) * grp.alpha
+    return 2.0 * (n - 1) / n * size / grp.beta + min(ring, tree)
 
 
 def all_gather_s(grp: Group, size: float) -> float:
@@ -73,7 +89,7 @@ def all_gather_s(grp: Group, size: float) -> float:
     n = grp.n
     if n <= 1 or size <= 0:
         return 0.0
-    return (n - 1) / n * size / grp.beta + (n - 1) * grp.alpha
+    return (n - 1) / n * size / grp.beta + grp.ring_latency(n - 1, grp.nodes - 1)
 
 
 reduce_scatter_s = all_gather_s

@@ -30,14 +30,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import ModelSpec
+from ..modules import Linear, layer_linears, lora_targets_of
 from ..plan import Plan
 
-#: LoRA target names -> which GEMM of a layer they wrap (Hugging Face module names).
-_LORA_GEMMS = {
-    "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
-    "gate_proj": "gate", "up_proj": "up", "down_proj": "down",
-    "c_attn": "qkv", "c_proj": "o", "c_fc": "up", "query_key_value": "qkv", "dense": "o",
-    "fc1": "up", "fc2": "down", "w1": "gate", "w3": "up", "w2": "down",
+#: how the FLOP count names the projections of the layer inventory (``modules.layer_linears``):
+#: module name -> (GEMM role, TP split). Fused projections are split into their parts so that each
+#: GEMM keeps its own shape: qkv -> q, k, v; gate_up -> gate, up.
+_ROLE: dict[str, tuple[str, str]] = {
+    "q_proj": ("q", "col"), "k_proj": ("k", "col"), "v_proj": ("v", "col"), "o_proj": ("o", "row"),
+    "qkv_proj": ("qkv", "col"), "c_attn": ("qkv", "col"), "query_key_value": ("qkv", "col"),
+    "dense": ("o", "row"), "q_a_proj": ("q_a", "none"), "q_b_proj": ("q_b", "col"),
+    "kv_a_proj_with_mqa": ("kv_a", "none"), "kv_b_proj": ("kv_b", "col"),
+    "gate_proj": ("gate", "col"), "up_proj": ("up", "col"), "gate_up_proj": ("gate_up", "col"),
+    "c_fc": ("up", "col"), "dense_h_to_4h": ("up", "col"), "down_proj": ("down", "row"),
+    "dense_4h_to_h": ("down", "row"), "gate": ("router", "none"), "shared_expert_gate": ("gate", "none"),
 }
 
 
@@ -72,6 +78,7 @@ class LayerKind:
     d_qk: int
     d_v: int
     window: int | None
+    first_layer: int = 0  # index of one layer of this kind (its projections in the inventory)
 
     def attn_keys(self, s: int, causal: bool) -> float:
         """Average keys each query attends to: s (full), (s+1)/2 (causal), less with a window."""
@@ -95,41 +102,34 @@ class LayerKind:
         return any(g.experts for g in self.gemms)
 
 
-def _attention_gemms(m: ModelSpec) -> tuple[Gemm, ...]:
-    h = m.hidden_size
-    if m.mla is not None:
-        x, a = m.mla, m.num_heads
-        qk = x.qk_nope_head_dim + x.qk_rope_head_dim
-        if x.q_lora_rank is None:
-            q: tuple[Gemm, ...] = (Gemm("q", h, a * qk),)
-        else:
-            q = (Gemm("q_a", h, x.q_lora_rank, "none"), Gemm("q_b", x.q_lora_rank, a * qk))
-        kv = (Gemm("kv_a", h, x.kv_lora_rank + x.qk_rope_head_dim, "none"),
-              Gemm("kv_b", x.kv_lora_rank, a * (x.qk_nope_head_dim + x.v_head_dim)))
-        return q + kv + (Gemm("o", a * x.v_head_dim, h, "row"),)
-    return (Gemm("q", h, m.q_dim), Gemm("k", h, m.kv_dim), Gemm("v", h, m.kv_dim),
-            Gemm("o", m.q_dim, h, "row"))
+def _role(path: str) -> tuple[str, str]:
+    """(GEMM role, TP split) of one projection path; GPT-2's ``c_proj`` is attention out or MLP down."""
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf == "c_proj":
+        return ("o", "row") if path.startswith("attn.") else ("down", "row")
+    return _ROLE[leaf]
 
 
-def _ffn_gemms(m: ModelSpec, width: int, prefix: str = "", mult: float = 1.0,
-               experts: int = 0) -> tuple[Gemm, ...]:
-    h = m.hidden_size
-    up = (Gemm(prefix + "gate", h, width, "col", mult, experts),) if m.mlp_type == "gated" else ()
-    return up + (Gemm(prefix + "up", h, width, "col", mult, experts),
-                 Gemm(prefix + "down", width, h, "row", mult, experts))
+def _gemms_of(m: ModelSpec, path: str, lin: Linear) -> tuple[Gemm, ...]:
+    """The GEMMs of one projection of the inventory; routed experts run top-k times per token."""
+    role, split = _role(path)
+    if path.startswith("mlp.experts.") or path.startswith("mlp.shared_expert"):
+        role = ("expert_" if lin.count > 1 else "shared_") + role
+    mult, experts = (float(m.moe.top_k), lin.count) if lin.count > 1 and m.moe else (1.0, 0)
+    k, n = lin.in_features, lin.out_features
+    if role.endswith("qkv"):
+        return (Gemm(role[:-3] + "q", k, m.q_dim, split, mult, experts),
+                Gemm(role[:-3] + "k", k, m.kv_dim, split, mult, experts),
+                Gemm(role[:-3] + "v", k, m.kv_dim, split, mult, experts))
+    if role.endswith("gate_up"):
+        return (Gemm(role[:-7] + "gate", k, n // 2, split, mult, experts),
+                Gemm(role[:-7] + "up", k, n // 2, split, mult, experts))
+    return (Gemm(role, k, n, split, mult, experts),)
 
 
-def _layer_gemms(m: ModelSpec, moe_layer: bool) -> tuple[Gemm, ...]:
-    g = _attention_gemms(m)
-    if not moe_layer:
-        return g + _ffn_gemms(m, m.intermediate_size)
-    e = m.moe
-    assert e is not None
-    g += (Gemm("router", m.hidden_size, e.num_experts, "none"),)
-    g += _ffn_gemms(m, e.expert_intermediate_size, "expert_", float(e.top_k), e.num_experts)
-    if e.num_shared_experts and e.shared_intermediate_size:
-        g += _ffn_gemms(m, e.shared_intermediate_size, "shared_")
-    return g
+def _layer_gemms(m: ModelSpec, layer: int) -> tuple[Gemm, ...]:
+    """Per-token GEMMs of decoder layer ``layer``, read from the one layer inventory."""
+    return tuple(g for path, lin in layer_linears(m, layer).items() for g in _gemms_of(m, path, lin))
 
 
 _KINDS: dict[int, tuple[ModelSpec, tuple[LayerKind, ...]]] = {}
@@ -153,16 +153,18 @@ def layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
 
 def _layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
     groups: dict[tuple[bool, bool], int] = {}
+    first: dict[tuple[bool, bool], int] = {}
     for i in range(m.num_layers):
         key = (m.is_moe_layer(i), m.is_sliding_layer(i))
         groups[key] = groups.get(key, 0) + 1
+        first.setdefault(key, i)
     if m.mla is not None:
         d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
     else:
         d_qk = d_v = m.head_dim
     return tuple(
-        LayerKind(count=n, gemms=_layer_gemms(m, moe), heads=m.num_heads, d_qk=d_qk, d_v=d_v,
-                  window=m.sliding_window if sliding else None)
+        LayerKind(count=n, gemms=_layer_gemms(m, first[(moe, sliding)]), heads=m.num_heads, d_qk=d_qk,
+                  d_v=d_v, window=m.sliding_window if sliding else None, first_layer=first[(moe, sliding)])
         for (moe, sliding), n in sorted(groups.items())
     )
 
@@ -173,14 +175,29 @@ def lm_head_gemm(m: ModelSpec) -> Gemm:
 
 
 def lora_gemms(m: ModelSpec, kind: LayerKind, targets: tuple[str, ...], r: int) -> tuple[Gemm, ...]:
-    """LoRA adapters of one layer: for each wrapped GEMM (k×n), A (k×r) then B (r×n)."""
-    wanted = {_LORA_GEMMS.get(t, t) for t in targets}
+    """LoRA adapters of one layer: for each wrapped projection (k×n), A (k×r) then B (r×n).
+
+    Which projections are wrapped follows peft exactly as the parameter count does
+    (:func:`modules.lora_targets_of`): module targets by peft's name rule, and for the MoE families
+    that peft converts, adapters on the router and the stacked experts (gate_up at rank 2r, as
+    peft fuses them; routed experts run top-k times per token).
+    """
     out: list[Gemm] = []
-    for g in kind.gemms:
-        base = g.name.removeprefix("expert_").removeprefix("shared_")
-        if base in wanted or (base == "qkv" and wanted & {"q", "k", "v"}):
-            out.append(Gemm(f"lora_a_{g.name}", g.k, r, "none", g.mult, g.experts))
-            out.append(Gemm(f"lora_b_{g.name}", r, g.n, "none", g.mult, g.experts))
+    modules, roles = lora_targets_of(m, kind.first_layer, targets)
+    for path, lin in modules:
+        out.append(Gemm(f"lora_a_{path}", lin.in_features, r, "none"))
+        out.append(Gemm(f"lora_b_{path}", r, lin.out_features, "none"))
+    if roles and m.moe is not None:
+        x, h = m.moe, m.hidden_size
+        f, top, E = x.expert_intermediate_size, float(x.top_k), x.num_experts
+        if "router" in roles:
+            out += [Gemm("lora_a_router", h, r, "none"), Gemm("lora_b_router", r, E, "none")]
+        if "gate" in roles:
+            out += [Gemm("lora_a_expert_gate_up", h, 2 * r, "none", top, E),
+                    Gemm("lora_b_expert_gate_up", 2 * r, 2 * f, "none", top, E)]
+        if "down" in roles:
+            out += [Gemm("lora_a_expert_down", f, r, "none", top, E),
+                    Gemm("lora_b_expert_down", r, h, "none", top, E)]
     return tuple(out)
 
 
@@ -277,14 +294,27 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
 
     full: every checkpointed layer's forward runs again (lm_head is not recomputed, as in
     Narayanan eq. 3). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
-    a flash kernel, which keeps no scores to begin with.
+    a flash kernel, which keeps no scores to begin with — plus the share of GEMM forwards the
+    stack's selective policy recomputes (torchtitan's op-level SAC: every second matmul).
     """
     r = plan.recipe
     if r.recompute == "full":
         return recompute_fraction(plan) * (layers_fwd + attn_executed + adapters)
+    out = 0.0
     if r.recompute == "selective" and not uses_flash(r.attention):
-        return attn_executed
-    return 0.0
+        out += attn_executed
+    if r.recompute == "selective":
+        out += _selective_gemm_share(plan) * layers_fwd  # the stack's op-level SAC (stacks/*.yaml)
+    return out
+
+
+def _selective_gemm_share(plan: Plan) -> float:
+    """Share of GEMM forwards the plan's stack recomputes under ``recompute=selective``."""
+    from .efficiency import for_gpu
+    from .stack import stack_values
+
+    v = stack_values(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
+    return float(v.get("selective_recompute_gemms", 0.0))
 
 
 def narayanan_flops_per_iteration(B: int, s: int, L: int, h: int, V: int,

@@ -39,6 +39,7 @@ class GpuEfficiency:
     attention_half_seq: float
     hbm: float
     kernel_overhead_s: float
+    matmul_best: dict[str, float] | None = None   # measured best-shape GEMM rate: the stacks' cap
 
     def matmul_max(self, dtype: str) -> float:
         return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
@@ -47,7 +48,7 @@ class GpuEfficiency:
         """A copy whose η_max is ``value`` for every dtype (the user's override)."""
         return GpuEfficiency(self.family, {k: value for k in self.matmul}, self.half_dim,
                              self.attention, self.attention_half_seq, self.hbm,
-                             self.kernel_overhead_s)
+                             self.kernel_overhead_s, self.matmul_best)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ def _read(path: Path) -> dict[str, Any]:
 def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
     out = []
     for p in sorted(_dir().glob("*.yaml")):
-        if p.stem == "interconnect":
+        if p.stem in ("interconnect", "intervals"):
             continue
         d = _read(p)
         try:
@@ -95,6 +96,7 @@ def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
                 half_dim=float(d["matmul_half_dim"]), attention=float(d["attention_efficiency"]),
                 attention_half_seq=float(d["attention_half_seq"]), hbm=float(d["hbm_efficiency"]),
                 kernel_overhead_s=float(d["kernel_overhead_s"]),
+                matmul_best={k: float(v) for k, v in (d.get("matmul_best_shape") or {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CatalogError(f"{p}: missing or invalid efficiency field ({exc})") from None

@@ -28,6 +28,7 @@ from typing import Any
 from ..plan import Plan
 from ..units import DTYPE_BYTES
 from ._common import Section, run_figures, trainable_params
+from .stage import Stage
 from .options import CostOptions
 from .terms import Term
 
@@ -87,8 +88,8 @@ def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
     p_rank = trainable_params(plan) / (lay.tp * lay.pp)
     d, mb = lay.zero_shards, r.grad_accum
     dp = zero3_bytes(p_rank * act, d, mb) if lay.zero >= 3 else ring_all_reduce_bytes(p_rank * grad, d)
-    s_local = r.seq_len // lay.cp
-    layers = -(-m.num_layers // lay.pp)
+    st = Stage.of(plan)
+    s_local, layers = r.seq_len // lay.cp, st.layers
     stage = lay.tp * lay.cp * lay.dp_size
     return {
         "dp": (dp, d, lay.tp),

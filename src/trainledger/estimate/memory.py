@@ -15,6 +15,7 @@ from typing import Any
 from ..plan import Plan
 from ..units import gib
 from .memory_model import Parts, activations, inference, model_states
+from . import memory_runtimes as RT
 from .memory_runtime import runtime_defaults
 from .options import MemoryOptions
 from .terms import Term
@@ -22,7 +23,8 @@ from .terms import Term
 #: term -> (formula source, assumptions); shown with every breakdown entry.
 SOURCES: dict[str, tuple[str, str]] = {
     "weights": ("P·bytes(weight dtype); QLoRA NF4 + double-quant constants (Dettmers et al. 2023, §3)",
-                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d"),
+                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d; per runtime "
+                "(FSDP dim-0 shards, DeepSpeed 16-bit): estimate/memory_runtimes.py"),
     "master_weights": ("4·P_t fp32 master copy (Micikevicius et al. 2018; ZeRO Fig. 1 '2+2+12')", ""),
     "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
     "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
@@ -41,7 +43,9 @@ SOURCES: dict[str, tuple[str, str]] = {
                       "config use_cache=True; gone with gradient checkpointing"),
     "kv_cache": ("b·ctx·L·2·k·d·c (GQA); MLA latent in paged engines (DeepSeek-V2 §2.1.2)", ""),
     "ddp_buckets": ("DDP bucket copy of all gradients (torch DDP, gradient_as_bucket_view=False)", ""),
-    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter",
+    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter; FSDP2: the "
+                     "root group's gathered embedding/head, gathered layers, reduce-dtype reduce-scatter "
+                     "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
                      "largest wrapped unit = largest decoder layer or the embedding"),
     "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
 }
@@ -54,7 +58,7 @@ MEASURED_CATEGORY: dict[str, str] = {
     "optimizer_states": "optimizer_states", "optimizer_temporaries": "optimizer_temporaries",
     "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
     "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
-    "ddp_buckets": "other", "zero_buffers": "other", "other": "activations",
+    "ddp_buckets": "sharding_buffers", "zero_buffers": "sharding_buffers", "other": "activations",
 }
 
 
@@ -85,6 +89,7 @@ class MemoryEstimate:
     runtime_terms: dict[str, int]
     suggestions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    framework: str = "hf"  # the runtime whose memory semantics were assumed
 
     @property
     def budget_bytes(self) -> int:
@@ -112,13 +117,14 @@ class MemoryEstimate:
             "terms": [t.to_dict() for t in self.terms],
             "suggestions": list(self.suggestions),
             "notes": list(self.notes),
+            "framework": self.framework,
         }
 
     def summary(self) -> str:
         verdict = "fits" if self.fits else "does not fit"
         return (f"peak {gib(self.peak_allocated_bytes):.2f} GiB allocated ({self.peak_phase}), "
                 f"{gib(self.device_total_bytes):.2f} GiB on the device: {verdict} in "
-                f"{gib(self.budget_bytes):.2f} GiB usable")
+                f"{gib(self.budget_bytes):.2f} GiB usable under {self.framework}")
 
 
 def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
@@ -138,7 +144,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
     copies_bwd = x.copies_head if recompute else x.copies
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
+    # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
+    # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
+    # saved for backward, i.e. not at all inside a checkpointed layer
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
                dynamic_cache=x.cache, other=x.inputs)
     b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
@@ -150,7 +160,9 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
               ("backward", "lm_head backward", b1)]
     if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
         points.insert(0, ("forward", "last layer forward", dict(
-            base, gradients=g_prev, autocast_weight_copies=x.copies, activations=x.acts + x.act_layer,
+            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
+                                                                         else 0.0),
+            activations=x.acts + x.act_layer,
             other=x.inputs)))
 
     def grads_after(j: int) -> float:
@@ -169,6 +181,12 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     return points
 
 
+def _bucket_view(d: dict[str, float]) -> dict[str, float]:
+    out = dict(d)
+    out["gradients"] = out.pop("ddp_buckets", 0.0)
+    return out
+
+
 def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
                                     "activations": x.infer_work, "other": x.inputs})]
@@ -181,12 +199,25 @@ def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
 def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
     """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
     opts = opts or MemoryOptions()
+    if not plan.recipe.is_training and plan.serving.paged:  # a serving engine's own accounting
+        from .serving.section import memory_estimate
+
+        return memory_estimate(plan, opts)
     rt = runtime_defaults()
     x = Parts()
     model_states(plan, x)
     if plan.recipe.is_training:
         activations(plan, opts, x)
-        points = _training_points(plan, x)
+        if RT.fsdp_sharded(plan):
+            points = RT.fsdp_points(plan, x)
+        else:
+            points = _training_points(plan, x)
+            if x.grads_static:
+                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
+                          for ph, lb, d in points]
+            if plan.runtime.gradient_as_bucket_view and x.ddp:
+                # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
+                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
     else:
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
@@ -224,7 +255,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         breakdown=breakdown, phases=phases, timeline=timeline,
         usable_bytes=plan.cluster.gpu.usable_bytes, headroom=plan.headroom,
         host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
-        notes=_notes(plan),
+        notes=_notes(plan), framework=RT.framework(plan),
     )
     if suggest and opts.suggestions and not est.fits:
         from .memory_suggest import suggestions
@@ -236,6 +267,8 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
 def _notes(plan: Plan) -> list[str]:
     r, lay = plan.recipe, plan.layout
     out = []
+    if RT.framework(plan) != "hf" or lay.dp_size > 1 or lay.tp > 1:
+        out.append(RT.runtime_note(plan))
     if r.recompute == "selective":
         out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
                    "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")

@@ -24,15 +24,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..plan import Plan
+from .stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
 from ..units import DTYPE_BYTES
 from .activations import FP32, INT64, Flow, LoraShape, layer_bytes
 from .memory_states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
 )
 from ..modules import lora_params as _lora_params_uncached
+from . import memory_runtimes as RT
+from .memory_runtimes import sixteen_bit_model, torch_tp
 from .options import MemoryOptions
 
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: eager inference without autocast: bytes per (b, s, ctx) element of the attention mask's transients
+EAGER_MASK_BYTES_NO_AUTOCAST = 7
 
 
 @dataclass(slots=True)
@@ -72,6 +77,8 @@ class Parts:
     n_layers: int = 0
     emb_grad_transient: float = 0.0  # tied embeddings: the embedding's new gradient and the sum
     mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
+    grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
+    copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
 
 
 def flow_of(plan: Plan) -> tuple[Flow, float, float]:
@@ -83,6 +90,8 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
     if r.method == "qlora":  # bnb 4-bit base, other weights in the 16-bit compute dtype
         w_emb = 2.0 if c == 2 else 4.0
         return Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed")), w_emb, 4.0
+    if sixteen_bit_model(plan):  # DeepSpeed / Megatron / FSDP param_dtype=bf16: all in 16 bits
+        return Flow(c=c, R=c, autocast=False, adapter=c), float(c), 4.0 if r.method == "lora" else float(c)
     autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
     R = int(max(w, c))
     train_w = 4.0 if r.method == "lora" else w
@@ -91,11 +100,8 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
 
 def _layers_on_stage(plan: Plan) -> tuple[int, int]:
     """(decoder layers, MoE layers) on the busiest pipeline stage."""
-    m, p = plan.model, plan.layout.pp
-    n = -(-m.num_layers // p)
-    n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
-    n_moe = min(n, -(-n_moe_total // p)) if n_moe_total else 0
-    return n, n_moe
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers
 
 
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
@@ -125,25 +131,6 @@ def _count_sliding(m) -> int:
     return sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i))
 
 
-def inflight_microbatches(plan: Plan) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at once.
-
-    1F1B: min(p, m) (Narayanan et al. 2021, arXiv:2104.04473, §2.2.1); interleaved 1F1B with v
-    chunks multiplies by 1 + (p-1)/(p·v) (Korthikanti et al. 2022, Eq. 5/6); GPipe keeps all m.
-    """
-    lay, r = plan.layout, plan.recipe
-    p = lay.pp
-    if p == 1:
-        return 1.0
-    m = lay.pp_microbatches or r.grad_accum
-    if lay.pp_schedule == "gpipe":
-        return float(m)
-    n = float(min(p, m))
-    if lay.pp_schedule == "interleaved" and lay.vp > 1:
-        n *= 1 + (p - 1) / (p * lay.vp)
-    return n
-
-
 def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     """(parameters, autocast-cast parameters, quantizable decoder parameters, lm_head, layers)
     on the busiest GPU: decoder layers split over pp, matrices over tp, routed experts over ep."""
@@ -153,18 +140,29 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     n_layers, _ = _layers_on_stage(plan)
     frac = n_layers / m.num_layers
     experts = sh.experts * frac
-    layers = (sh.layers * frac - experts) / t + experts / (lay.ep * t)
-    head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
     other = sh.total - sh.layers - sh.embedding - sh.lm_head  # final norm
-    if lay.pp == 1:
-        head = sh.embedding + sh.lm_head
-    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
-        head = max(sh.embedding, head_linear)
-    P = layers + head / t + other
     layer_norms = (sh.norms - other) * frac
+    # TP splits the projections; norm weights are replicated on every TP rank (Shoeybi et al. 2019
+    # §3; torch's parallelize_module leaves them whole or as SequenceParallel replicas)
+    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * t)
+    head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
+    emb_t = head_t = t
+    if torch_tp(plan):  # parallelize_module: replicated unless SP (row-wise embedding) / loss parallel
+        emb_t = t if lay.sp else 1
+        head_t = t if (lay.sp or plan.runtime.loss_parallel) else 1
+    if torch_tp(plan) and not sh.lm_head and (lay.sp or plan.runtime.loss_parallel):
+        head_linear = m.vocab_size * m.hidden_size  # parallelize_module replaces the tied head
+        sh_head = head_linear  # weight by its own DTensor: the tie is broken, both are held
+    else:
+        sh_head = sh.lm_head
+    if lay.pp == 1:
+        head = sh.embedding / emb_t + sh_head / head_t
+    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
+        head = max(sh.embedding / emb_t, head_linear / head_t)
+    P = layers + head + other
     # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
-    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / t
-    return P, linear, layers - layer_norms, head_linear / t, n_layers
+    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / head_t
+    return P, linear, layers - layer_norms, head_linear / head_t, n_layers
 
 
 @lru_cache(maxsize=4096)
@@ -234,7 +232,7 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.grads = grads / N if lay.zero >= 2 else grads
     temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
-    if lay.zero == 3:
+    if lay.zero == 3 and not RT.fsdp_sharded(plan):
         pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
     elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
         parts.copies = P_t * flow.c
@@ -243,6 +241,8 @@ def model_states(plan: Plan, parts: Parts) -> None:
         adapters = _dense_lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
         parts.copies = (linear + (adapters if lora else 0.0) - (_unsaved_first(m, tuple(r.lora_targets)) / t if lora else 0.0)) * flow.c
         parts.copies_head = head_lin * flow.c
+        if lora:
+            parts.copies_cached = adapters * flow.c
     if parts.copies:
         parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
     if training and lay.dp_size > 1 and lay.zero <= 1:
@@ -260,6 +260,20 @@ def model_states(plan: Plan, parts: Parts) -> None:
             # tied: lm_head's gradient is already in .grad when the embedding backward yields a
             # second V×h gradient; AccumulateGrad adds them out of place (measured, torch 2.13)
             parts.emb_grad_transient = 2 * head_lin * g_bytes / (N if lay.zero >= 2 else 1)
+    fw = RT.framework(plan)
+    if RT.fsdp_sharded(plan):
+        RT.fsdp_states(plan, parts, P_t, flow)
+        parts.emb_grad_transient = 0.0
+        if not training:
+            return
+    elif fw == "deepspeed":
+        RT.deepspeed_states(plan, parts, P, P_t, max(sh.max_layer / t, head_lin, sh.embedding / t))
+        if lay.offload != "none":
+            return
+    elif fw in ("megatron-core", "megatron-deepspeed"):
+        RT.megatron_states(plan, parts, P, P_t)
+    elif plan.runtime.gradient_as_bucket_view:
+        pass  # the buckets are the gradients: see estimate_memory
     offload(plan, parts)
 
 
@@ -281,9 +295,9 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     """Saved activations, logits path, caches and inputs (see module docstring)."""
     m, r, lay = plan.model, plan.recipe, plan.layout
     flow, _, _ = flow_of(plan)
-    t, cp = lay.tp, lay.cp
+    t = lay.tp
     sp = lay.sp and t > 1
-    s_local = r.seq_len / cp
+    s_local = Stage.of(plan).seq_per_rank
     T = r.micro_batch * s_local
     n_layers, n_moe = _layers_on_stage(plan)
     lora = None
@@ -294,6 +308,8 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     for (moe_layer, masked), count in _layer_kinds(plan).items():
         lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
+        if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
+            full += lb.linear_inputs * (1 - 1 / t)
         sel = full - (lb.per_s * s_att + lb.core_drop - lb.core_keep) / t
         per_layer.append((count, lb, full, sel))
     inflight = inflight_microbatches(plan)
@@ -361,8 +377,17 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     parts.head_out = R * h * T if cast else 0.0
     logit_b = c if c != FP32 else FP32
     up = FP32 if logit_b != FP32 else 0.0
-    parts.logits_fwd = (logit_b + up + FP32) * V * T / t
-    parts.logits_bwd = 3 * FP32 * V * T / t
+    if torch_tp(plan):
+        # the head's output is replicated: every rank holds the whole vocabulary's logits. With
+        # loss_parallel the head output is vocab-sharded, but transformers' ForCausalLMLoss
+        # (logits.float().view(-1, V)) makes DTensor gather the whole vocabulary again (measured
+        # on the fake process group: full-vocabulary fp32 logits in forward, tp 2 and 4 alike)
+        t = 1
+    # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
+    # the tanh output is saved for backward until the loss gradient reaches it
+    capped = logit_b * V * T / t if m.logit_softcap else 0.0
+    parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
+    parts.logits_bwd = 3 * FP32 * V * T / t + capped
     parts.logits_grad = logit_b * V * T / t
 
 
@@ -389,14 +414,21 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
     k_bytes = R if flow.autocast else c
+    kv_set = plan.serving.kv_cache_dtype
+    if kv_set != "auto":  # an explicit KV dtype (e.g. fp8) stores keys and values in it
+        k_bytes = c = DTYPE_BYTES[kv_set]
+    latent = plan.serving.mla_latent_cache
+    latent = opts.kv_cache == "paged" if latent is None else latent
     if m.mla is not None:
         ml = m.mla
-        if opts.kv_cache == "paged":
+        if latent:  # one shared latent per token: every TP rank holds all of it (DeepSeek-V2 §2.1.2)
             per_tok = (ml.kv_lora_rank + ml.qk_rope_head_dim) * c
-        else:
-            per_tok = m.num_heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
-    else:
-        per_tok = m.kv_dim * (c if opts.kv_cache == "paged" else k_bytes) / t + m.kv_dim * c / t
+        else:  # per-head K and V: the heads split over TP
+            heads = max(1, m.num_heads // t)
+            per_tok = heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
+    else:  # KV heads split over TP, replicated when fewer than t (vLLM get_num_kv_heads)
+        kv_local = max(1, m.num_kv_heads // t) * m.head_dim
+        per_tok = kv_local * (c if opts.kv_cache == "paged" else k_bytes) + kv_local * c
     n_sliding = _count_sliding(m) * n_layers / m.num_layers
     win = min(ctx, m.sliding_window or ctx)
     tokens = (n_layers - n_sliding) * ctx + n_sliding * win
@@ -414,11 +446,16 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
         mo = m.moe  # copies of the input, then gate|up, act, act·up — or the down output, weighted
         fe = mo.expert_intermediate_size
         mlp = mo.top_k * R * max(2 * h + 4 * fe, 4 * h) / t
-        mlp += c * h + FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router cast, softmax, indices
+        mlp += FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router softmax, indices
+        if flow.autocast:  # autocast casts the router input
+            mlp += c * h
     else:
         mlp = 3 * c * m.intermediate_size / t
     work = T * (4 * R * h + mlp)
     if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
-        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + c)
+        # without autocast the 4-D mask exists as a bool, its c-byte additive form and an fp32
+        # intermediate at once (transformers masking_utils; measured, torch 2.13: 7 bytes/element)
+        mask = c if flow.autocast else EAGER_MASK_BYTES_NO_AUTOCAST
+        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + mask)
     parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
     parts.inputs = T * INT64

@@ -7,7 +7,7 @@ Rules (bytes per parameter; P = parameters on this GPU, P_t = trainable ones):
   one fp32 constant per 256 absmax blocks — 0.5 + 1/64 + 4/(64·256) bytes (Dettmers et al. 2023,
   arXiv:2305.14314, §3 "Double Quantization": 0.5 -> 0.127 bits of constants per parameter);
 * gradients P_t·g; an fp32 master copy 4·P_t when the policy keeps one (ZeRO paper's "2+2+12");
-* optimizer states: AdamW 2 states; 8-bit AdamW (bitsandbytes, block size 256) 2·(1 + 4/256);
+* optimizer states: AdamW 2 states; 8-bit AdamW (bitsandbytes, block size 256: see estimate/optimizers.py) 2·(1 + 4/256);
   SGD with momentum 1; Lion 1; Adafactor factored row+column fp32 statistics for matrices and a
   full second moment for vectors (Shazeer & Stern 2018, arXiv:1804.04235, Alg. 4);
 * torch's default foreach AdamW allocates ``exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)``: one
@@ -27,6 +27,7 @@ from functools import lru_cache
 
 from ..model import ModelSpec
 from ..units import DTYPE_BYTES
+from .optimizers import BNB_STATE_BYTES, STATES_PER_PARAM
 
 FP32 = 4
 
@@ -34,12 +35,6 @@ NF4_BYTES = 0.5
 #: QLoRA block-wise constants with double quantization (Dettmers et al. 2023, §3): 8-bit absmax per
 #: 64-weight block plus one fp32 second-level constant per 256 blocks.
 NF4_CONST_BYTES = 1 / 64 + 4 / (64 * 256)
-#: bitsandbytes 8-bit optimizers quantize states block-wise with 256 values per fp32 absmax
-#: (Dettmers et al. 2022, arXiv:2110.02861, §2 "Block-wise quantization"; bnb Optimizer8bit).
-BNB_BLOCK = 256
-
-STATES_PER_PARAM: dict[str, int] = {"adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1,
-                    "lion": 1, "adafactor": 0}
 
 
 def nbytes(dtype: str) -> float:
@@ -103,7 +98,7 @@ def optimizer_state_bytes(optimizer: str, n_trainable: float, state_bytes: float
                           shape: ModelShape | None = None, frac: float = 1.0) -> float:
     """Optimizer state bytes for ``n_trainable`` parameters (see module docstring)."""
     if optimizer == "adamw-8bit":
-        return n_trainable * 2 * (1 + 4 / BNB_BLOCK)
+        return n_trainable * STATES_PER_PARAM[optimizer] * BNB_STATE_BYTES
     if optimizer == "adafactor":
         if shape is None:
             return n_trainable * 4 * 0.01

@@ -37,8 +37,9 @@ class TimeOptions(Spec):
     matmul_efficiency: float | None = Field(
         None, gt=0, le=1, description="achievable fraction of dense peak for matmuls"
     )
-    tp_comm_overlap: bool = Field(
-        False, description="runtime overlaps TP collectives with GEMMs (Megatron-Core --tp-comm-overlap)"
+    tp_comm_overlap: bool | None = Field(
+        None, description="override: the runtime overlaps TP collectives with GEMMs (Megatron-Core "
+        "--tp-comm-overlap, torch AsyncTP) [the stack profile's]"
     )
     overlap_grad_reduce: bool = Field(
         True, description="DP gradient reduction bucketed and overlapped with backward"
@@ -46,9 +47,10 @@ class TimeOptions(Spec):
     ep_comm_overlap: bool = Field(
         False, description="runtime hides the EP all-to-all behind compute (DeepSeek-V3 DualPipe)"
     )
-    runtime: Literal["hf", "megatron"] = Field(
-        "hf", description="small-op kernels: hf = PyTorch eager + transformers modules (unfused "
-        "RMSNorm/RoPE/SwiGLU), megatron = fused kernels (Megatron-LM, Transformer Engine)"
+    runtime: Literal["hf", "megatron"] | None = Field(
+        None, description="override of the small-op kernels: hf = PyTorch eager + transformers "
+        "modules (unfused RMSNorm/RoPE/SwiGLU), megatron = fused kernels (Transformer Engine, "
+        "Apex, torch.compile) [the stack profile's]"
     )
     scaling: bool = Field(True, description="add predicted scaling efficiency over GPU counts")
 
@@ -93,6 +95,11 @@ class CostOptions(Spec):
     tokenizer_bytes_per_s_per_core: float | None = Field(None, gt=0, description="tokenizer speed, bytes/s/core")
     checkpoint_interval_s: float | None = Field(None, gt=0, description="seconds of training between checkpoints")
     checkpoints_kept: int | None = Field(None, gt=0, le=10_000, description="full checkpoints kept on storage")
+    failures_per_gpu_hour: float | None = Field(
+        None, ge=1e-12, le=1.0, description="unexpected job interruptions per GPU-hour [Llama 3: 419 in 54 days "
+        "on 16,384 GPUs = 1.97e-5]")
+    restart_s: float | None = Field(None, ge=0, le=7 * 86400, description="seconds from an interruption to "
+                                    "training again: detect, reschedule, reload the checkpoint")
 
 
 class EstimateOptions(Spec):

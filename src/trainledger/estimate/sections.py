@@ -14,21 +14,25 @@ from .checkpoint import checkpoint_section
 from .cost import cost_section
 from .energy import energy_section
 from .fabric import interconnect_section
+from .goodput import goodput_section
 from .host import host_section
 from .io import io_section
 from .options import CostOptions
 from .prices import load_prices
 
-SECTION_KEYS = ("energy", "cost", "io", "checkpoint", "host", "interconnect")
+SECTION_KEYS = ("energy", "cost", "io", "checkpoint", "host", "interconnect", "goodput")
 
 
 def ledger_sections(plan: Plan, options: CostOptions | None = None, memory: Any = None,
                     compute: Any = None, time: Any = None) -> dict[str, Section]:
-    """``{"energy", "cost", "io", "checkpoint", "host", "interconnect"}`` sections of ``plan``."""
+    """``{"energy", "cost", "io", "checkpoint", "host", "interconnect", "goodput"}`` sections of ``plan``."""
     options = options or CostOptions()
     prices = load_prices(options.prices_file)
     args = (plan, options, memory, compute, time, prices)
     ck = checkpoint_section(*args)
-    return {"energy": energy_section(*args), "cost": cost_section(*args), "io": io_section(*args),
+    cost = cost_section(*args)
+    gp = goodput_section(*args, checkpoint=ck, cost=cost)
+    cost.values.update(failures_usd=gp.get("added_usd"), cloud_usd_with_failures=gp.get("cloud_usd_with_failures"))
+    return {"energy": energy_section(*args), "cost": cost, "io": io_section(*args),
             "checkpoint": ck, "host": host_section(*args, checkpoint=ck),
-            "interconnect": interconnect_section(*args)}
+            "interconnect": interconnect_section(*args), "goodput": gp}

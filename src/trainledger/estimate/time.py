@@ -35,8 +35,11 @@ from ..plan import Plan
 from ..units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from .comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
 from .compute import FlopCount, step_flops
-from .efficiency import GpuEfficiency, LinkEfficiency, for_gpu, link_efficiency
+from .efficiency import GpuEfficiency, LinkEfficiency, link_efficiency
 from .options import TimeOptions
+from .optimizers import STATES_PER_PARAM, bytes_per_state
+from .stack import StackProfile, stack_profile
+from .stage import Stage
 from .work import StageWork, stage_work
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
@@ -45,9 +48,6 @@ HOST_PCIE_BYTES_PER_S = 25e9
 #: DeepSpeed CPU-Adam streams at about half the host memory bandwidth (Ren et al. 2021,
 #: ZeRO-Offload, arXiv:2101.06840, §5: 6x faster than PyTorch CPU Adam, memory-bound).
 CPU_ADAM_BW_FRACTION = 0.5
-#: Optimizer-state bytes per element (per state) and number of states.
-_OPT_STATES = {"adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1,
-               "adafactor": 0, "lion": 1}
 
 
 _PEAK: dict[tuple, float] = {}
@@ -91,6 +91,14 @@ class ComputeEstimate:
     bubble_fraction: float
     notes: tuple[str, ...] = ()
     peak16_flop_per_s: float = 0.0
+    stack: dict[str, Any] = field(default_factory=dict)
+
+    def interval(self, calibrated: bool = False) -> dict[str, Any]:
+        """p10/p90 of the step time from the accuracy suite's residuals (estimate/intervals.py)."""
+        from .intervals import time_interval
+
+        return time_interval(self.step_time_s, str(self.stack.get("framework", "hf")),
+                             str(self.stack.get("gpu_family", self.family)), calibrated)
 
     @property
     def model_flops_per_step(self) -> float:
@@ -138,6 +146,14 @@ class ComputeEstimate:
             exposed_comm_s=self.exposed_comm_s, exposed_comm_fraction=self.exposed_comm_fraction,
             bubble_fraction=self.bubble_fraction, notes=list(self.notes),
         )
+        if self.stack:
+            d["stack_profile"] = dict(self.stack)
+            iv = self.interval()
+            d["step_time_interval_s"] = iv
+            d["tokens_per_s_per_gpu_interval"] = {
+                "p10": self.tokens_per_s_per_gpu / iv["factor_p90"],
+                "p90": self.tokens_per_s_per_gpu / iv["factor_p10"]}
+            d["mfu_interval"] = {"p10": self.mfu / iv["factor_p90"], "p90": self.mfu / iv["factor_p10"]}
         if self.peak16_flop_per_s and self.peak16_flop_per_s != self.peak_flop_per_s:
             d["mfu_vs_16bit_peak"] = self.flops.model / (
                 self.step_time_s * self.gpus * self.peak16_flop_per_s)
@@ -153,6 +169,7 @@ class TimeEstimate:
     total_s: float
     gpus: int
     scaling: list[dict[str, float]] = field(default_factory=list)
+    interval: dict[str, Any] | None = None   # step-time factors p10/p90 (estimate/intervals.py)
 
     @property
     def days(self) -> float:
@@ -167,6 +184,11 @@ class TimeEstimate:
                              "days": self.days, "gpu_hours": self.gpu_hours, "gpus": self.gpus}
         if self.scaling:
             d["scaling"] = self.scaling
+        if self.interval:
+            lo, hi = self.interval["factor_p10"], self.interval["factor_p90"]
+            d["days_interval"] = {"p10": self.days * lo, "p90": self.days * hi}
+            d["gpu_hours_interval"] = {"p10": self.gpu_hours * lo, "p90": self.gpu_hours * hi}
+            d["interval_basis"] = self.interval["basis"]
         return d
 
 
@@ -182,13 +204,24 @@ class _Comm:
     cp_hidden: float = 0.0
     ep_hidden: float = 0.0
     offload: float = 0.0
+    fsdp_copy: float = 0.0     # FSDP2 copy-in/copy-out passes (compute stream)
 
 
-def _stage_params(plan: Plan) -> float:
-    """Parameters held by the busiest pipeline stage (before TP sharding)."""
+def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
+    """Parameters held by the busiest pipeline stage (before TP sharding).
+
+    ``ep_sharded``: routed experts counted as this rank's 1/ep share (what an FSDP gather or a
+    ZeRO shard of an expert-parallel layout moves: each EP rank owns E/ep experts, and expert
+    weights are sharded over the expert-data-parallel group only; Megatron-Core MoE "parallel
+    folding", Liu et al. 2025, arXiv:2504.14960, §3).
+    """
     m, pp = plan.model, plan.layout.pp
     pc = m.params
     per_layer = max(pc.per_layer) if pc.per_layer else 0
+    if ep_sharded and m.moe is not None and plan.layout.ep > 1:
+        i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
+        lp = m.layer_params(i)
+        per_layer = per_layer - lp.get("experts", 0) * (1 - 1 / plan.layout.ep)
     layers = math.ceil(m.num_layers / pp) * per_layer
     edge = pc.breakdown.get("lm_head", 0) or pc.embedding
     return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
@@ -208,11 +241,11 @@ def _trainable_stage_params(plan: Plan) -> float:
 
 
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
-                      links: LinkEfficiency) -> _Comm:
+                      links: LinkEfficiency, prof: StackProfile) -> _Comm:
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
     training = r.is_training
     act = 4.0 if r.policy["compute"] == "fp32" else 2.0
-    tokens = r.micro_batch * r.seq_len / lay.cp
+    tokens = Stage.of(plan).tokens_per_micro_batch
     A = tokens * m.hidden_size * act
     layers = work.layers
     from .compute import recompute_fraction
@@ -220,7 +253,9 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     rc = recompute_fraction(plan) if training else 0.0
     n_tp = layers * (2 + (2 if training else 0) + 2 * rc) + 2
     t_tp = n_tp * all_reduce_s(topo.tp, A)
-    ov = links.tp_overlap_fraction if opts.tp_comm_overlap else 0.0
+    ov = prof.tp_overlap
+    # each TP collective is launched on the critical path between two GEMMs
+    tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
     t_cp = 0.0
     if lay.cp > 1:
         kv = tokens * 2 * m.kv_dim / lay.tp * act
@@ -230,31 +265,59 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     t_ep = 0.0
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
+        from .work import routing_imbalance
+
         size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
+        size *= routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)  # the busiest rank
         t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
     t_pp = 0.0
     if lay.pp > 1:
         size = A / lay.tp if lay.sp else A
         t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
-    fsdp = fsdp_hidden = 0.0
+    fsdp = fsdp_hidden = fsdp_copy = 0.0
     if lay.zero == 3 and topo.dp.n > 1 and training:
-        p = _stage_params(plan) / lay.tp
+        # Per FSDP unit (one decoder layer): all-gather in forward, again in backward (unless the
+        # stack keeps the gathered weights: fsdp2 reshard_after_forward=False), reduce-scatter of
+        # its gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277,
+        # §3.3). Prefetching hides a layer's collectives behind the neighbouring layer's compute
+        # of the same phase: the forward gathers behind the forward, the backward gathers and
+        # reduce-scatters (one communicator: NCCL runs them one after the other) behind the
+        # backward and its recomputation; the excess of each phase, the first gather and the last
+        # reduce-scatter are exposed.
+        p = _stage_params(plan, ep_sharded=True) / lay.tp
+        units = max(1.0, float(layers))
         wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
         gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
-        t = 2 * all_gather_s(topo.dp, p * wb) + all_gather_s(topo.dp, p * gb)
-        first = all_gather_s(topo.dp, p * wb / max(layers, 1))
-        fsdp = max(first, t - work.total_s)
+        regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
+        ag_u = all_gather_s(topo.dp, p * wb / units)
+        rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
+        launch = prof.collective_launch_s
+        t_fwd = units * (ag_u + launch)
+        t_bwd = units * ((ag_u + launch if regather else 0.0) + rs_u + launch)
+        t = t_fwd + t_bwd
+        edge = ag_u + rs_u
+        fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
+        w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
+        if prof.fsdp_prefetch:
+            fsdp = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd))
+        else:
+            fsdp = t
         fsdp_hidden = t - fsdp
+        # FSDP2 copy-out of the gathered parameters and copy-in of the gradients (one read + one
+        # write each), on the compute stream
+        if prof.fsdp_copy_passes:
+            hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
+            fsdp_copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
     ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
-    return _Comm(tp=t_tp * (1 - ov), cp=cp_exposed, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
+    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
                  fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
                  ep_hidden=t_ep - ep_exposed, offload=off)
 
 
-def _dp_sync(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
+def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
              links: LinkEfficiency) -> tuple[float, float]:
     """(exposed, hidden) seconds of the once-per-step DP sync (ZeRO 0/1/2).
 
@@ -267,6 +330,8 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
     if not r.is_training or topo.dp.n <= 1 or lay.zero == 3:
         return 0.0, 0.0
     p = _trainable_stage_params(plan) / lay.tp
+    if r.method not in ("lora", "qlora"):
+        p = _stage_params(plan, ep_sharded=True) / lay.tp
     g = p * DTYPE_BYTES[r.policy["grads"]]
     bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
     if lay.zero == 0:
@@ -282,13 +347,13 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
         bucket = all_gather_s(topo.dp, min(g, links.dp_bucket_bytes))
         parts = [(rs, rs_win, bucket), (ag, fwd, 0.0), (rs_exposed, 0.0, 0.0)]
     total = sum(t for t, _, _ in parts)
-    if not opts.overlap_grad_reduce:
+    if not prof.dp_overlap:
         return total, 0.0
     exposed = sum(max(last, t - window) for t, window, last in parts)
     return exposed, total - exposed
 
 
-def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology) -> float:
+def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float = 1.0) -> float:
     """Streaming time of the optimizer step over this GPU's shard of the trainable parameters."""
     r, lay, cl = plan.recipe, plan.layout, plan.cluster
     if not r.is_training:
@@ -297,46 +362,54 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology) -> float:
     if lay.zero >= 1:
         p /= max(1, topo.dp.n)
     pol = r.policy
-    sb = 1.0 if r.optimizer == "adamw-8bit" else DTYPE_BYTES[pol["states"]]
+    sb = bytes_per_state(r.optimizer, pol["states"])
     wb, gb = DTYPE_BYTES[pol["weights"]], DTYPE_BYTES[pol["grads"]]
     mb = DTYPE_BYTES.get(pol["master"], 0.0) if pol["master"] != "none" else 0.0
-    per = 2 * _OPT_STATES.get(r.optimizer, 2) * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
+    per = 2 * STATES_PER_PARAM[r.optimizer] * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
     if lay.offload in ("optimizer", "params"):
         host_bw = cl.host_mem_bw_gb_per_s * 1e9 / cl.gpus_per_node * CPU_ADAM_BW_FRACTION
         return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S
-    return p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
+    return passes * p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
 
 
 def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEstimate:
     """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``."""
     opts = opts or TimeOptions()
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
-    eff = for_gpu(gpu)
-    if opts.matmul_efficiency is not None:
-        eff = eff.with_matmul(opts.matmul_efficiency)
+    prof = stack_profile(plan.runtime.framework, gpu, opts)
+    eff = prof.eff
     links = link_efficiency()
     dtype = matmul_dtype(plan)
     peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
-    work = stage_work(plan, eff, peak_mm, peak16, dtype, opts.runtime)
+    clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
+    work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
+                      prof.selective_gemms)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
-    c = _micro_batch_comm(plan, topo, work, opts, links)
-    t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload
+    c = _micro_batch_comm(plan, topo, work, opts, links, prof)
+    t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
-    dp_exp, dp_hidden = _dp_sync(plan, topo, work, opts, links)
+    dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     flops = step_flops(plan)
-    opt_s = _optimizer_s(plan, eff, topo)
+    opt_s = _optimizer_s(plan, eff, topo, prof.optimizer_passes)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
-        "bubble": bubble, "optimizer": opt_s, "data": links.step_overhead_s,
+        "fsdp_copy": m * c.fsdp_copy,
+        "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     step = sum(bd.values())
-    notes = [f"efficiency parameters: catalog/efficiency/{eff.family}.yaml; kernels: {opts.runtime} "
-             "runtime (--runtime hf|megatron)"]
+    notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
+             f"(catalog/efficiency/{eff.family}.yaml); kernels "
+             f"{'fused' if prof.kernels == 'megatron' else 'unfused'}, TP comm "
+             f"{100 * prof.tp_overlap:.0f}% overlapped"
+             + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
+    if clk < 1.0:
+        notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
+                     f"x{clk:.3f} (DVFS cube law, estimate/stack.py)")
     if flops.hardware < flops.model:
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
@@ -353,6 +426,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
         family=eff.family, breakdown={k: v for k, v in bd.items() if v or k == "compute"},
         compute_parts=parts, hidden_comm={k: v for k, v in hidden.items() if v},
         bubble_fraction=bubble / step if step else 0.0, notes=tuple(notes), peak16_flop_per_s=peak16,
+        stack=prof.summary(),
     )
 
 
@@ -364,7 +438,8 @@ def estimate_time(plan: Plan, comp: ComputeEstimate,
         return None
     steps = math.ceil(tokens / comp.tokens_per_step)
     return TimeEstimate(tokens=tokens, steps=steps, total_s=steps * comp.step_time_s,
-                        gpus=comp.gpus, scaling=scaling or [])
+                        gpus=comp.gpus, scaling=scaling or [],
+                        interval=comp.interval() if comp.stack else None)
 
 
 from .scaling import scaling_curve  # noqa: E402,F401  (re-exported; it calls estimate_compute)

@@ -63,9 +63,27 @@ class StageWork:
         return self.matmul_s + self.attention_s + self.elementwise_s + self.overhead_s
 
 
+def routing_imbalance(routed_tokens: float, ep: int) -> float:
+    """Load of the busiest of ``ep`` expert-parallel ranks relative to the mean (≥ 1).
+
+    Each of the ``routed_tokens`` (tokens × top-k) lands on a rank with probability 1/ep even when
+    the router is balanced in expectation, so a rank's load is Binomial(n, 1/ep) with relative
+    standard deviation √((1 − 1/ep)·ep/n); the largest of ep such loads sits about √(2 ln ep)
+    standard deviations above the mean (expected maximum of ep near-Gaussian variables; Cramér
+    1946, Mathematical Methods of Statistics, §28.6). Every EP rank waits for the busiest one in
+    the all-to-all, so expert GEMMs and the all-to-all run at this factor. A learned router's own
+    imbalance comes on top of this statistical floor.
+    """
+    if ep <= 1 or routed_tokens <= 0:
+        return 1.0
+    rel_sd = math.sqrt((1.0 - 1.0 / ep) * ep / routed_tokens)
+    return 1.0 + math.sqrt(2.0 * math.log(ep)) * rel_sd
+
+
 def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
                 hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
-    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP)."""
+    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
+    busiest EP rank's share, see :func:`routing_imbalance`)."""
     t = 0.0
     for g in gemms:
         k, n = g.k, g.n
@@ -75,7 +93,7 @@ def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: 
             k = max(1, k // tp) if k >= tp else k / tp
         if g.experts:
             local = max(1.0, g.experts / ep)
-            m = tokens * g.mult * ep / g.experts
+            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep)
             t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
@@ -117,8 +135,13 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
 
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
-               matmul_dtype: str, runtime: str = "hf") -> StageWork:
-    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage."""
+               matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0) -> StageWork:
+    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
+
+    ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
+    the share of the layer's GEMM forwards recomputed, with all its elementwise ops (torchtitan's
+    op-level SAC saves every matmul output except every second one; see stacks/fsdp2.yaml).
+    """
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
     tokens = b * s / cp
@@ -131,6 +154,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     frozen = r.method in ("lora", "qlora")
     bwd_w = (1.0 if frozen else 2.0) if training else 0.0
     rc = recompute_fraction(plan) if training else 0.0
+    sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
     stage_layers = math.ceil(m.num_layers / pp)
     share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
@@ -147,12 +171,13 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
             nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
             t_main += nparams * 2.5 / (hbm * eff.hbm)
-        mm += nl * (t_main * (1 + bwd_w + rc) + t_lora * ((3.0 + rc) if training else 1.0))
+        mm += nl * (t_main * (1 + bwd_w + rc + sel) + t_lora * ((3.0 + rc) if training else 1.0))
         att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
         moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
         fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k, runtime)
-        ew += nl * tokens * (fwd_b * (1 + rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
+        ew_rc = rc if not sel else max(rc, 1.0)
+        ew += nl * tokens * (fwd_b * (1 + ew_rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
     # lm_head + loss on the last stage (the first holds only an embedding lookup)
     head = lm_head_gemm(m)
     head_w = (1.0 if frozen else 2.0) if training else 0.0

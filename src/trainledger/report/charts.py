@@ -275,7 +275,8 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return out or [lo, hi]
 
 
-def scatter(title: str, points: Sequence[dict], x_unit: str, y_unit: str) -> str:
+def scatter(title: str, points: Sequence[dict], x_unit: str, y_unit: str,
+            legend: Sequence[tuple[str, str]] | None = None) -> str:
     """points: ``x`` (> 0, log scale), ``y``, ``label``, ``front`` (Pareto: filled and joined),
     ``bad`` (hollow red). The y axis spans the points' range, not from zero."""
     good = [p for p in points if p.get("x") and p.get("y") is not None]
@@ -308,7 +309,8 @@ def scatter(title: str, points: Sequence[dict], x_unit: str, y_unit: str) -> str
         body.append(f'<circle cx="{X(p["x"]):.1f}" cy="{Y(p["y"]):.1f}" r="5" fill="{fill}" stroke="{stroke}" '
                     f'stroke-width="1.5"><title>{escape(p["label"])}</title></circle>')
         body.append(_t(X(p["x"]), Y(p["y"]) + (-9 if i % 2 else 17), p["label"], 9, "middle"))
-    body += _legend([("Pareto front", color(1)), ("dominated", color(0)), ("does not fit", BAD)])
+    body += _legend(legend if legend is not None else [("Pareto front", color(1)), ("dominated", color(0)),
+                                                       ("does not fit", BAD)])
     return _svg(title, body)
 
 

@@ -18,7 +18,7 @@ from ..errors import SpecError
 from ..estimate import EstimateOptions, estimate
 from ..model import ModelSpec
 from ..planfile import PlanInputs, build_plan, parse_inputs
-from ..jsonsafe import finite_json
+from ..format import finite_json
 from . import risks as _risks
 from . import sheet as _sheet
 from . import sweeps
@@ -42,6 +42,8 @@ class ReportData:
     triggers: list[dict[str, str]] = field(default_factory=list)
     plan_result: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None
+    facility: dict[str, Any] | None = None
+    soak: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,6 +142,20 @@ def verify_section(result: dict[str, Any], est: dict[str, Any] | None = None) ->
             "note": measured.get("note")}
 
 
+def _prices(options: EstimateOptions | None) -> Any:
+    from ..estimate.prices import load_prices
+
+    return load_prices(options.cost.prices_file if options else None)
+
+
+def soak_section(result: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a ``verify soak --out`` result a report shows (checks, recovery, series)."""
+    if not isinstance(result.get("checks"), list) or "series" not in result:
+        raise SpecError("soak result: needs 'checks' and 'series' (output of `trainledger verify soak --out FILE`)")
+    return {k: result.get(k) for k in ("plan", "device", "nproc", "duration_s", "checkpoint_interval_s", "fault",
+                                       "thresholds", "checks", "crossed", "recovery", "series", "summary", "ok")}
+
+
 def _estimate(plan: Any, options: EstimateOptions | None) -> tuple[dict[str, Any], str | None]:
     """The estimate as JSON data; a part of the estimator not installed is left out and named."""
     try:
@@ -159,7 +175,8 @@ def _title(est: dict[str, Any]) -> str:
 def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
                  model: ModelSpec | None = None, compare_gpus: list[str] | None = None,
                  plan_result: dict[str, Any] | None = None, verify_result: dict[str, Any] | None = None,
-                 checkpoint_dir: str | None = None, sweeps_on: bool = True) -> ReportData:
+                 checkpoint_dir: str | None = None, sweeps_on: bool = True,
+                 soak_result: dict[str, Any] | None = None) -> ReportData:
     """Estimate ``inputs`` and gather every section of the report (see the module docstring)."""
     plan = build_plan(inputs, model)
     est, missing = _estimate(plan, options)
@@ -175,6 +192,11 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
         data.count_sweep = sweeps.gpu_count_sweep(inputs, None, model, options)
         data.triggers = _risks.triggers(inputs, est, model, options)
     data.sheet = _sheet.procurement_sheet(plan, inputs, est, checkpoint_dir)
+    from .facility import facility_sheet  # power, racks, UPS, cooling, floor space (issue 19)
+
+    data.facility = facility_sheet(plan, est, _prices(options))
+    if soak_result is not None:
+        data.soak = soak_section(soak_result)
     data.risks = _risks.risks(est)
     if plan_result is not None:
         data.plan_result = {k: plan_result.get(k) for k in ("job", "plans", "rejected", "evaluated",

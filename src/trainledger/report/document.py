@@ -102,7 +102,9 @@ def ledger_rows(est: dict[str, Any], unfit: str = "") -> list[tuple[str, str]]:
         rows.append(("host RAM", f"{gib(h.get('ram_bytes'))} per node of " + (
             f"{gib(inst)} installed" + ("" if h.get("ram_fits") else " — DOES NOT FIT") if inst is not None
             else "an unknown installed RAM (give --host-ram-gib)")))
-    return rows
+    from .longrun import goodput_rows
+
+    return rows + goodput_rows(est.get("goodput") or {})
 
 
 def memory_terms(est: dict[str, Any]) -> list[tuple[str, int]]:
@@ -330,6 +332,11 @@ def build_document(d: Any) -> list[Section]:
                                      (d.mb_sweep, "mb", "Peak memory vs micro-batch", "micro-batch", "micro-batch")):
         if sw:
             secs.append({"id": sid, "title": title, "blocks": [("svg", sweep_chart(sw, title, xl)), sweep_table(sw, name)]})
+    if est.get("serving"):  # inference: latency, throughput, concurrency, cost per token (issue 16)
+        from .serving import serving_blocks
+
+        secs.append({"id": "serving", "title": "Serving: latency, throughput and cost per token",
+                     "blocks": serving_blocks(est["serving"])})
     sc = step_chart(est)
     secs.append({"id": "time", "title": "Step time",
                  "blocks": [("svg", sc), step_table(est)] if sc else [("p", "step time: not estimated")]})
@@ -343,6 +350,12 @@ def build_document(d: Any) -> list[Section]:
         secs.append({"id": "verify", "title": "Measured vs predicted", "blocks": verify_blocks(d.verify)})
     if d.sheet:
         secs.append({"id": "sheet", "title": "Procurement and acceptance sheet", "blocks": _sheet_blocks(d.sheet)})
+    from . import longrun
+
+    if getattr(d, "facility", None):
+        secs.append({"id": "facility", "title": "Facility sheet", "blocks": longrun.facility_blocks(d.facility)})
+    if getattr(d, "soak", None):
+        secs.append({"id": "soak", "title": "Soak test", "blocks": longrun.soak_blocks(d.soak)})
     risk_blocks: list[Block] = [("table", ["risk", "level", "value", "meaning"],
                                  [[r["name"], r["level"], r["value"], r["text"]] for r in d.risks])]
     if d.triggers:

@@ -24,6 +24,8 @@ from ..units import GIB
 from .arch import decoder_layer_class
 
 EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm")
+#: launch scripts of serving engines, for inference plans (runconfig/serving.py, issue 16)
+SERVING_EXPORT_FORMATS = ("vllm", "sglang")
 
 #: DeepSpeed bucket sizes (elements). DeepSpeed's own defaults are 5e8 elements
 #: (deepspeed/runtime/zero/config.py: reduce_bucket_size, allgather_bucket_size); we export the
@@ -128,11 +130,17 @@ def _export_torchrun(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 
 def deepspeed_config(plan: Plan) -> dict[str, Any]:
+    from ..estimate.memory_runtimes import ds_config, ds_overlap_comm
+
     r, lay = plan.recipe, plan.layout
-    zero: dict[str, Any] = {"stage": lay.zero, "overlap_comm": True, "contiguous_gradients": True,
-                            "reduce_bucket_size": DS_BUCKET_ELEMENTS}
+    ds = ds_config(plan)  # the bucket sizes the memory estimate assumed (the plan's or DeepSpeed's)
+    zero: dict[str, Any] = {"stage": lay.zero, "overlap_comm": ds_overlap_comm(plan), "contiguous_gradients": True,
+                            "reduce_bucket_size": ds["reduce_bucket_size"]}
     if lay.zero >= 1:
-        zero["allgather_bucket_size"] = DS_BUCKET_ELEMENTS
+        zero["allgather_bucket_size"] = ds["allgather_bucket_size"]
+    if lay.zero == 3:
+        for k in ("stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters"):
+            zero[k] = ds[k]
     if lay.offload in ("optimizer", "params"):
         zero["offload_optimizer"] = {"device": lay.offload_device, "pin_memory": True}
     if lay.offload == "params":
@@ -324,9 +332,13 @@ def _export_slurm(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[ExportedFile]:
     """Render the plan given by ``inputs`` in one launch/config format (``model``: a parsed config)."""
-    if fmt not in EXPORT_FORMATS:
-        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, EXPORT_FORMATS)} "
-                        f"Formats: {', '.join(EXPORT_FORMATS)}")
+    known = EXPORT_FORMATS + SERVING_EXPORT_FORMATS
+    if fmt not in known:
+        raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
+                        f"Formats: {', '.join(known)}")
+    if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
+        # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
+        inputs = inputs.model_copy(update={"framework": "deepspeed"})
     plan = build_plan(inputs, model)
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
@@ -340,4 +352,11 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
         return _export_fsdp(plan, inputs, pred)
     if fmt == "trainer-args":
         return _export_trainer_args(plan, head)
+    if fmt in ("vllm", "sglang"):  # serving launch scripts (runconfig/serving.py, issue 16)
+        from .serving import serving_script
+
+        if plan.recipe.is_training:
+            raise SpecError(f"--to {fmt} serves a model: give --method inference")
+        name, text = serving_script(plan, inputs, fmt, head)
+        return [ExportedFile(name, text, fmt)]
     return _export_slurm(plan, head)

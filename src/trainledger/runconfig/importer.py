@@ -19,6 +19,10 @@ from typing import Any
 
 from ..catalog import read_data_file
 from ..errors import PlanError, SpecError
+from ..safety import read_text
+from . import guards
+from .serving import SERVING_FORMATS
+from .serving import reader as serving_reader
 
 _AUTO = "auto"
 
@@ -166,7 +170,9 @@ def _lora_fields() -> frozenset[str]:
 # ----------------------------------------------------------------------------- detection
 def detect_format(data: Any, path: Path) -> str:
     if path.suffix in (".sh", ".sbatch", ".bash"):
-        return "slurm" if "#SBATCH" in str(data) else "torchrun"
+        from .serving import detect_serving  # vllm serve / sglang.launch_server scripts (issue 16)
+
+        return detect_serving(str(data)) or ("slurm" if "#SBATCH" in str(data) else "torchrun")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping of config keys")
     keys = set(data) - {"_trainledger"}
@@ -247,6 +253,16 @@ def _read_deepspeed(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if not isinstance(z, dict):
         raise SpecError(f"{where}: zero_optimization must be an object")
     _unknown(res, f"{where} zero_optimization", set(z), DS_ZERO)
+    res.set("framework", "deepspeed", where)  # a DeepSpeed config runs under DeepSpeed's semantics
+    from ..estimate.memory_runtimes import DS_DEFAULTS
+
+    for key, dflt in DS_DEFAULTS.items():  # only what differs from DeepSpeed's defaults
+        if key in z:  # DeepSpeed accepts 5e8-style floats for these element counts
+            v = _num(int(z[key]) if isinstance(z[key], float) else z[key], where, key)
+            if v != dflt:
+                res.set("ds_" + key, v, where)
+    if isinstance(z.get("overlap_comm"), bool) and z["overlap_comm"] != (z.get("stage") == 3):
+        res.set("ds_overlap_comm", z["overlap_comm"], where)
     if "stage" in z:
         stage = z["stage"]
         if stage not in (0, 1, 2, 3):
@@ -417,6 +433,7 @@ def _read_launch(text: str, res: ImportResult, where: str) -> None:
 
 _READERS = {"deepspeed": _read_deepspeed, "accelerate": _read_accelerate, "trainer-args": _read_trainer_args,
             "fsdp": _read_trainer_args, "peft": _read_peft, "bnb": _read_bnb}
+_READERS.update({f: serving_reader(f) for f in SERVING_FORMATS})
 
 
 def import_configs(paths: list[str | Path]) -> ImportResult:
@@ -428,14 +445,16 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
         if not path.exists():
             raise SpecError(f"{path}: no such file")
         if path.suffix in (".sh", ".sbatch", ".bash"):
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = guards.read_script(path)
             data: Any = text
         else:
             data = read_data_file(path)
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_text(path)
         fmt = detect_format(data, path)
+        guards.check_config(fmt, data, where)
         res.formats[where] = fmt
         header = _read_header(text, data)
+        guards.check_header(header, where)
         for k, v in header.items():
             res.header.setdefault(k, v)
         if fmt in ("slurm", "torchrun"):

@@ -22,7 +22,7 @@ __all__ = ["measure_memory", "measure_memory_from_config", "CATEGORIES", "PHASES
 #: Categories of a memory breakdown (same as trainledger.verify.memtrace.CATEGORIES, torch-free).
 CATEGORIES: tuple[str, ...] = (
     "weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-    "optimizer_temporaries", "activations", "other",
+    "optimizer_temporaries", "activations", "other", "sharding_buffers",
 )
 #: Phases of a training step (inference runs have "forward" and "decode").
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "zero_grad")

@@ -210,7 +210,7 @@ def judge_bandwidth(result: dict[str, Any], peak: dict[str, dict[str, Any]],
 
 def render(result: dict[str, Any]) -> str:
     """The text report: one line per check, the sweep table, peaks and efficiency."""
-    from ..cli.output import table
+    from ..format import table
 
     lines = [f"collectives on {result['world_size']} rank(s), backend {result['backend']}, "
              f"device {result['device']}"]

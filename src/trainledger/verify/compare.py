@@ -35,7 +35,7 @@ from ..estimate.memory import MEASURED_CATEGORY
 #: tables — is allocated in forward, so the tracker files it under activations).
 TERM_TO_CATEGORY: dict[str, str] = MEASURED_CATEGORY
 CATEGORIES = ("weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-              "optimizer_temporaries", "activations", "other")
+              "optimizer_temporaries", "activations", "other", "sharding_buffers")
 
 
 def category_of(term: str) -> str:
@@ -93,7 +93,7 @@ def compare_time(measured_s: float | None, predicted_s: float | None, device: st
 
 
 def render_memory(result: dict[str, Any]) -> str:
-    from ..cli.output import table
+    from ..format import table
     from ..units import fmt_bytes, fmt_seconds
 
     m, cmp = result["measured"], result["comparison"]

@@ -70,12 +70,13 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     except torch.OutOfMemoryError as exc:
         return _oom_result(ph, exc)
     peak_phase = max(ph.peaks, key=ph.peaks.get)
+    latency = dict(getattr(runner, "latency", {}) or {}) if not recipe.is_training else {}
     m = MemoryMeasurement(
         peak_allocated_bytes=max(ph.peaks.values()), peak_phase=peak_phase, phase_peaks=dict(ph.peaks),
         categories_at_peak={}, phase_categories={}, device="cuda", start_bytes=start,
         peak_reserved_bytes=max(ph.reserved.values()), phase_reserved=dict(ph.reserved),
         step_time_s=step_time, forward_time_s=ph.times.get("forward"),
-        backward_time_s=ph.times.get("backward"),
+        backward_time_s=ph.times.get("backward"), serving=latency,
     )
     tracker = MemoryTracker(vocab_size=built.vocab_size, device_type="cuda")
     register_state(tracker, runner)

@@ -2,13 +2,15 @@
 
 ``torchrun(module, args, nproc)`` starts ``python -m torch.distributed.run`` on this host
 (rendezvous on a free port of 127.0.0.1, no restarts) in its own process group, waits at most
-``timeout_s`` and then kills the whole group. Each rank records the phase it is in under a
+``timeout_s`` and then kills the whole group and every descendant (ranks run in sessions of their
+own, so the group alone does not reach them; a SIGSTOPped rank is killed too). Each rank records the phase it is in under a
 shared status folder, so a failure names the rank and the phase ("rank 1 exited with SIGKILL
 during 'backward, step 1'").
 
 Worker-side helpers: ``init_distributed`` (NCCL on GPUs, gloo on CPU, with a timeout on every
 collective), ``RankStatus`` and ``maybe_fault`` (faults injected by tests through
-``$TRAINLEDGER_FAULT``: ``kill:RANK:PHASE``, ``hang:RANK:PHASE``, ``oom:RANK:PHASE``).
+``$TRAINLEDGER_FAULT``: ``kill:RANK:PHASE``, ``hang:RANK:PHASE``, ``stop:RANK:PHASE`` (SIGSTOP),
+``oom:RANK:PHASE``).
 
 Multi-node runs use torchrun's own rendezvous: start the same ``trainledger verify ...``
 command under ``torchrun --nnodes N --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on every
@@ -109,23 +111,93 @@ def _dead_ranks(log: str) -> list[str]:
     return out[:4]
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids of every process (Linux /proc); empty where /proc is missing."""
+    out: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.setdefault(ppid, []).append(int(name))
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, whatever session or process group it moved to.
+
+    torchrun starts each rank in a new session (torch.distributed.elastic SubprocessHandler,
+    ``start_new_session=True``), so killing torchrun's process group never reached the ranks: a
+    SIGSTOPped rank ignored torchrun's SIGTERM and stayed behind as a stopped orphan (issue 20).
+    """
+    kids = _children_map()
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in kids.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0, extra: set[int] | None = None) -> None:
+    """Stop the launcher, its process group and every descendant (stopped ones included)."""
+    tree = _descendants(proc.pid) | (extra or set())
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        tree |= _descendants(proc.pid)
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            pass
+        _signal_all(tree, sig)
+        if sig == signal.SIGTERM:
+            _signal_all(tree, signal.SIGCONT)  # a stopped process sees SIGTERM only once continued
         try:
             proc.wait(timeout=grace_s)
-            return
         except subprocess.TimeoutExpired:
             continue
+        if sig == signal.SIGTERM:
+            deadline = time.monotonic() + min(grace_s, 2.0)
+            while time.monotonic() < deadline and any(_alive(p) for p in tree):
+                time.sleep(0.05)
+    _signal_all({p for p in tree if _alive(p)}, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
 
 
 def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None,
-                cwd: str | None = None) -> tuple[int, bool, str, float]:
-    """Run ``cmd`` in its own process group; kill the group at the deadline.
+                cwd: str | None = None, extra_pids: Any = None) -> tuple[int, bool, str, float]:
+    """Run ``cmd`` in its own process group; at the deadline kill it and every descendant.
 
+    ``extra_pids()``: more pids to kill (ranks that recorded their pid in the status folder).
     Returns (returncode, timed_out, last 8 KB of output, elapsed seconds).
     """
     t0 = time.monotonic()
@@ -140,11 +212,14 @@ def run_bounded(cmd: list[str], timeout_s: float, env: dict[str, str] | None = N
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            _kill_group(proc, extra=extra_pids() if extra_pids else None)
             rc = proc.returncode if proc.returncode is not None else -9
         except BaseException:
-            _kill_group(proc)
+            _kill_group(proc, extra=extra_pids() if extra_pids else None)
             raise
+        leftover = {p for p in (extra_pids() if extra_pids else set()) if _alive(p)}
+        if leftover:  # the launcher ended but a rank did not (stopped, or ignoring SIGTERM)
+            _signal_all(leftover, signal.SIGKILL)
         log.seek(0, os.SEEK_END)
         size = log.tell()
         log.seek(max(0, size - 8192))
@@ -168,13 +243,23 @@ def torchrun(module: str, args: list[str], nproc: int, timeout_s: float,
         "--max-restarts", "0", "--monitor-interval", "0.2", "-m", module, *args,
     ]
     try:
-        rc, timed_out, tail, elapsed = run_bounded(cmd, timeout_s, env=full_env)
+        rc, timed_out, tail, elapsed = run_bounded(cmd, timeout_s, env=full_env,
+                                                   extra_pids=lambda: _rank_pids(status_dir))
         status = read_rank_status(status_dir)
     finally:
         import shutil
 
         shutil.rmtree(status_dir, ignore_errors=True)
     return LaunchResult(rc, elapsed, timed_out, tail, status)
+
+
+def _rank_pids(status_dir: str | Path) -> set[int]:
+    out = set()
+    for st in read_rank_status(status_dir).values():
+        pid = st.get("pid")
+        if isinstance(pid, int) and pid > 1 and pid != os.getpid():
+            out.add(pid)
+    return out
 
 
 def read_rank_status(status_dir: str | Path) -> dict[int, dict[str, Any]]:
@@ -200,7 +285,7 @@ class RankStatus:
         if self.path is None:
             return
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"phase": self.phase, **data}))
+        tmp.write_text(json.dumps({"phase": self.phase, "pid": os.getpid(), **data}))
         os.replace(tmp, self.path)
 
     def enter(self, phase: str) -> None:
@@ -251,8 +336,8 @@ def parse_fault(spec: str | None) -> tuple[str, int, str] | None:
     if not spec:
         return None
     parts = spec.split(":", 2)
-    if len(parts) != 3 or parts[0] not in ("kill", "hang", "oom", "corrupt-checkpoint"):
-        raise VerifyError(f"{FAULT_ENV}={spec!r}: use kill|hang|oom|corrupt-checkpoint:RANK:PHASE")
+    if len(parts) != 3 or parts[0] not in ("kill", "hang", "stop", "oom", "corrupt-checkpoint"):
+        raise VerifyError(f"{FAULT_ENV}={spec!r}: use kill|hang|stop|oom|corrupt-checkpoint:RANK:PHASE")
     return parts[0], int(parts[1]), parts[2]
 
 
@@ -269,6 +354,8 @@ def maybe_fault(rank: int, phase: str) -> None:
     elif kind == "hang":
         while True:
             time.sleep(3600)
+    elif kind == "stop":  # SIGSTOP: the process cannot catch it, and SIGTERM waits until SIGCONT
+        os.kill(os.getpid(), signal.SIGSTOP)
     elif kind == "oom":
         import torch
 

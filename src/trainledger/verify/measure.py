@@ -111,6 +111,7 @@ class MemoryMeasurement:
     tracker_peak_bytes: int | None = None
     timeline: list[tuple[str, int]] = field(default_factory=list)
     kv_cache_bytes: int | None = None
+    serving: dict[str, Any] = field(default_factory=dict)  # inference on cuda: TTFT, TPOT, tokens/s
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
@@ -156,14 +157,23 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
     from ..hfconfig import load_hf_config
 
     lay = plan.layout
-    if max(lay.tp, lay.pp, lay.cp, lay.ep) > 1 or lay.zero or lay.offload != "none":
-        raise VerifyError("the memory measurement runs one unsharded replica; it cannot measure tp/pp/cp/ep > 1, "
-                          "ZeRO or offload yet — measure the plan with those set to 1/0/none")
+    rt = getattr(plan, "runtime", None)
+    fw = rt.framework if rt is not None else "hf"
+    sharded = max(lay.tp, lay.pp, lay.cp, lay.ep) > 1 or lay.zero or lay.offload != "none" or fw != "hf" \
+        or (lay.dp_size > 1 and plan.recipe.is_training)
+    if sharded:  # rank 0 of the real runtime on torch's fake process group (verify/sharded.py)
+        if device == "cuda":
+            raise VerifyError("a sharded plan is measured on the fake process group (no GPU needed): use "
+                              "--device fake; on GPUs run the job itself under torchrun")
+        from .sharded import measure_sharded
+
+        m = measure_sharded(plan, steps=steps, seed=seed, cuda_autocast=cuda_autocast)
+        if device == "cpu":
+            m.notes.append("sharded plans are measured with FakeTensors on the fake process group (device fake)")
+        return m
     hf_config = load_hf_config(plan.model.name)
     m = measure_memory_from_config(hf_config, plan.recipe, device=device, steps=steps, seed=seed,
                                    cuda_autocast=cuda_autocast)
-    if lay.dp_size > 1:
-        m.notes.append("dp > 1: one replica measured without DDP gradient buckets")
     return m
 
 
@@ -253,12 +263,12 @@ def register_state(tracker: Any, runner: Any) -> None:
 def tracked_notes(built: Any, recipe: Recipe, cuda_autocast: bool = True) -> list[str]:
     """The CPU-vs-CUDA differences that apply to this run."""
     notes = [NOTE_TRACKER_SCOPE, NOTE_ALLOCATOR]
-    if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda":
+    if recipe.precision in ("bf16-mixed", "fp16-mixed") and built.device != "cuda" and recipe.is_training:
         notes.append(NOTE_AUTOCAST_EMULATED if cuda_autocast else NOTE_AUTOCAST_CPU)
     if recipe.attention != "eager":
         notes.append(NOTE_SDPA_CPU)
         if recipe.dropout > 0:
             notes.append(NOTE_DROPOUT_CPU)
-    if recipe.optimizer == "adamw":
+    if recipe.optimizer == "adamw" and recipe.is_training:
         notes.append(NOTE_STEP_COUNTERS)
     return notes

@@ -49,9 +49,12 @@ CUDA_MIN_BLOCK_BYTES = 512
 #:   activations             everything else allocated during forward, backward or decode
 #:                           (in inference this includes the KV cache; see ``tag``)
 #:   other                   everything else (buffers, inputs, tensors made between phases)
+#:   sharding_buffers        a distributed runtime's own buffers: FSDP's gathered (unsharded)
+#:                           parameters and all-gather / reduce-scatter buffers, DDP's gradient
+#:                           buckets (sharded runs only, see verify/sharded.py)
 CATEGORIES: tuple[str, ...] = (
     "weights", "gradients", "optimizer_states", "autocast_weight_copies", "logits",
-    "optimizer_temporaries", "activations", "other",
+    "optimizer_temporaries", "activations", "other", "sharding_buffers",
 )
 
 #: Phases of one training step, in order.

@@ -158,7 +158,7 @@ def finish(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    from ..cli.output import table
+    from ..format import table
 
     rows = [[r["world_size"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['tokens_per_step']:,}",
              f"{r['tokens_per_s']:,.0f}", f"{r['efficiency']:.2f}",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -240,16 +241,27 @@ class StepRunner:
         from transformers import DynamicCache
 
         r = self.recipe
-        amp = autocast_context(r, self.built.tensor_device, self.cuda_autocast)
+        # inference loads the served dtype (recipe.INFERENCE_POLICY) and runs without autocast,
+        # as serving engines do
+        amp = contextlib.nullcontext()
         # transformers >= 5.2x names the cache argument ``cache``; older ones ``past_key_values``
         arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        cuda = self.built.device == "cuda"
+
+        def now() -> float:  # wall time after the GPU finished (latency of the step, as served)
+            if cuda:
+                torch.cuda.synchronize()
+            return time.perf_counter()
+
         with torch.no_grad(), amp:
+            t0 = now()
             with phase("forward"):
                 ids = self._ids(r.seq_len)
                 cache = DynamicCache(config=self.built.config)
                 out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{arg: cache})
                 cache = out.past_key_values
                 del out, ids
+            t1 = now()
             self.on_cache(cache_tensors(cache))
             for _ in range(r.generate_len):
                 with phase("decode"):
@@ -258,7 +270,12 @@ class StepRunner:
                     cache = out.past_key_values
                     del out, ids
                 self.on_cache(cache_tensors(cache))
+            t2 = now()
             del cache
+        n = r.generate_len
+        self.latency = {"ttft_s": t1 - t0, "tpot_s": (t2 - t1) / n if n else None, "batch": r.micro_batch,
+                        "prompt_tokens": r.seq_len, "output_tokens": n,
+                        "output_tokens_per_s": r.micro_batch * n / (t2 - t1) if n and t2 > t1 else None}
 
     def step(self, phase: PhaseFn = no_phase) -> None:
         if self.recipe.is_training:

@@ -36,6 +36,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "
         import uvicorn
     except ImportError:
         raise MissingDependency("the web app needs fastapi and uvicorn: pip install 'trainledger[web]'") from None
+    from .conn import uvicorn_config
+
     app = create_app(allowed_hosts=loopback_hosts(host, port))
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=5,
-                limit_concurrency=64, h11_max_incomplete_event_size=64 * 1024)
+    uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()

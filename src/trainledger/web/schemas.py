@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from .._spec import Spec
-from ..layout import Offload, PipelineSchedule
-from ..planfile import DEFAULT_GPU, DEFAULT_MODEL
-from ..recipe import Attention, Method, Optimizer, Precision, Recompute
+from ..planfile import PlanInputs
+from ..search import Job
 
 #: longest pasted config.json accepted (characters); real ones are a few KB.
 MAX_CONFIG_CHARS = 200_000
@@ -41,38 +41,43 @@ class JsonSpec(Spec):
                 for k, v in data.items()}
 
 
-class WebInputs(JsonSpec):
-    """Plan inputs of the web form; names as the CLI flags. Catalog names only, no paths."""
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
-    model: str = Field(DEFAULT_MODEL, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
-                       description="model preset name (see GET /api/presets); ignored when config_json is given")
-    gpu: str = Field(DEFAULT_GPU, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                     description="catalog GPU (GET /api/gpus)")
-    gpus: int = Field(1, gt=0, le=MAX_WEB_GPUS, description="total GPUs")
-    gpus_per_node: int | None = Field(None, gt=0, le=72)
-    network: str | None = Field(None, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                                description="inter-node network (catalog name)")
-    method: Method = "full"
-    precision: Precision | None = Field(None, description="precision policy [the method's default, see the CLI]")
-    optimizer: Optimizer = "adamw"
-    seq_len: int = Field(4096, gt=0, le=1_048_576)
-    micro_batch: int = Field(1, gt=0, le=4096)
-    grad_accum: int = Field(1, gt=0, le=65536)
-    global_batch: int | None = Field(None, gt=0, le=1 << 24)
-    recompute: Recompute = "none"
-    attention: Attention = "sdpa"
-    lora_rank: int = Field(16, gt=0, le=4096)
-    tokens: float | None = Field(None, gt=0, le=1e15, description="token budget of the run")
-    dp: int | None = Field(None, gt=0, le=MAX_WEB_GPUS)
-    tp: int = Field(1, gt=0, le=64)
-    pp: int = Field(1, gt=0, le=256)
-    cp: int = Field(1, gt=0, le=64)
-    ep: int = Field(1, gt=0, le=256)
-    vp: int = Field(1, gt=0, le=64)
-    pp_schedule: PipelineSchedule | None = None
-    zero: int = Field(0, ge=0, le=3)
-    offload: Offload = "none"
-    headroom: float = Field(0.10, ge=0.0, lt=0.9)
+#: what the web app narrows on a PlanInputs field: catalog names only (no paths), and request sizes
+#: that keep one request inside its time budget. Everything else is PlanInputs' own declaration.
+WEB_LIMITS: dict[str, dict[str, Any]] = {
+    "model": {"max_length": 100, "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+              "description": "model preset name (see GET /api/presets); ignored when config_json is given"},
+    "gpu": {"max_length": 80, "pattern": _NAME, "description": "catalog GPU (GET /api/gpus)"},
+    "intra": {"max_length": 80, "pattern": _NAME},
+    "network": {"max_length": 80, "pattern": _NAME, "description": "inter-node network (catalog name)"},
+    "gpus": {"le": MAX_WEB_GPUS}, "gpus_per_node": {"le": 72}, "dp": {"le": MAX_WEB_GPUS},
+    "seq_len": {"le": 1_048_576}, "micro_batch": {"le": 4096}, "grad_accum": {"le": 65536},
+    "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64},
+    "tokens": {"le": 1e15}, "tp": {"le": 64}, "pp": {"le": 256}, "cp": {"le": 64}, "ep": {"le": 256},
+    "vp": {"le": 64}, "generate_len": {"le": 1_048_576}, "recompute_layers": {"le": 100_000},
+}
+#: PlanInputs fields the web app does not take: they name files on the server
+WEB_EXCLUDED = ("corpus",)
+
+
+def web_fields(source: type[Spec], names: Any, limits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``create_model`` field definitions: each field as declared in ``source``, narrowed by ``limits``."""
+    out: dict[str, Any] = {}
+    for name in names:
+        info = source.model_fields[name]
+        if name in limits:
+            info = FieldInfo.merge_field_infos(info, Field(**limits[name]))
+        out[name] = (info.annotation, info)
+    return out
+
+
+#: Plan inputs of the web form: the PlanInputs fields (same names, units, defaults and help),
+#: catalog names only, no paths.
+WebInputs = create_model(
+    "WebInputs", __base__=JsonSpec, __doc__="Plan inputs of the web form; names as the CLI flags.",
+    **web_fields(PlanInputs, [n for n in PlanInputs.model_fields if n not in WEB_EXCLUDED], WEB_LIMITS),
+)
 
 
 class Prices(JsonSpec):
@@ -102,26 +107,22 @@ class ReportRequest(EstimateRequest):
     checkpoint_dir: str | None = Field(None, max_length=200, description="shown on the acceptance sheet only")
 
 
-class PlanRequest(JsonSpec):
-    """POST /api/plan: a planner job (see `trainledger plan`)."""
+#: the planner fields of the web app: the Job's own declarations (shared with PlanInputs), narrowed
+PLAN_LIMITS: dict[str, dict[str, Any]] = {
+    **{k: WEB_LIMITS[k] for k in ("model", "seq_len", "global_batch", "tokens", "lora_rank")},
+    "deadline_days": {"le": 3650}, "max_gpus": {"default": 512, "le": MAX_WEB_GPUS}, "top": {"le": 50},
+}
+_PLAN_FIELDS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len",
+                "global_batch", "tokens", "deadline_days", "max_gpus", "lora_rank", "headroom", "rank_by", "top")
 
-    model: str = Field(DEFAULT_MODEL, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-    method: Method = "full"
-    precision: Precision | None = Field(None, description="precision policy [the method's default, as estimate]")
-    optimizer: Optimizer = "adamw"
-    attention: Attention = "sdpa"
-    seq_len: int = Field(4096, gt=0, le=1_048_576)
-    global_batch: int | None = Field(None, gt=0, le=1 << 24)
-    tokens: float | None = Field(None, gt=0, le=1e15)
-    deadline_days: float | None = Field(None, gt=0, le=3650)
-    max_gpus: int = Field(512, gt=0, le=MAX_WEB_GPUS)
-    gpus: list[str] = Field(default_factory=list, max_length=40, description="candidate GPUs [all catalog GPUs]")
-    lora_rank: int = Field(16, gt=0, le=4096)
-    headroom: float = Field(0.10, ge=0.0, lt=0.9)
-    rank_by: Literal["time", "cost", "gpus"] = "time"
-    top: int = Field(10, gt=0, le=50)
-    config_json: str | None = Field(None, max_length=MAX_CONFIG_CHARS,
-                                    description="a pasted Hugging Face config.json (text); replaces the preset")
+#: POST /api/plan: a planner job (see `trainledger plan`); ``gpus`` are candidate GPU names.
+PlanRequest = create_model(
+    "PlanRequest", __base__=JsonSpec, __doc__="POST /api/plan: a planner job (see `trainledger plan`).",
+    gpus=(list[str], Field(default_factory=list, max_length=40, description="candidate GPUs [all catalog GPUs]")),
+    config_json=(str | None, Field(None, max_length=MAX_CONFIG_CHARS,
+                                   description="a pasted Hugging Face config.json (text); replaces the preset")),
+    **web_fields(Job, _PLAN_FIELDS, PLAN_LIMITS),
+)
 
 
 class ExportRequest(Spec):

@@ -43,10 +43,25 @@ class WebError(Exception):
         super().__init__(message)
         self.field, self.status = field, status
 
+    def __reduce__(self) -> tuple:  # crosses the pipe from a request's worker process intact
+        return (WebError, (str(self), self.field, self.status))
+
+
+def child_error(exc: BaseException) -> BaseException:
+    """An exception raised in a request's worker process, as the parent should raise it."""
+    if isinstance(exc, WebError):
+        return exc
+    if isinstance(exc, TrainledgerError):
+        return library_error(exc)
+    if isinstance(exc, MemoryError):
+        return WebError("the request needs more memory than one web request may use; narrow it "
+                        "(a smaller model, fewer GPUs)", None, 503)
+    return RuntimeError(f"{type(exc).__name__}: {exc}"[:2000])
+
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..jsonsafe import finite_json
+    from ..format import finite_json
 
     return finite_json(obj)
 
@@ -57,7 +72,8 @@ def field_of(message: str) -> str | None:
 
 
 def library_error(exc: TrainledgerError) -> WebError:
-    return WebError(str(exc), field_of(str(exc)))
+    """The library names the input an error concerns (``exc.field``); older errors fall back to words."""
+    return WebError(str(exc), getattr(exc, "field", None) or field_of(str(exc)))
 
 
 # ---- catalogs -------------------------------------------------------------------------------
@@ -85,14 +101,19 @@ def gpus() -> list[dict[str, Any]]:
              "link": g.link} for g in all_gpus()]
 
 
+from ..serving_spec import ENGINES, KV_CACHE_DTYPES, QUANTIZATIONS  # noqa: E402 - serving menus (issue 16)
+
+
 def options() -> dict[str, Any]:
     """Choices and defaults of every form field (the page builds its menus from this)."""
-    from ..runconfig import EXPORT_FORMATS
+    from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS
 
     return {"method": list(METHODS), "precision": list(PRECISIONS), "optimizer": list(OPTIMIZERS),
             "recompute": list(RECOMPUTES), "attention": list(ATTENTIONS), "offload": list(Offload.__args__),  # type: ignore[attr-defined]
-            "network": [n.name for n in all_networks("inter-node")], "export_formats": list(EXPORT_FORMATS),
-            "compare_gpus": list(DEFAULT_COMPARE_GPUS), "defaults": WebInputs().model_dump(mode="json")}
+            "network": [n.name for n in all_networks("inter-node")], "export_formats": list(EXPORT_FORMATS + SERVING_EXPORT_FORMATS),
+            "compare_gpus": list(DEFAULT_COMPARE_GPUS), "defaults": WebInputs().model_dump(mode="json"),
+            "serving_engine": list(ENGINES), "quantization": list(QUANTIZATIONS),
+            "kv_cache_dtype": list(KV_CACHE_DTYPES)}
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -125,6 +146,14 @@ def parse_config(text: str) -> ModelSpec:
 PASTED_NAME = "config.json"
 
 
+def precheck(req: Any) -> None:
+    """Cheap checks done before a worker process is started: a pasted config that cannot be read
+    (a 10,000-layer config, bad JSON) is refused without a process (issue 20)."""
+    text = getattr(req, "config_json", None)
+    if text and text.strip():
+        parse_config(text)
+
+
 def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, ModelSpec | None]:
     """PlanInputs (catalog names checked) and the pasted model, if any."""
     model = parse_config(config_json) if config_json and config_json.strip() else None
@@ -133,6 +162,7 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
                        "Pick a preset or paste a config.json.", "model")
     _check_name(inputs.gpu, "gpus", "gpu")
     _check_name(inputs.network, "networks", "network")
+    _check_name(inputs.intra, "networks", "intra")
     data = inputs.model_dump(exclude_unset=True)
     # a pasted config is the model: commands and exports name the file the user saves it as
     data["model"] = PASTED_NAME if model is not None else inputs.model.lower()
@@ -179,7 +209,8 @@ def estimate_view(req: EstimateRequest) -> dict[str, Any]:
     except TrainledgerError as exc:
         raise library_error(exc) from None
     mem = data.estimate.get("memory") or {}
-    order = ("summary", "gpus", "memory", "seq", "mb", "time", "scaling", "risks", "sheet", "notes")
+    order = ("summary", "gpus", "memory", "serving", "seq", "mb", "time", "scaling", "risks", "sheet", "facility",
+             "notes")
     docs = sorted((s for s in build_document(data) if s["id"] in order), key=lambda s: order.index(s["id"]))
     sections = [{"id": s["id"], "title": s["title"], "blocks": [_block_json(b) for b in s["blocks"]]} for s in docs]
     return finite({"title": data.title, "fits": bool(mem.get("fits")),
@@ -231,10 +262,11 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
 
 
 def export_files(req: ExportRequest) -> dict[str, Any]:
-    from ..runconfig import EXPORT_FORMATS, export_plan
+    from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
 
-    if req.format not in EXPORT_FORMATS:
-        raise WebError(f"unknown export format {req.format!r}; formats: {', '.join(EXPORT_FORMATS)}", "export_format")
+    if req.format not in EXPORT_FORMATS + SERVING_EXPORT_FORMATS:
+        raise WebError(f"unknown export format {req.format!r}; formats: "
+                       f"{', '.join(EXPORT_FORMATS + SERVING_EXPORT_FORMATS)}", "export_format")
     inputs, model = resolve(req.inputs, req.config_json)
     try:
         files = export_plan(inputs, req.format, model)

@@ -1,0 +1,65 @@
+"""Uncertainty of every time figure: an interval from the accuracy suite's residuals.
+
+``bench/time_accuracy.py --write-intervals`` records, per stack and GPU family, the 10th and 90th
+percentile of the signed error of the predicted *rate* over the measured one (r = pred/meas − 1,
+catalog/efficiency/intervals.yaml). A predicted step time t then has the interval
+
+    [t · (1 + p10), t · (1 + p90)]     (rate too high by p90 → the true time is t·(1+p90))
+
+and so has every figure proportional to it (time to train, GPU-hours, cost; tokens/s and MFU
+inversely). A stack/family pair with fewer than ``MIN_CASES`` measurements takes the pooled
+residuals of all cases, widened by ``UNSEEN_WIDENING`` (an extrapolation, said in ``basis``).
+After calibration on a measured run of the same environment the interval narrows to the
+calibration-transfer residuals (bench/calibration_transfer.py), stored under ``calibrated``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: fewer residuals than this for a stack/family: use the pooled interval, widened
+MIN_CASES = 5
+#: widening of the pooled interval for a stack/family the suite has no measurement of
+UNSEEN_WIDENING = 1.5
+
+
+def _path() -> Path:
+    return Path(str(resources.files("trainledger") / "catalog" / "efficiency" / "intervals.yaml"))
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    p = _path()
+    if not p.exists():
+        return {}
+    d = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    return d if isinstance(d, dict) else {}
+
+
+def rate_interval(framework: str, family: str, calibrated: bool = False) -> tuple[float, float, str]:
+    """(p10, p90) of the signed rate error for this stack and family, and where it comes from."""
+    t = _table()
+    key = f"{framework}/{family}"
+    if calibrated and key in (t.get("calibrated") or {}):
+        v = t["calibrated"][key]
+        return float(v["p10"]), float(v["p90"]), f"calibration transfer residuals, {key} (n={v['n']})"
+    v = (t.get("stacks") or {}).get(key)
+    if v and v.get("n", 0) >= MIN_CASES:
+        return float(v["p10"]), float(v["p90"]), f"accuracy suite residuals, {key} (n={v['n']})"
+    pooled = t.get("pooled") or {"p10": -0.15, "p90": 0.15, "n": 0}
+    w = UNSEEN_WIDENING
+    return (float(pooled["p10"]) * w, float(pooled["p90"]) * w,
+            f"no {key} measurements: pooled residuals (n={pooled.get('n', 0)}) x{w:g}")
+
+
+def time_interval(step_time_s: float, framework: str, family: str,
+                  calibrated: bool = False) -> dict[str, Any]:
+    """p10/p90 of the step time (see the module docstring)."""
+    lo, hi, basis = rate_interval(framework, family, calibrated)
+    return {"p10": step_time_s * (1 + lo), "p90": step_time_s * (1 + hi),
+            "factor_p10": 1 + lo, "factor_p90": 1 + hi, "basis": basis}

@@ -1,0 +1,43 @@
+"""The one optimizer table: state tensors per trainable parameter and bytes per state element.
+
+Read by the memory model (optimizer-state term), the time model (optimizer-step streaming) and the
+run sections (checkpoint and host-RAM sizes). Sources:
+
+* AdamW: ``exp_avg`` + ``exp_avg_sq`` (Loshchilov & Hutter 2019, arXiv:1711.05101, Algorithm 2).
+* Lion: one momentum buffer (Chen et al. 2023, arXiv:2302.06675, Algorithm 1).
+* SGD with momentum: one buffer; plain SGD: none.
+* Adafactor: a factored second moment, O(rows + cols) per matrix (Shazeer & Stern 2018,
+  arXiv:1804.04235, §3) — 0 per parameter here; the memory model counts the factors by shape.
+* 8-bit AdamW (bitsandbytes ``AdamW8bit``): both states in 8 bits, quantized block-wise with one
+  fp32 absmax per block. The paper evaluates B = 2048 (Dettmers et al. 2022, arXiv:2110.02861, §2);
+  the bitsandbytes optimizers allocate one absmax per 256 elements
+  (``bitsandbytes/optim/optimizer.py``, ``Optimizer2State.init_state``: ``blocksize = 256``),
+  which is what the process holds, so B = 256.
+"""
+
+from __future__ import annotations
+
+from ..units import DTYPE_BYTES
+
+#: state tensors per trainable parameter
+STATES_PER_PARAM: dict[str, int] = {
+    "adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1,
+}
+
+#: bitsandbytes block size of the 8-bit optimizer states (one fp32 absmax per block; see docstring)
+BNB_BLOCK = 256
+
+#: bytes per state element of the 8-bit optimizers: 1 byte plus the block's fp32 absmax share
+BNB_STATE_BYTES = 1 + 4 / BNB_BLOCK
+
+
+def bytes_per_state(optimizer: str, states_dtype: str) -> float:
+    """Bytes one optimizer-state element takes: the policy's states dtype, or 8-bit blocks."""
+    if optimizer == "adamw-8bit":
+        return BNB_STATE_BYTES
+    return float(DTYPE_BYTES[states_dtype])
+
+
+def state_bytes_per_param(optimizer: str, states_dtype: str) -> float:
+    """Optimizer-state bytes per trainable parameter (Adafactor's factors are counted by shape)."""
+    return STATES_PER_PARAM[optimizer] * bytes_per_state(optimizer, states_dtype)

@@ -1,0 +1,77 @@
+"""Stage: what every section of the ledger needs, derived once per plan and handed down.
+
+The memory, time and run sections all read the same few derived quantities: the tokens a rank
+holds after context parallelism, the layers of the busiest pipeline stage, the micro-batches in
+flight there, and the dtypes of the precision policy. They are computed here once per plan
+(torchtitan's ``ParallelDims`` idea: resolve derived degrees once, in one typed object).
+
+Glossary: b micro-batch, s sequence length, L layers, p pipeline degree, c context degree,
+m micro-batches per step, v virtual stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan import Plan
+from ..units import DTYPE_BYTES
+
+
+def inflight_microbatches(plan: Plan) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at once.
+
+    1F1B: min(p, m) (Narayanan et al. 2021, arXiv:2104.04473, §2.2.1); interleaved 1F1B with v
+    chunks multiplies by 1 + (p-1)/(p·v) (Korthikanti et al. 2022, Eq. 5/6); GPipe keeps all m.
+    """
+    lay, r = plan.layout, plan.recipe
+    p = lay.pp
+    if p == 1:
+        return 1.0
+    m = lay.pp_microbatches or r.grad_accum
+    if lay.pp_schedule == "gpipe":
+        return float(m)
+    n = float(min(p, m))
+    if lay.pp_schedule == "interleaved" and lay.vp > 1:
+        n *= 1 + (p - 1) / (p * lay.vp)
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Per-plan derived quantities of the busiest rank (first pipeline stage)."""
+
+    seq_per_rank: float           # s / c: tokens of one sample on this rank
+    tokens_per_micro_batch: float  # b · s / c
+    layers: int                   # decoder layers on the busiest pipeline stage: ceil(L / p)
+    moe_layers: int               # of which MoE layers
+    inflight: float               # micro-batches alive at once on the first stage
+    compute_bytes: float          # bytes per element of activations (compute dtype)
+    weight_bytes: float
+    grad_bytes: float
+
+    @classmethod
+    def of(cls, plan: Plan) -> "Stage":
+        """The stage of ``plan`` (cached per plan object: the planner asks many times)."""
+        hit = _CACHE.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        st = cls._derive(plan)
+        _CACHE[id(plan)] = (plan, st)
+        return st
+
+    @classmethod
+    def _derive(cls, plan: Plan) -> "Stage":
+        m, r, lay = plan.model, plan.recipe, plan.layout
+        layers = -(-m.num_layers // lay.pp)
+        n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
+        moe_layers = min(layers, -(-n_moe_total // lay.pp)) if n_moe_total else 0
+        pol = r.policy
+        return cls(seq_per_rank=r.seq_len / lay.cp, tokens_per_micro_batch=r.micro_batch * r.seq_len / lay.cp,
+                   layers=layers, moe_layers=moe_layers, inflight=inflight_microbatches(plan),
+                   compute_bytes=float(DTYPE_BYTES.get(pol["compute"], 2)),
+                   weight_bytes=float(DTYPE_BYTES[pol["weights"]]), grad_bytes=float(DTYPE_BYTES[pol["grads"]]))
+
+
+_CACHE: dict[int, tuple[Plan, Stage]] = {}

@@ -1,0 +1,592 @@
+"""Per-rank memory of a sharded plan, measured by running the real runtime on a fake process group.
+
+``measure_sharded(plan)`` runs rank 0 of the plan's runtime on torch's fake process group
+(``init_process_group("fake", store=FakeStore())`` from ``torch.testing._internal.distributed.fake_pg``:
+every collective returns at once, nothing is sent) with FakeTensors, so a full-size model on 8 to
+1024 ranks is traced on one CPU in seconds. The runtimes are the real ones:
+
+* ``fsdp2`` — ``fully_shard`` on every decoder layer (and on the embedding and the head with
+  ``wrap=layers+embed+head``) and on the root, ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``
+  for the mixed policies with ``param_dtype=bf16`` (no autocast, as torchtitan runs it; with
+  ``param_dtype=fp32`` no policy and torch autocast), ``reshard_after_forward`` from the runtime
+  (``zero=2`` also means False: FSDP's SHARD_GRAD_OP); with ``tp > 1`` a 2-D mesh and
+  ``parallelize_module`` first.
+* ``pytorch-fsdp`` — FSDP1 ``FullyShardedDataParallel`` with a per-decoder-layer auto-wrap policy,
+  ``use_orig_params=True``, ``limit_all_gathers=True``, ``MixedPrecision(param_dtype, reduce_dtype)``
+  plus autocast (what accelerate / Trainer do); FULL_SHARD, or SHARD_GRAD_OP for ``zero=2``.
+* ``hf`` with ``dp > 1`` — ``DistributedDataParallel`` (``gradient_as_bucket_view`` from the
+  runtime) over the AMP replica; with ``tp > 1`` torch tensor parallelism.
+* torch TP (``tp > 1`` under ``hf``/``fsdp2``): ``parallelize_module`` with colwise q/k/v/gate/up
+  and rowwise o/down; with ``sp`` the norms get ``SequenceParallel``, the embedding is row-wise
+  (output sharded on the sequence) and the head column-wise (torchtitan's plan); without ``sp``
+  the embedding, norms and head stay replicated; ``loss_parallel`` keeps the logits vocab-sharded
+  and runs the loss under ``loss_parallel()``.
+
+What the fake process group needs (each found by running it, torch 2.13):
+
+* FSDP2 frees and re-allocates its unsharded parameters with ``UntypedStorage.resize_``, which no
+  ATen op reports: the tracker wraps ``resize_`` and updates the storage's size.
+* Local tensors under DTensor are dispatched below the DTensor subclass, where a
+  ``TorchDispatchMode`` on top of the stack does not see them: the tracker observes every op at
+  the FakeTensorMode itself (its ``dispatch``), i.e. on the local shards.
+* DDP: the parameter-shape check and the initial broadcast read data (skipped: all ranks build the
+  same model), the all-reduce is a comm hook that returns the bucket as it is, and the step-0
+  bucket rebuild (it reads the recorded order's sizes) is skipped, so the buckets keep their
+  construction order (reverse parameter order, as DDP builds them).
+* torch's ``FSDPMemTracker`` is not used: under FakeTensorMode in 2.13 it reported optimizer
+  states far larger than the parameters they belong to.
+
+Not measurable here (``VerifyError`` says so): DeepSpeed (its engine needs an accelerator and a
+real communication backend; its ZeRO terms are checked against DeepSpeed's own estimators in the
+tests), Megatron, pipeline/context/expert parallelism, offload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from typing import Any
+
+from ..errors import VerifyError
+from .build import build_model, fake_runtime, require
+from .measure import MemoryMeasurement, environment, tracked_notes
+
+#: runtimes this module can run on the fake process group
+MEASURABLE = ("hf", "fsdp2", "pytorch-fsdp")
+
+
+def check_measurable(plan: Any) -> None:
+    """Raise VerifyError (one line, what to do) when the plan's layout cannot be measured here."""
+    lay, rt = plan.layout, plan.runtime
+    fw = rt.framework
+    if fw not in MEASURABLE:
+        raise VerifyError(f"framework {fw} cannot run on the fake process group (DeepSpeed and Megatron need an "
+                          "accelerator and their own communication backends); its memory terms are checked "
+                          "against DeepSpeed's estimators in the test suite — measure the plan with --framework "
+                          "fsdp2 or pytorch-fsdp instead")
+    if max(lay.pp, lay.cp, lay.ep) > 1:
+        raise VerifyError("the sharded measurement runs data and tensor parallelism; pp/cp/ep > 1 cannot be "
+                          "measured yet — set them to 1")
+    if lay.offload != "none":
+        raise VerifyError("offload cannot be measured on the fake process group; set --offload none")
+    if fw == "hf" and lay.zero:
+        raise VerifyError("framework hf with --zero is the Trainer's integrated sharding, not a runtime that "
+                          "runs here; measure it as --framework fsdp2 or pytorch-fsdp")
+    if fw == "hf" and lay.tp > 1 and lay.dp_size > 1:
+        raise VerifyError("torch TP with DDP is not measured; use --framework fsdp2 for TP + data parallelism, "
+                          "or --gpus equal to --tp")
+    if fw == "pytorch-fsdp" and (lay.zero in (1, 2) or not plan.runtime.reshard_after_forward):
+        raise VerifyError("FSDP1 SHARD_GRAD_OP does not run on fake tensors (it checks the unsharded flat "
+                          "parameter's storage); measure FULL_SHARD (--zero 3) or use --framework fsdp2")
+    if fw == "pytorch-fsdp" and lay.tp > 1:
+        raise VerifyError("FSDP1 with tensor parallelism is not measured; use --framework fsdp2 for TP + FSDP")
+    if plan.recipe.method == "qlora" or not plan.recipe.is_training:
+        raise VerifyError("the sharded measurement runs training steps of full or LoRA fine-tuning")
+    if lay.tp > 1:
+        m = plan.model
+        if m.num_heads % lay.tp or m.num_kv_heads % lay.tp:
+            raise VerifyError(f"tp={lay.tp} must divide the attention heads ({m.num_heads}) and KV heads "
+                              f"({m.num_kv_heads}) for torch's colwise q/k/v sharding")
+        if m.moe is not None:
+            raise VerifyError("torch TP of MoE expert stacks is not measured; measure MoE models with tp=1")
+
+
+def fsdp_shards(plan: Any) -> int:
+    """Ranks FSDP shards over: the DP group, or one node with hybrid sharding."""
+    lay = plan.layout
+    n = lay.dp_size * lay.cp
+    if lay.hybrid_shard:
+        n = min(n, max(plan.cluster.gpus_per_node // (lay.tp * lay.pp * lay.cp), 1))
+    return n
+
+
+# ---------------------------------------------------------------------------------------- tracker
+def _local_tracker_class() -> type:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from .memtrace import MemoryTracker, _op_name, _UNCOUNTED_OPS
+
+    class LocalTracker(MemoryTracker):
+        """A MemoryTracker fed by the FakeTensorMode's dispatch: it sees the local shards of
+        DTensors and storage resizes (see the module docstring). Not entered as a mode."""
+
+        def __init__(self, vocab_size: int | None = None) -> None:
+            super().__init__(vocab_size=vocab_size)
+            self.buffer_scope = 0  # > 0 inside a runtime's collective helpers
+
+        def _counted(self, t: object) -> bool:
+            return isinstance(t, FakeTensor) and super()._counted(t)
+
+        def _kind_for(self, func: object, args: tuple, out: Any) -> str:
+            if self.buffer_scope:
+                return "sharding_buffers"
+            if _op_name(func) == "_to_copy" and args and isinstance(args[0], FakeTensor):
+                src = self._live.get(args[0].untyped_storage()._cdata)
+                if src is not None and src.category == "sharding_buffers" and args[0].dtype != out.dtype:
+                    return "autocast_weight_copies"  # autocast's copy of a gathered parameter
+            return super()._kind_for(func, args, out)
+
+        def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+            from torch.utils._pytree import tree_flatten
+
+            if _op_name(func) in _UNCOUNTED_OPS:
+                return
+            for t in tree_flatten((args, kwargs))[0]:
+                if self._counted(t):
+                    st = t.untyped_storage()
+                    rec = self._live.get(st._cdata)
+                    if rec is None and st.nbytes() and t.dim():
+                        self.late_registered += 1
+                        rec = self._record(st, "other")
+                        rec.op, rec.phase = f"input of {func}", self.current_phase
+            for t in tree_flatten(out)[0]:
+                if self._counted(t):
+                    st = t.untyped_storage()
+                    if st._cdata in self._live:
+                        self._maybe_resized(self._live[st._cdata], st)
+                    else:
+                        rec = self._record(st, self._kind_for(func, args, t))
+                        rec.op, rec.phase = str(func), self.current_phase
+                        rec.shape, rec.dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
+
+        def resized(self, st: Any) -> None:
+            rec = self._live.get(st._cdata)
+            if rec is None:
+                if st.nbytes():
+                    rec = self._record(st, "sharding_buffers")
+                    rec.op, rec.phase = "UntypedStorage.resize_", self.current_phase
+                return
+            if rec.category == "other":  # made outside a phase, sized by the runtime: its buffer
+                rec.label = "sharding_buffers"
+            self._maybe_resized(rec, st)
+
+        @contextlib.contextmanager
+        def buffers(self) -> Any:
+            self.buffer_scope += 1
+            try:
+                yield
+            finally:
+                self.buffer_scope -= 1
+
+    return LocalTracker
+
+
+@contextlib.contextmanager
+def attach(tracker: Any, fake_mode: Any) -> Any:
+    """Feed ``tracker`` from ``fake_mode``'s dispatch and from ``UntypedStorage.resize_``."""
+    import torch
+
+    orig_dispatch = fake_mode.dispatch
+    orig_resize = torch.UntypedStorage.resize_
+    ref = weakref.ref(tracker)
+
+    def dispatch(func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = orig_dispatch(func, types, args, kwargs)
+        tr = ref()
+        if tr is not None:
+            tr.observe(func, args, kwargs, out)
+        return out
+
+    def resize_(self: Any, size: int) -> Any:
+        out = orig_resize(self, size)
+        tr = ref()
+        if tr is not None:
+            tr.resized(self)
+        return out
+
+    fake_mode.dispatch = dispatch
+    torch.UntypedStorage.resize_ = resize_
+    patched = _wrap_collective_helpers(tracker)
+    try:
+        yield tracker
+    finally:
+        fake_mode.dispatch = orig_dispatch
+        torch.UntypedStorage.resize_ = orig_resize
+        for mod, name, fn in patched:
+            setattr(mod, name, fn)
+
+
+def _wrap_collective_helpers(tracker: Any) -> list[tuple[Any, str, Any]]:
+    """Allocations inside FSDP2's all-gather / copy-out / reduce-scatter helpers and FSDP1's
+    unshard / gradient reduction are the runtime's buffers."""
+    import functools
+
+    from torch.distributed.fsdp import _runtime_utils as ru
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+    patched = []
+    for mod, name in ((pg, "foreach_all_gather"), (pg, "foreach_all_gather_copy_out"), (pg, "foreach_reduce"),
+                      (ru, "_unshard"), (ru, "_reduce_grad")):
+        fn = getattr(mod, name, None)
+        if fn is None:
+            continue
+
+        @functools.wraps(fn)
+        def wrapped(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+            with tracker.buffers():
+                return _fn(*a, **k)
+
+        setattr(mod, name, wrapped)
+        patched.append((mod, name, fn))
+    return patched
+
+
+# ---------------------------------------------------------------------------------------- runtime
+def _process_group(world: int) -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_world_size() == world and dist.get_backend() == "fake":
+            return
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    from .build import _decoder_layers as layers
+
+    return layers(model)
+
+
+def _base(model: Any) -> Any:
+    """The transformers model under a peft wrapper."""
+    get = getattr(model, "get_base_model", None)
+    return get() if get else model
+
+
+def _tp_plan(model: Any, mesh: Any, sp: bool, loss_parallel: bool) -> None:
+    """torch tensor parallelism on a Llama-style transformers model (see the module docstring)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module,
+    )
+
+    base = _base(model)
+    inner = base.model
+    top: dict[str, Any] = {}
+    if sp:
+        top["model.embed_tokens"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+        top["model.norm"] = SequenceParallel(use_local_output=True)
+    if sp or loss_parallel:
+        top["lm_head"] = ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
+                                         output_layouts=Shard(-1) if loss_parallel else Replicate(),
+                                         use_local_output=not loss_parallel)
+    if top:
+        parallelize_module(base, mesh, top)
+    for layer in inner.layers:
+        plan: dict[str, Any] = {
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel(),
+        }
+        if sp:
+            plan.update({
+                "input_layernorm": SequenceParallel(use_local_output=True),
+                "post_attention_layernorm": SequenceParallel(use_local_output=True),
+                "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            })
+        parallelize_module(layer, mesh, plan)
+
+
+class _Setup:
+    """The wrapped model, its optimizer parameters and what the step needs."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.params: list[Any] = []
+        self.autocast = True
+        self.loss_parallel = False
+        self.seq_parallel = False
+        self.notes: list[str] = []
+        self.ddp_buckets: list[Any] = []
+
+
+def _wrap(built: Any, plan: Any, mesh: Any) -> _Setup:
+    import torch
+
+    rt, lay, r = plan.runtime, plan.layout, plan.recipe
+    s = _Setup()
+    model = built.model
+    mixed = r.precision.endswith("-mixed")
+    dp_mesh, tp_mesh = mesh
+    if lay.tp > 1:
+        _tp_plan(model, tp_mesh, lay.sp, rt.loss_parallel)
+        s.loss_parallel = rt.loss_parallel
+        s.seq_parallel = lay.sp
+        s.notes.append(f"torch TP {lay.tp} (parallelize_module{', sequence parallel' if lay.sp else ''}"
+                       f"{', loss parallel' if rt.loss_parallel else ''})")
+    fw = rt.framework
+    if fw == "fsdp2":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        if lay.tp > 1:
+            _real_mesh_concatenate()
+
+        reshard = rt.reshard_after_forward and lay.zero != 2
+        mp = MixedPrecisionPolicy()
+        if mixed and rt.param_dtype == "bf16":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(
+                torch, {"fp32": "float32", "bf16": "bfloat16"}[rt.reduce_dtype]))
+            s.autocast = False
+        if lay.hybrid_shard:
+            s.notes.append("hybrid_shard is measured as full sharding over the shard group size")
+        base = _base(model)
+        kw = dict(mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
+        for layer in _decoder_layers(model):
+            fully_shard(layer, **kw)
+        if rt.wrap == "layers+embed+head":
+            head = base.get_output_embeddings()
+            if head is None or head.weight is base.get_input_embeddings().weight:
+                raise VerifyError("wrap layers+embed+head needs an untied head: this model ties its embedding "
+                                  "and head (FSDP2 would need them in one group); use --wrap layers")
+            fully_shard(base.get_input_embeddings(), **kw)
+            fully_shard(head, **kw)
+        fully_shard(model, **kw)
+        s.model = model
+        s.notes.append(f"FSDP2 fully_shard per decoder layer{' + embed + head' if rt.wrap != 'layers' else ''}, "
+                       f"reshard_after_forward={reshard}, "
+                       + (f"MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype={rt.reduce_dtype})"
+                          if not s.autocast else "no MixedPrecisionPolicy"))
+    elif fw == "pytorch-fsdp":
+        import functools
+
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+
+        layer_ids = {id(m) for m in _decoder_layers(model)}
+        policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in layer_ids)
+        mp = None
+        if mixed and rt.param_dtype == "bf16":
+            red = {"fp32": torch.float32, "bf16": torch.bfloat16}[rt.reduce_dtype]
+            mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=red, buffer_dtype=torch.bfloat16)
+        strategy = ShardingStrategy.SHARD_GRAD_OP if (lay.zero == 2 or not rt.reshard_after_forward) \
+            else ShardingStrategy.FULL_SHARD
+        s.model = FSDP(model, process_group=dist_group(), auto_wrap_policy=policy, use_orig_params=True,
+                       limit_all_gathers=True, mixed_precision=mp, sharding_strategy=strategy,
+                       device_id=torch.device("cpu"), sync_module_states=False)
+        s.notes.append(f"FSDP1 {strategy.name}, use_orig_params, limit_all_gathers"
+                       + (f", MixedPrecision(bf16, reduce {rt.reduce_dtype}) + autocast" if mp else ""))
+    else:  # hf: DDP over data-parallel ranks (TP alone needs no wrapper)
+        s.model = model
+        if lay.dp_size > 1 and lay.tp == 1:
+            s.model = _ddp(model, rt.gradient_as_bucket_view, s)
+    s.params = [p for p in s.model.parameters() if p.requires_grad]
+    return s
+
+
+def _real_mesh_concatenate() -> None:
+    """FSDP2 + TP concatenates the DP and TP meshes (reading the real rank tensor): outside fake mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    orig = DeviceMesh.__dict__["_concatenate"]
+    if getattr(orig, "_trainledger", False):
+        return
+    fn = orig.__func__ if isinstance(orig, staticmethod) else orig
+
+    def concatenate(meshes: list[Any]) -> Any:
+        with unset_fake_temporarily():
+            return fn(meshes)
+
+    concatenate._trainledger = True  # type: ignore[attr-defined]
+    DeviceMesh._concatenate = staticmethod(concatenate)
+
+
+def dist_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.group.WORLD
+
+
+def _ddp(model: Any, as_view: bool, s: _Setup) -> Any:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.parallel.distributed as D
+
+    saved = D._verify_param_shape_across_processes, D._sync_module_states
+    D._verify_param_shape_across_processes = lambda *a, **k: None
+    D._sync_module_states = lambda *a, **k: None
+    try:
+        ddp = D.DistributedDataParallel(model, gradient_as_bucket_view=as_view)
+    finally:
+        D._verify_param_shape_across_processes, D._sync_module_states = saved
+
+    def hook(_state: Any, bucket: Any) -> Any:
+        """The all-reduce returns the bucket unchanged."""
+        buf = bucket.buffer()
+        if len(s.ddp_buckets) < 10_000:
+            s.ddp_buckets.append(buf)
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    # DDP checks the annotations themselves (this module's are strings: __future__ annotations)
+    hook.__annotations__ = {"_state": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+
+    ddp.register_comm_hook(None, hook)
+
+    class _NoRebuild:  # the step-0 bucket rebuild reads data; keep the construction-time buckets
+        def __init__(self, reducer: Any) -> None:
+            self._reducer = reducer
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._reducer, name)
+
+        def _rebuild_buckets(self) -> bool:
+            return False
+
+    ddp.reducer = _NoRebuild(ddp.reducer)
+    s.notes.append(f"DDP gradient_as_bucket_view={as_view}, default 25 MiB buckets, all-reduce as a no-op comm hook")
+    return ddp
+
+
+def _local(t: Any) -> Any:
+    inner = getattr(t, "_local_tensor", None)
+    return inner if inner is not None else t
+
+
+# ---------------------------------------------------------------------------------------- step
+def _train_step(s: _Setup, plan: Any, built: Any, phase: Any, on_grads: Any, opt: Any,
+                cuda_autocast: bool) -> None:
+    import torch
+
+    from .train_step import autocast_context
+
+    r = plan.recipe
+    for _ in range(r.grad_accum):
+        lp = contextlib.nullcontext()
+        if s.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            lp = loss_parallel()
+        with lp:
+            with phase("forward"):
+                ids = torch.empty((r.micro_batch, r.seq_len), dtype=torch.long, device="cpu")
+                amp = autocast_context(r, "cpu", cuda_autocast) if s.autocast else contextlib.nullcontext()
+                extra = {}
+                if s.seq_parallel:  # the residual stream holds s/t positions: give the full positions
+                    extra["position_ids"] = torch.empty((r.micro_batch, r.seq_len), dtype=torch.long, device="cpu")
+                with amp:
+                    out = s.model(input_ids=ids, labels=ids, use_cache=False, **extra)
+                loss = out.loss / r.grad_accum if r.grad_accum > 1 else out.loss
+                del out, ids
+            with phase("backward"):
+                loss.backward()
+                del loss
+        on_grads([p.grad for p in s.params])
+    with phase("optimizer"):
+        if r.grad_clip is not None:
+            _clip(s.params, r.grad_clip)
+        opt.step()
+    with phase("zero_grad"):
+        opt.zero_grad(set_to_none=True)
+
+
+def _mesh_key(t: Any) -> Any:
+    """Plain tensors, or DTensors of one device mesh (TP + FSDP: 2-D; FSDP alone: 1-D)."""
+    mesh = getattr(t, "device_mesh", None)
+    return None if mesh is None else (tuple(mesh.mesh_dim_names or ()), mesh.ndim, mesh.size())
+
+
+def _param_groups(params: list[Any]) -> Any:
+    """One parameter group per kind (plain / DTensor per mesh): a foreach optimizer step runs per
+    group, and its foreach kernels refuse a mix of plain and DTensor, or of DTensors on different
+    meshes (TP+FSDP parameters are 2-D, replicated ones only FSDP-sharded)."""
+    kinds: dict[Any, list[Any]] = {}
+    for p in params:
+        kinds.setdefault(_mesh_key(p), []).append(p)
+    if len(kinds) <= 1:
+        return params
+    return [{"params": ps} for ps in kinds.values()]
+
+
+def _clip(params: list[Any], max_norm: float) -> None:
+    """clip_grad_norm_(foreach=True) over all parameters; torch's refuses a mix of DTensor
+    (TP-sharded) and plain (replicated) parameters, so each kind is clipped on its own (the same
+    per-tensor norms and in-place scaling: the same memory)."""
+    import torch
+
+    kinds: dict[Any, list[Any]] = {}
+    for p in params:
+        if p.grad is not None:
+            kinds.setdefault(_mesh_key(p.grad), []).append(p)
+    if len(kinds) <= 1:
+        torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        return
+    for group in kinds.values():  # same temporaries; the clip factor is per kind here
+        torch.nn.utils.clip_grad_norm_(group, max_norm, foreach=True)
+
+
+def measure_sharded(plan: Any, steps: int = 2, seed: int = 0, cuda_autocast: bool = True) -> MemoryMeasurement:
+    """Per-rank memory of rank 0 of the plan's runtime on the fake process group (module docstring)."""
+    require("torch")
+    check_measurable(plan)
+    if steps < 2:
+        raise VerifyError("steps must be >= 2 (the last, steady-state step is measured)")
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from ..hfconfig import load_hf_config
+    from .measure import _states
+    from .train_step import host_step_counters, make_optimizer
+
+    lay, r = plan.layout, plan.recipe
+    world = lay.dp_size * lay.tp
+    _process_group(world)
+    if lay.tp > 1:  # sub-meshes are sliced here: slicing under FakeTensorMode reads the mesh tensor
+        full = init_device_mesh("cpu", (lay.dp_size, lay.tp), mesh_dim_names=("dp", "tp"))
+        mesh = (full["dp"], full["tp"])
+    else:
+        mesh = (init_device_mesh("cpu", (world,)), None)
+    hf_config = load_hf_config(plan.model.name)
+    built = build_model(hf_config, r, device="fake", seed=seed)
+    # DeviceMesh concatenates its (real) rank tensors when TP and FSDP meshes meet
+    built.fake_mode.allow_non_fake_inputs = True
+    tracker = _local_tracker_class()(vocab_size=built.vocab_size)
+    notes: list[str] = list(built.notes)
+    with fake_runtime(built.fake_mode), attach(tracker, built.fake_mode):
+        tracker.register(built.model.parameters(), "weights")
+        tracker.register(built.model.buffers(), "other")
+        s = _wrap(built, plan, mesh)
+        notes += s.notes
+        opt = make_optimizer(r, _param_groups(s.params), "cpu", notes)
+        for _ in range(steps - 1):
+            _train_step(s, plan, built, lambda _n: contextlib.nullcontext(), lambda g: None, opt, cuda_autocast)
+        tracker.label([_local(p) for p in s.model.parameters()], "weights")
+        tracker.label(s.ddp_buckets, "sharding_buffers")
+        states = [_local(t) for t in _states(opt)]
+        tracker.label(states, "optimizer_states")
+        tracker.ignore([_local(t) for t in host_step_counters(opt)])
+        tracker.reset_peaks()
+
+        def on_grads(grads: list[Any]) -> None:
+            tracker.label([_local(g) for g in grads if g is not None], "gradients")
+
+        t0 = time.perf_counter()
+        _train_step(s, plan, built, tracker.phase, on_grads, opt, cuda_autocast)
+        wall = time.perf_counter() - t0
+        tracker.label([_local(t) for t in _states(opt)], "optimizer_states")
+    rep = tracker.report()
+    notes += tracked_notes(built, r, cuda_autocast and s.autocast)
+    notes.append(f"rank 0 of {world} on torch's fake process group (collectives return at once)")
+    if rep.late_registered:
+        notes.append(f"{rep.late_registered} storages were first seen as op inputs (made outside the tracker)")
+    m = MemoryMeasurement(
+        peak_allocated_bytes=rep.peak_bytes, peak_phase=rep.peak_phase, phase_peaks=rep.phase_peaks,
+        categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
+        device="fake", start_bytes=rep.start_bytes, notes=notes, tracker_peak_bytes=rep.peak_bytes,
+        timeline=rep.timeline)
+    m.env = environment("fake")
+    m.env["world_size"] = str(world)
+    m.env["trace_wall_s"] = f"{wall:.2f}"
+    m.recipe = r.model_dump(mode="json")
+    del torch
+    return m

@@ -1,0 +1,54 @@
+"""`trainledger plan`: flags change the job field by field; the exit code says whether a plan fits."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from trainledger.cli import main as cli
+from trainledger.search import EXAMPLE_JOB
+
+
+def _plan(*args: str):
+    return CliRunner().invoke(cli, ["plan", *args])
+
+
+def test_a_display_flag_keeps_the_example_job():
+    res = _plan("--top", "3", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert len(d["plans"]) == 3
+    job = d["job"]
+    # the job is still the built-in example: its token budget, deadline, GPU budget and batch
+    assert job["tokens"] == EXAMPLE_JOB.tokens == 20e9
+    assert job["deadline_days"] == EXAMPLE_JOB.deadline_days
+    assert job["max_gpus"] == EXAMPLE_JOB.max_gpus == 64
+    assert job["global_batch"] == 256
+    assert all(p["gpus"] <= 64 for p in d["plans"])
+
+
+def test_rank_by_keeps_the_example_job_and_says_what_changed():
+    res = _plan("--rank-by", "time", "--top", "2")
+    assert res.exit_code == 0, res.output
+    assert "built-in example with --rank-by, --top" in res.output
+    assert "20.00 B tokens" in res.output and "up to 64 GPUs" in res.output
+
+
+def test_zero_gpu_budget_is_an_error_not_ignored():
+    res = _plan("--max-gpus", "0")
+    assert res.exit_code == 2
+    assert "max_gpus" in res.output
+
+
+def test_no_plan_fits_exits_1():
+    # 405B weights alone (810 GB in bf16) cannot fit on one 24 GB GPU whatever the layout
+    res = _plan("--model", "llama-3.1-405b", "--gpu", "rtx-4090", "--max-gpus", "1")
+    assert res.exit_code == 1, res.output
+    assert "no plan fits" in res.output
+
+
+def test_framework_flag_reaches_the_planned_layouts():
+    res = _plan("--framework", "fsdp2", "--top", "1", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["job"]["framework"] == "fsdp2"

@@ -1,0 +1,39 @@
+"""The README's stack/calibration section: every command shown runs and prints what is shown."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from trainledger.cli import main
+
+
+def _run(args: list[str]) -> str:
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_readme_estimate_with_power_limit_and_interval():
+    out = _run(["estimate", "-m", "llama-3.1-8b", "--gpu", "h100-sxm-96gb", "--power-limit-w", "500",
+                "--gpus", "8", "--zero", "3", "--framework", "fsdp2", "--seq-len", "8192",
+                "--micro-batch", "2", "--recompute", "selective", "--tokens", "1B", "--no-ledger"])
+    assert "step 2.82 s: 46,408 tokens/s, 5,801 per GPU, 336 TFLOP/s per GPU, MFU 34.0%, HFU 34.9%" in out
+    assert "step time p10-p90: 2.42 s - 3.55 s, MFU 27.0-39.6% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
+    assert "note: power limit 500 W of 700 W TDP: tensor clock x0.863 (DVFS cube law, estimate/stack.py)" in out
+
+
+def test_readme_plan_any_gpu_count():
+    out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
+                "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
+                "megatron-core", "--top", "2"])
+    assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  13.9/80            4.00      "
+            "1,023  46%  29.5 days (26.1 days-33.8 days)  542,912  $1,623,306") in out
+
+
+def test_readme_calibrate_then_estimate(tmp_path):
+    led = str(tmp_path / "l.db")
+    flags = ["-m", "llama-3.1-8b", "--gpu", "h100-sxm", "--zero", "3", "--framework", "fsdp2",
+             "--seq-len", "8192", "--micro-batch", "2", "--ledger", led]
+    _run(["calibrate", *flags, "--gpus", "8", "--measured-step-time", "2.2"])
+    out = _run(["estimate", *flags, "--gpus", "64", "--calibrated"])
+    assert "calibrated step 2.19 s (x1.078, calibration 1; p10-p90 1.66 s - 2.93 s)" in out

@@ -1,0 +1,113 @@
+"""Stack profiles, power limit, GPU variants and intervals of the time model (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainledger.catalog import load_gpu, load_network
+from trainledger.estimate.efficiency import for_gpu
+from trainledger.estimate.intervals import rate_interval
+from trainledger.estimate.options import TimeOptions
+from trainledger.estimate.stack import DVFS_EXPONENT, clock_scale, stack_profile
+from trainledger.estimate.time import estimate_compute
+from trainledger.planfile import PlanInputs, build_plan
+from trainledger.runtime import FRAMEWORKS
+
+
+def _plan(**kw):
+    base = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=8, zero=3, seq_len=4096)
+    base.update(kw)
+    return build_plan(PlanInputs(**base))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-sxm-80gb", "b200", "mi300x"])
+def test_every_stack_has_a_profile_capped_by_best_shape(framework, gpu):
+    g = load_gpu(gpu)
+    prof = stack_profile(framework, g)
+    best = for_gpu(g).matmul_best or {}
+    for dt, eta in prof.eff.matmul.items():
+        assert 0 < eta <= best.get(dt, 1.0)
+    assert prof.kernels in ("hf", "megatron")
+
+
+def test_hopper_bf16_ceiling_is_the_measured_best_shape_rate():
+    g = load_gpu("h100-sxm")
+    fam = for_gpu(g)
+    assert fam.matmul_best["bf16"] < 0.82  # cuBLAS best shape ~780 of 989.5 TFLOP/s
+    assert stack_profile("megatron-core", g).eff.matmul["bf16"] == fam.matmul_best["bf16"]
+    assert stack_profile("fsdp2", g).eff.matmul["fp8"] < stack_profile("megatron-core", g).eff.matmul["fp8"]
+
+
+def test_stacks_differ_in_time_for_the_same_plan():
+    t = {fw: estimate_compute(_plan(framework=fw)).step_time_s for fw in ("hf", "fsdp2", "megatron-core")}
+    assert t["megatron-core"] < min(t["fsdp2"], t["hf"])  # fused kernels, TE GEMMs, FA3-class attention
+    assert t["fsdp2"] != t["hf"]  # FSDP2 copy-in/out vs the Trainer's host cost
+
+
+def test_overrides_win_over_the_profile():
+    p = _plan(framework="fsdp2", tp=2)
+    base = estimate_compute(p)
+    fused = estimate_compute(p, TimeOptions(runtime="megatron"))
+    overlap = estimate_compute(p, TimeOptions(tp_comm_overlap=True))
+    assert fused.step_time_s < base.step_time_s
+    assert overlap.breakdown.get("comm_tp", 0) < base.breakdown["comm_tp"]
+    assert "runtime" in fused.to_dict()["stack_profile"]["overrides"]
+    mc = _plan(framework="megatron-core", tp=2)
+    assert estimate_compute(mc, TimeOptions(tp_comm_overlap=False)).breakdown["comm_tp"] > \
+        estimate_compute(mc).breakdown["comm_tp"]
+
+
+def test_power_limit_follows_the_dvfs_cube_law():
+    g = load_gpu("h100-sxm")
+    assert clock_scale(g) == 1.0
+    lim = g.model_copy(update={"power_limit_w": 500.0})
+    idle = 0.2 * g.tdp_w
+    assert clock_scale(lim) == pytest.approx(((500 - idle) / (g.tdp_w - idle)) ** DVFS_EXPONENT)
+    slow = estimate_compute(_plan(power_limit_w=500)).step_time_s
+    fast = estimate_compute(_plan()).step_time_s
+    assert 1.05 < slow / fast < 1 / clock_scale(lim) + 1e-9  # memory-bound parts do not slow down
+
+
+@pytest.mark.parametrize("name,bf16,link", [("h800", 989.5, 200), ("h20", 148, 450),
+                                            ("h100-sxm-96gb", 989.5, 450), ("b300", 2250, 900),
+                                            ("gb300", 2500, 900)])
+def test_gpu_variants(name, bf16, link):
+    g = load_gpu(name)
+    assert g.bf16_tflops == bf16 and g.link_gb_per_s == link and g.source
+
+
+def test_nvl72_domain_network():
+    n = load_network("nvlink5-nvl72")
+    assert n.kind == "nvlink" and n.gb_per_s == 900
+
+
+def test_fsdp_with_expert_parallelism_gathers_only_its_experts():
+    p1 = build_plan(PlanInputs(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=16, zero=3, ep=1, seq_len=4096))
+    p8 = build_plan(PlanInputs(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=16, zero=3, ep=8, seq_len=4096))
+    c1, c8 = estimate_compute(p1), estimate_compute(p8)
+    dp1 = c1.breakdown.get("comm_dp", 0) + c1.hidden_comm.get("dp", 0)
+    dp8 = c8.breakdown.get("comm_dp", 0) + c8.hidden_comm.get("dp", 0)
+    assert dp8 < dp1 / 3
+
+
+def test_every_time_figure_has_an_interval():
+    d = estimate_compute(_plan(framework="fsdp2")).to_dict()
+    iv = d["step_time_interval_s"]
+    assert iv["p10"] < d["step_time_s"] < iv["p90"] or iv["p10"] <= d["step_time_s"] <= iv["p90"]
+    assert "fsdp2/hopper" in iv["basis"]
+    assert d["mfu_interval"]["p10"] <= d["mfu"] <= d["mfu_interval"]["p90"]
+    lo, hi, basis = rate_interval("deepspeed", "cdna")
+    assert lo < 0 < hi and "pooled" in basis
+
+
+def test_routing_imbalance_is_the_expected_maximum_of_binomial_loads():
+    import math
+
+    from trainledger.estimate.work import routing_imbalance
+
+    assert routing_imbalance(1e6, 1) == 1.0
+    n, ep = 4096 * 64 * 8, 64
+    assert routing_imbalance(n, ep) == pytest.approx(
+        1 + math.sqrt(2 * math.log(ep)) * math.sqrt((1 - 1 / ep) * ep / n))
+    assert routing_imbalance(1e4, 64) > routing_imbalance(1e6, 64) > 1.0

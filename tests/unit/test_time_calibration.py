@@ -1,0 +1,103 @@
+"""Time calibration from measured runs (issue 15): fit, transfer, refusal, log parsing, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from trainledger.cli import main
+from trainledger.errors import PlanError, SpecError
+from trainledger.estimate import calibration as cal
+from trainledger.estimate.time import estimate_compute
+from trainledger.planfile import PlanInputs, build_plan
+
+
+def _run(**kw):
+    base = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=8, zero=3, seq_len=4096, framework="fsdp2")
+    base.update(kw)
+    p = build_plan(PlanInputs(**base))
+    d = estimate_compute(p).to_dict()
+    return p, d, cal.fingerprint(d, {"attention": p.recipe.attention})
+
+
+def test_one_run_reproduces_the_measurement_and_scales_compute_only():
+    _, d, fp = _run()
+    meas = 1.3 * d["step_time_s"]
+    fit = cal.fit([(d, fp, meas)])
+    assert cal.calibrated_step_s(d, fit["factors"]) == pytest.approx(meas, rel=1e-9)
+    assert fit["factors"]["comm"] == 1.0 and fit["factors"]["gemm"] == fit["factors"]["attention"] > 1.3
+
+
+def test_two_runs_at_different_lengths_separate_attention_from_gemm():
+    _, d1, fp = _run(seq_len=2048)
+    _, d2, _ = _run(seq_len=32768)
+    t1, t2 = cal.terms(d1), cal.terms(d2)
+    truth = {"gemm": 1.1, "attention": 1.6, "memory": 1.1, "comm": 1.0, "fixed": 1.0}
+    m1, m2 = (sum(t[k] * truth[k] for k in t) for t in (t1, t2))
+    fit = cal.fit([(d1, fp, m1), (d2, fp, m2)])
+    assert fit["factors"]["gemm"] == pytest.approx(1.1, rel=1e-6)
+    assert fit["factors"]["attention"] == pytest.approx(1.6, rel=1e-6)
+    # the fit predicts a third length it never saw
+    _, d3, _ = _run(seq_len=8192)
+    t3 = cal.terms(d3)
+    assert cal.calibrated_step_s(d3, fit["factors"]) == pytest.approx(sum(t3[k] * truth[k] for k in t3))
+
+
+@pytest.mark.parametrize("other", [dict(framework="megatron-core"), dict(gpu="a100-sxm-80gb"),
+                                   dict(precision="fp8-mixed"), dict(power_limit_w=500)])
+def test_transfer_across_stack_gpu_precision_or_power_is_refused(other):
+    _, d, fp = _run()
+    fit = cal.fit([(d, fp, 1.2 * d["step_time_s"])])
+    _, d2, fp2 = _run(**other)
+    got = cal.apply(d2, fp2, fit)
+    assert not got["calibrated"] and "refused" in got["reason"]
+    _, d3, fp3 = _run(gpus=16)  # same environment, other GPU count: applies
+    assert cal.apply(d3, fp3, fit)["calibrated"]
+
+
+def test_a_measurement_that_cannot_be_this_plan_is_an_error():
+    _, d, fp = _run()
+    with pytest.raises(PlanError, match="outside"):
+        cal.fit([(d, fp, 50 * d["step_time_s"])])
+
+
+def test_step_time_from_logs(tmp_path):
+    hf = tmp_path / "trainer_state.json"
+    hf.write_text(json.dumps({"global_step": 100, "log_history": [
+        {"loss": 2.0, "step": 10}, {"train_runtime": 250.0, "train_steps_per_second": 0.4, "step": 100}]}))
+    assert cal.step_time_from_log(hf, 1e6, 8)[0] == pytest.approx(2.5)
+    titan = tmp_path / "titan.log"
+    titan.write_text("\n".join(f"[rank0]: step: {i}  loss: 9.1  memory: 30GiB(31%)  tps: {v}  tflops: 300  mfu: 30%"
+                               for i, v in ((1, "900"), (2, "4,000"), (3, "5,000"), (4, "5,000"), (5, "5,200"))))
+    t, how = cal.step_time_from_log(titan, 8 * 16384, 8)
+    assert t == pytest.approx(16384 / 5000) and "torchtitan" in how
+    meg = tmp_path / "megatron.log"
+    meg.write_text("\n".join(f" iteration {i:8d}/  100 | consumed samples: {i * 8} | elapsed time per "
+                             f"iteration (ms): {ms} | learning rate: 1E-4 |"
+                             for i, ms in ((1, 9000.0), (2, 1300.0), (3, 1200.0), (4, 1210.0), (5, 1190.0))))
+    assert cal.step_time_from_log(meg, 1, 1)[0] == pytest.approx(1.2)
+    bad = tmp_path / "empty.log"
+    bad.write_text("nothing here")
+    with pytest.raises(SpecError):
+        cal.step_time_from_log(bad, 1, 1)
+
+
+def test_cli_calibrate_then_estimate_calibrated(tmp_path):
+    led = str(tmp_path / "ledger.db")
+    flags = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--zero", "3",
+             "--framework", "fsdp2"]
+    r = CliRunner().invoke(main, ["calibrate", *flags, "--measured-step-time", "1.0", "--ledger", led, "--json"])
+    assert r.exit_code == 0, r.output
+    fitted = json.loads(r.output)
+    assert fitted["n_runs"] == 1 and fitted["fingerprint"]["framework"] == "fsdp2"
+    r = CliRunner().invoke(main, ["estimate", *flags[:4], "--gpus", "16", "--zero", "3", "--framework",
+                                  "fsdp2", "--calibrated", "--ledger", led, "--json"])
+    assert r.exit_code == 0, r.output
+    comp = json.loads(r.output)["compute"]
+    assert comp["time_calibration"]["calibrated"] and comp["calibrated_step_time_s"] > comp["step_time_s"]
+    r = CliRunner().invoke(main, ["estimate", *flags[:4], "--gpus", "16", "--zero", "3", "--framework",
+                                  "megatron-core", "--calibrated", "--ledger", led, "--json"])
+    comp = json.loads(r.output)["compute"]
+    assert not comp["time_calibration"]["calibrated"] and "megatron-core" in comp["time_calibration"]["reason"]
