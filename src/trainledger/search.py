@@ -311,6 +311,7 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
         from .precision import default_precision  # None: the method's default, as estimate resolves it
 
         precision = job.precision or default_precision(job.method, model, None)[0]
+        job = job.model_copy(update={"precision": precision})  # the result states the policy used
         recipe = Recipe(method=job.method, precision=precision, optimizer=job.optimizer,
                         seq_len=job.seq_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
