@@ -19,38 +19,27 @@ from .errors import (  # noqa: E402  (cheap: no pydantic)
 )
 
 #: public names imported on first use (PEP 562), so `trainledger --version` and commands that need
-#: little start fast: pydantic models and the catalog load only when a name below is touched
-_LAZY = {
-    "Cluster": "cluster", "GpuSpec": "cluster", "NetworkSpec": "cluster", "StorageSpec": "cluster",
-    "from_hf_config": "hfconfig", "load_model": "hfconfig", "Layout": "layout", "ModelSpec": "model",
-    "Plan": "plan", "Recipe": "recipe",
-}
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
-
-
-#: the library's entry points, imported on first use (``import trainledger`` stays light)
-_LAZY = {
-    "estimate": ("trainledger.estimate", None),  # the package is callable: trainledger.estimate(plan)
+#: little start fast: pydantic models and the catalog load only when a name below is touched.
+#: name -> (module, attribute); attribute None: the module itself, which is callable
+#: (``trainledger.estimate(plan)``, ``trainledger.search(job)``).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "estimate": ("trainledger.estimate", None),
     "Estimate": ("trainledger.estimate", "Estimate"),
     "EstimateOptions": ("trainledger.estimate", "EstimateOptions"),
-    "search": ("trainledger.search", None),  # the module is callable: trainledger.search(job)
+    "search": ("trainledger.search", None),
     "Job": ("trainledger.search", "Job"),
     "build_plan": ("trainledger.planfile", "build_plan"),
     "PlanInputs": ("trainledger.planfile", "PlanInputs"),
     "Runtime": ("trainledger.runtime", "Runtime"),
+    **{n: ("trainledger.cluster", n) for n in ("Cluster", "GpuSpec", "NetworkSpec", "StorageSpec")},
+    "from_hf_config": ("trainledger.hfconfig", "from_hf_config"),
+    "load_model": ("trainledger.hfconfig", "load_model"),
+    "Layout": ("trainledger.layout", "Layout"), "ModelSpec": ("trainledger.model", "ModelSpec"),
+    "Plan": ("trainledger.plan", "Plan"), "Recipe": ("trainledger.recipe", "Recipe"),
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
     import importlib

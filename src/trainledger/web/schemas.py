@@ -53,7 +53,7 @@ WEB_LIMITS: dict[str, dict[str, Any]] = {
     "network": {"max_length": 80, "pattern": _NAME, "description": "inter-node network (catalog name)"},
     "gpus": {"le": MAX_WEB_GPUS}, "gpus_per_node": {"le": 72}, "dp": {"le": MAX_WEB_GPUS},
     "seq_len": {"le": 1_048_576}, "micro_batch": {"le": 4096}, "grad_accum": {"le": 65536},
-    "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64},
+    "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64, "strict": False},  # JSON has lists, not tuples
     "tokens": {"le": 1e15}, "tp": {"le": 64}, "pp": {"le": 256}, "cp": {"le": 64}, "ep": {"le": 256},
     "vp": {"le": 64}, "generate_len": {"le": 1_048_576}, "recompute_layers": {"le": 100_000},
 }
