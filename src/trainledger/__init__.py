@@ -7,8 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .cluster import Cluster, GpuSpec, NetworkSpec, StorageSpec  # noqa: E402
-from .errors import (  # noqa: E402
+from .errors import (  # noqa: E402  (cheap: no pydantic)
     CatalogError,
     CorpusError,
     DoesNotFit,
@@ -18,26 +17,29 @@ from .errors import (  # noqa: E402
     TrainledgerError,
     VerifyError,
 )
-from .hfconfig import from_hf_config, load_model  # noqa: E402
-from .layout import Layout  # noqa: E402
-from .model import ModelSpec  # noqa: E402
-from .plan import Plan  # noqa: E402
-from .recipe import Recipe  # noqa: E402
 
-#: the library's entry points, imported on first use (``import trainledger`` stays light)
-_LAZY = {
-    "estimate": ("trainledger.estimate", None),  # the package is callable: trainledger.estimate(plan)
+#: public names imported on first use (PEP 562), so `trainledger --version` and commands that need
+#: little start fast: pydantic models and the catalog load only when a name below is touched.
+#: name -> (module, attribute); attribute None: the module itself, which is callable
+#: (``trainledger.estimate(plan)``, ``trainledger.search(job)``).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "estimate": ("trainledger.estimate", None),
     "Estimate": ("trainledger.estimate", "Estimate"),
     "EstimateOptions": ("trainledger.estimate", "EstimateOptions"),
-    "search": ("trainledger.search", None),  # the module is callable: trainledger.search(job)
+    "search": ("trainledger.search", None),
     "Job": ("trainledger.search", "Job"),
     "build_plan": ("trainledger.planfile", "build_plan"),
     "PlanInputs": ("trainledger.planfile", "PlanInputs"),
     "Runtime": ("trainledger.runtime", "Runtime"),
+    **{n: ("trainledger.cluster", n) for n in ("Cluster", "GpuSpec", "NetworkSpec", "StorageSpec")},
+    "from_hf_config": ("trainledger.hfconfig", "from_hf_config"),
+    "load_model": ("trainledger.hfconfig", "load_model"),
+    "Layout": ("trainledger.layout", "Layout"), "ModelSpec": ("trainledger.model", "ModelSpec"),
+    "Plan": ("trainledger.plan", "Plan"), "Recipe": ("trainledger.recipe", "Recipe"),
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'trainledger' has no attribute {name!r}")
     import importlib

@@ -243,7 +243,7 @@ class Cluster(Spec):
     intra: NetworkSpec = Field(description="GPU-to-GPU link inside a node")
     inter: NetworkSpec | None = Field(None, description="node-to-node network (None: single node)")
     nics_per_node: int = Field(8, gt=0, le=64, description="inter-node NICs per node")
-    host_ram_bytes: int = Field(2048 * GIB, gt=0, description="host RAM per node")
+    host_ram_bytes: int | None = Field(2048 * GIB, gt=0, description="host RAM per node (None: not known, not judged)")
     host_mem_bw_gb_per_s: float = Field(300.0, gt=0, description="host memory bandwidth per node, GB/s")
     cpu_cores: int = Field(112, gt=0, description="CPU cores per node")
     storage: StorageSpec = StorageSpec()

@@ -44,6 +44,16 @@ def _text_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+#: config.json ``torch_dtype`` (``dtype`` since transformers 4.56) -> our dtype names
+_CKPT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def _checkpoint_dtype(cfg: dict[str, Any]) -> str | None:
+    """The dtype the checkpoint's weights are stored in, as config.json states it (None: not stated)."""
+    raw = cfg.get("dtype", cfg.get("torch_dtype"))
+    return _CKPT_DTYPES.get(str(raw).removeprefix("torch.")) if isinstance(raw, str) else None
+
+
 def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json mapping (see :mod:`trainledger.families`)."""
     if not isinstance(cfg, dict):
@@ -61,7 +71,7 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
                         f"{', '.join(SUPPORTED_FAMILIES)}, gemma3. For another architecture write a "
                         "config with \"model_type\": \"generic\" and its dimensions.")
     fields = FAMILIES[mt](Cfg(cfg, name, FAMILY_DEFAULTS.get(mt)))
-    fields.update(name=name, model_type=mt, source=source)
+    fields.update(name=name, model_type=mt, source=source, checkpoint_dtype=_checkpoint_dtype(cfg))
     fields["notes"] = tuple(fields.get("notes", ())) + notes
     try:
         return ModelSpec.model_validate(fields)
@@ -109,6 +119,11 @@ def _read_config(path: Path) -> Any:
     return read_data_file(path), str(path)
 
 
+def hub_offline() -> bool:
+    """Whether huggingface_hub is told to stay offline (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
 def _hub_config_path(repo_id: str) -> Path | None:
     """config.json of a Hub repo from the local HF cache, or (online only) downloaded; None if neither."""
     try:
@@ -122,7 +137,7 @@ def _hub_config_path(repo_id: str) -> Path | None:
         hit = None
     if isinstance(hit, str):
         return Path(hit)
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    if hub_offline():
         return None
     got = _download_bounded(hf_hub_download, repo_id, cache_dir)
     return Path(got) if got else None
@@ -188,6 +203,12 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
         data, source = read_data_file(presets[name]), None
     else:
         hub = _hub_config_path(s) if HUB_ID.match(s) else None
+        if hub is None and HUB_ID.match(s) and "/" in s:
+            why = "the Hub is offline (HF_HUB_OFFLINE is set)" if hub_offline() else \
+                "the Hub could not be reached (or the repo is gated or missing)"
+            raise CatalogError(f"model {clip(s, 80)} is not in the local cache and {why}. Download it once "
+                               f"with `huggingface-cli download {clip(s, 80)} config.json`, give a "
+                               f"config.json path, or a preset (`trainledger models`)")
         if hub is None:
             choices = list(presets) + list(preset_sources())
             raise CatalogError(f"unknown model {clip(s, 80)}.{did_you_mean(s[:200], choices)} Give a preset "

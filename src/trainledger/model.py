@@ -92,6 +92,8 @@ class ModelSpec(Spec):
     name: str = Field(description="preset name or path the spec came from")
     model_type: str = Field(description="Hugging Face model_type, or 'generic'")
     source: str | None = Field(None, description="Hub id or paper the config comes from")
+    checkpoint_dtype: str | None = Field(
+        None, description="dtype the checkpoint is stored in (config.json torch_dtype/dtype): bf16, fp16, fp32")
     hidden_size: int = Field(gt=0, le=1_000_000, description="h")
     num_layers: int = Field(gt=0, le=10_000, description="L")
     num_heads: int = Field(gt=0, le=10_000, description="a, query heads")

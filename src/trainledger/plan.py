@@ -9,6 +9,7 @@ from .cluster import Cluster
 from .errors import LayoutError, PlanError
 from .layout import Layout
 from .model import ModelSpec
+from .precision import check_precision
 from .recipe import Recipe
 from .runtime import Runtime
 from .serving_spec import Serving
@@ -44,6 +45,7 @@ class Plan(Spec):
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
         r = self.recipe
+        check_precision(r.precision, self.cluster.gpu)
         if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
             names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
             raise PlanError(field="lora_targets", message=
@@ -55,7 +57,9 @@ class Plan(Spec):
             if r.global_batch % per_step:
                 raise PlanError(field="global_batch", message=
                     f"global batch {r.global_batch} is not a multiple of micro-batch × dp = "
-                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is"
+                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is a "
+                    f"multiple of {per_step} (e.g. {max(per_step, r.global_batch // per_step * per_step)} or "
+                    f"{(r.global_batch // per_step + 1) * per_step})"
                 )
             ga = r.global_batch // per_step
             if r.grad_accum not in (1, ga):

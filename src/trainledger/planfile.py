@@ -21,13 +21,18 @@ from .hfconfig import load_model
 from .layout import Layout, Offload, PipelineSchedule
 from .model import ModelSpec
 from .plan import Plan
+from .precision import default_precision
 from .runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from .recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
+from .units import GIB
 from .safety import check_tree, clip, path_exists, read_text, shorten
 from .serving_spec import Engine, KvCacheDtype, Quantization, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
+#: largest token budget accepted: 1e15 is ~65x the 15T tokens Llama 3 trained on (Meta, "The Llama 3
+#: Herd of Models", arXiv:2407.21783, §3.1) and beyond any text corpus; larger is a typo (1e30)
+MAX_TOKENS = 1e15
 
 
 #: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
@@ -68,7 +73,9 @@ class PlanInputs(Spec):
     ds_overlap_comm: bool | None = _RUNTIME["ds_overlap_comm"]
     # -- the recipe
     method: Method = _RECIPE["method"]
-    precision: Precision = _RECIPE["precision"]
+    precision: Precision | None = Field(
+        None, description="precision policy [by method: bf16-mixed for pretrain/full; the checkpoint's dtype "
+        "with fp32 adapters for lora/qlora; the checkpoint's dtype for inference; fp16 on GPUs without bf16]")
     optimizer: Optimizer = _RECIPE["optimizer"]
     seq_len: int = _RECIPE["seq_len"]
     micro_batch: int = _RECIPE["micro_batch"]
@@ -82,7 +89,8 @@ class PlanInputs(Spec):
     lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
     dropout: float = _RECIPE["dropout"]
     grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
-    tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the run, e.g. 2B")
+    tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, allow_inf_nan=False,
+                                 description="token budget of the run, e.g. 2B")
     generate_len: int = _RECIPE["generate_len"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]
@@ -113,6 +121,9 @@ class PlanInputs(Spec):
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
     hybrid_shard: bool = _LAYOUT["hybrid_shard"]
     offload: Offload = _LAYOUT["offload"]
+    host_ram_gib: float | None = Field(
+        None, gt=0, le=1_048_576, description="host RAM per node in GiB [2048 = a DGX-class node for GPUs in an "
+        "NVLink domain (DGX H100: 2 TB); not known, so not judged, for PCIe cards]")
     headroom: float = Plan.model_fields["headroom"]
     corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
                                "and tokens (padding included) unless they are given")
@@ -162,6 +173,13 @@ def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
         raise spec_error(exc, where) from None
 
 
+def _default_intra(gpu: Any, per_node: int) -> str:
+    """The GPU's own link, or its NVLink bridge when a node is exactly one bridged pair (H100 NVL)."""
+    if gpu.nvlink_bridge_gb_per_s and per_node == 2 and gpu.nvlink_generation == 4:
+        return "nvlink4-bridge"
+    return gpu.link
+
+
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
     if inputs.power_limit_w:
@@ -172,14 +190,24 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
             f"{inputs.gpus} GPUs do not fill whole nodes of {per_node}; use a multiple of {per_node} "
             f"or set --gpus-per-node"
         )
+    limit = max(filter(None, (gpu.max_gpus_per_node, gpu.nvlink_domain_size)), default=None)
+    if limit is not None and per_node > limit:
+        raise LayoutError(
+            f"{gpu.display_name}: a node holds at most {limit} GPUs in one NVLink domain, not {per_node}; "
+            f"use --gpus-per-node {limit} (the nodes talk over --network)"
+        )
     nodes = inputs.gpus // per_node
-    intra = load_network(inputs.intra or gpu.link)
+    intra = load_network(inputs.intra or _default_intra(gpu, per_node))
     inter = None
     if nodes > 1 or inputs.network:
         inter = load_network(inputs.network or "ib-ndr")
     extra: dict[str, Any] = {}
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node
+    if inputs.host_ram_gib:
+        extra["host_ram_bytes"] = int(inputs.host_ram_gib * GIB)
+    elif not (gpu.max_gpus_per_node or gpu.nvlink_domain_size):  # a PCIe card: any workstation or server
+        extra["host_ram_bytes"] = None
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 
@@ -196,8 +224,10 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """
     model = model or load_model(inputs.model)
     try:
+        cluster = build_cluster(inputs)
+        precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
         recipe = Recipe(
-            method=inputs.method, precision=inputs.precision, optimizer=inputs.optimizer,
+            method=inputs.method, precision=precision, optimizer=inputs.optimizer,
             seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,
@@ -217,7 +247,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             vp=inputs.vp, pp_schedule=schedule, zero=inputs.zero, hybrid_shard=inputs.hybrid_shard,
             offload=inputs.offload,
         )
-        cluster = build_cluster(inputs)
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
                     headroom=inputs.headroom, serving=serving_of(inputs))
     except ValidationError as exc:

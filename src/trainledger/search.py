@@ -74,7 +74,7 @@ class Job(Spec):
     model: str = _SHARED["model"]
     framework: Framework = _SHARED["framework"]
     method: Method = _SHARED["method"]
-    precision: Precision = _SHARED["precision"]
+    precision: Precision | None = _SHARED["precision"]
     optimizer: Optimizer = _SHARED["optimizer"]
     attention: Attention = _SHARED["attention"]
     seq_len: int = _SHARED["seq_len"]
@@ -203,9 +203,13 @@ class SearchResult:
     evaluated: int
     elapsed_s: float
     gpu_count: list[dict[str, Any]]
+    #: ranking by cost: plans on GPUs without a price, listed (by GPU and count), never ranked
+    unpriced: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job.model_dump(mode="json"), "plans": [p.to_dict() for p in self.plans],
+                "unpriced": [p.to_dict() for p in self.unpriced],
+                "unpriced_gpus": sorted({p.plan.cluster.gpu.name for p in self.unpriced}),
                 "rejected": [r.to_dict() for r in self.rejected], "evaluated": self.evaluated,
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
                 "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None}
@@ -310,13 +314,21 @@ from .search_space import Space, run_search  # noqa: E402  (the enumeration live
 __all__ = ["Job", "EXAMPLE_JOB", "Rejected", "Candidate", "SearchResult", "search", "Space"]
 
 
-def search(job: Job, progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """Plan ``job``: enumerate, prune, estimate, rank (see the module docstring)."""
+def search(job: Job, progress: Callable[[int, int], None] | None = None,
+           model: ModelSpec | None = None) -> SearchResult:
+    """Plan ``job``: enumerate, prune, estimate, rank (see the module docstring).
+
+    ``model`` replaces ``job.model`` (e.g. a config.json the web app parsed from a request body).
+    """
     t0 = time.perf_counter()
-    model = load_model(job.model)
+    model = model or load_model(job.model)
     gb = job.global_batch or default_global_batch(job)
     try:
-        recipe = Recipe(method=job.method, precision=job.precision, optimizer=job.optimizer,
+        from .precision import default_precision  # None: the method's default, as estimate resolves it
+
+        precision = job.precision or default_precision(job.method, model, None)[0]
+        job = job.model_copy(update={"precision": precision})  # the result states the policy used
+        recipe = Recipe(method=job.method, precision=precision, optimizer=job.optimizer,
                         seq_len=job.seq_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
     except Exception as exc:  # pydantic validation of the job's recipe fields
@@ -329,9 +341,14 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None) -> Sear
     configs = [(g, s, n, fw) for g in gpus for s in sizes for n in nets
                for fw in (job.frameworks or (job.framework,))]
     cands, rejected, evaluated, counts = run_search(space, configs, progress)
+    unpriced: list[Candidate] = []
+    if job.rank_by == "cost":  # no price is no rank: list those plans apart instead of ranking them by time
+        unpriced = sorted((c for c in cands if c.cost_usd is None),
+                          key=lambda c: (c.plan.cluster.gpu.name, c.plan.cluster.world_size))
+        cands = [c for c in cands if c.cost_usd is not None]
     ranked = rank(cands, job)
     return SearchResult(job=job, plans=ranked[: job.top], rejected=rejected, evaluated=evaluated,
-                        elapsed_s=time.perf_counter() - t0, gpu_count=counts)
+                        elapsed_s=time.perf_counter() - t0, gpu_count=counts, unpriced=unpriced[: job.top])
 
 
 def _key(c: Candidate, by: RankBy) -> tuple:

@@ -42,6 +42,9 @@ MEASURED: dict = json.loads(DATA.read_text()) if DATA.exists() else {}
 
 def compare(name: str, kw: dict, measured: dict) -> dict:
     """Estimate vs measurement for one case: peak error and the major terms' errors."""
+    # the runs were measured under the inputs' precision, or bf16-mixed: the default of every method
+    # before the default followed the method (issue 18); pin it so the estimate is of the measured run
+    kw = {"precision": measured.get("inputs", {}).get("precision") or "bf16-mixed", **kw}
     est = estimate_memory(build_plan(PlanInputs(**kw)), suggest=False)
     pred = by_measured_category(est.breakdown)
     meas_peak = measured["peak_allocated_bytes"]

@@ -123,7 +123,11 @@ def test_sliding_window_reduces_attention_flops():
 def test_fp8_uses_fp8_peak_only_where_native():
     m = gpt()
     assert matmul_dtype(mkplan(m, gpu="h100-sxm", precision="fp8-mixed")) == "fp8"
-    assert matmul_dtype(mkplan(m, gpu="a100-sxm-80gb", precision="fp8-mixed")) == "bf16"
+    # no fp8 tensor cores: an error, not a silent bf16 fallback (issue 18)
+    from trainledger.errors import PlanError
+
+    with pytest.raises(PlanError, match="no fp8 tensor cores"):
+        mkplan(m, gpu="a100-sxm-80gb", precision="fp8-mixed")
 
 
 def test_inference_is_forward_only():

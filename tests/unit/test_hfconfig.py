@@ -53,10 +53,10 @@ def test_hub_id_from_local_hf_cache(tmp_path, monkeypatch):
     assert load_hf_config("someorg/tiny-model")["hidden_size"] == 64
 
 
-def test_uncached_hub_id_offline_is_an_unknown_model(tmp_path, monkeypatch):
+def test_uncached_hub_id_offline_says_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(CatalogError, match="cached locally or reachable"):
+    with pytest.raises(CatalogError, match="not in the local cache and the Hub is offline"):
         load_model("nobody/no-such-model")
 
 

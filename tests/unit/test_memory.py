@@ -123,7 +123,9 @@ def test_lora_trains_only_adapters():
     assert x.states < full.states / 50
     assert x.grads < full.grads / 50
     q = parts(seq_len=2048, method="qlora")
-    assert q.weights < x.weights / 5
+    # both default to the checkpoint's bf16 base: NF4 is ~4x smaller on the linear layers only
+    assert q.weights < x.weights / 2.5
+    assert parts(seq_len=2048, method="lora", precision="bf16-mixed").weights == pytest.approx(2 * x.weights, rel=0.01)
 
 
 def test_inference_kv_cache():

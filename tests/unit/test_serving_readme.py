@@ -23,7 +23,8 @@ def _session() -> list[tuple[list[str], list[str]]]:
     out: list[tuple[list[str], list[str]]] = []
     for ln in lines:
         if ln.startswith("$ "):
-            out.append((shlex.split(ln[2:]), []))
+            argv = shlex.split(ln[2:])
+            out.append((argv[: argv.index("|")] if "|" in argv else argv, []))  # a pipe stage filters
         elif ln.strip() != "..." and out:
             out[-1][1].append(ln)
     return out

@@ -51,7 +51,13 @@ def test_peaks_efficiency_and_verdict():
                  {"name": "nvlink4", "what": "x", "bytes_per_s": 450e9})
     assert r["peak"]["all_reduce"]["size_bytes"] == 1e8
     assert r["efficiency"]["all_reduce"] == pytest.approx(175e9 / 450e9)
-    assert r["ok"] is True
+    # judged against the expected busbw of NVLink 4 (80% of 450 GB/s): 175 GB/s is 49% of it
+    assert r["bandwidth"]["judged"] and r["bandwidth"]["fraction_of_expected"] == pytest.approx(175 / 360)
+    assert r["correct"] is True and r["ok"] is False
+    fast = [dict(x, busbw_bytes_per_s=x["busbw_bytes_per_s"] * 2) for x in sweep]
+    r = C.finish({"world_size": 8, "sweep": fast, "checks": {"all_reduce": {"status": "ok"}}, "backend": "nccl",
+                  "device": "cuda"}, {"name": "nvlink4", "what": "x", "bytes_per_s": 450e9})
+    assert r["ok"] is True and r["bandwidth"]["ok"] is True
     bad = C.finish({"world_size": 2, "sweep": [], "checks": {"all_gather": {"status": "wrong"}}}, None)
     assert bad["ok"] is False and "efficiency" not in bad
     skip = C.finish({"world_size": 2, "sweep": [], "checks": {"reduce_scatter": {"status": "unsupported by backend"}}}, None)
@@ -60,6 +66,18 @@ def test_peaks_efficiency_and_verdict():
                                                 "algbw_bytes_per_s": 1e12, "busbw_bytes_per_s": 1e12}],
                     "checks": {}}, {"name": "h200", "what": "HBM", "bytes_per_s": 4.8e12})
     assert one["efficiency"]["copy"] == pytest.approx(2e12 / 4.8e12)  # read + write traffic
+
+
+def test_gloo_on_cpu_bandwidth_is_not_judged():
+    """issue 18: PASS 'at 0.008% of NVLink' on CPU; gloo's bandwidth says nothing about a GPU link."""
+    sweep = [{"op": "all_reduce", "size_bytes": 1e6, "time_s": 1e-2, "algbw_bytes_per_s": 1e8,
+              "busbw_bytes_per_s": 1e8}]
+    r = C.finish({"world_size": 2, "backend": "gloo", "device": "cpu", "sweep": sweep,
+                  "checks": {"all_reduce": {"status": "ok"}}}, {"name": "nvlink4", "what": "NVLink", "bytes_per_s": 450e9})
+    assert r["ok"] is True and r["bandwidth"]["judged"] is False and not r.get("efficiency")
+    text = C.render(r)
+    assert "% of NVLink" not in text and "not judged on CPU/gloo" in text
+    assert text.splitlines()[-1] == "verdict: PASS (collectives correct; bandwidth not judged)"
 
 
 def test_reference_link_from_catalog():

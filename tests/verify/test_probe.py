@@ -111,9 +111,9 @@ def test_cli_probe(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output[r.output.index("{"):])
     assert d["ok"] is True and d["findings"] is None and "host" in d
-    r = CliRunner().invoke(main, ["verify", "probe", "--gpu", "h100-sxm", "--gpus", "1024", "--gpus-per-node", "1024",
-                                  "--no-ledger"])
-    assert r.exit_code == 1 and "plan assumes 1024 GPU(s) per node" in r.output
+    r = CliRunner().invoke(main, ["verify", "probe", "--gpu", "h100-sxm", "--gpus", "1024", "--gpus-per-node", "8",
+                                  "--no-ledger"])  # (more than 8 per node is refused: one NVLink domain)
+    assert r.exit_code == 1 and "plan assumes 8 GPU(s) per node" in r.output
 
 
 def test_cli_require_gpu_without_one(tmp_path):

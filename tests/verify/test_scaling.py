@@ -31,12 +31,20 @@ def test_efficiency_and_verdicts():
     assert S.judge(0.59) == "layout problem"
 
 
+def _run(n: int, tokens_per_s: float, spread: float = 0.01, steps: int = 10) -> dict:
+    """A synthetic run of n ranks: 100 tokens per rank per step, step times within ±spread."""
+    tokens = 100 * n
+    t = tokens / tokens_per_s
+    times = [t * (1 + spread * (2 * i / (steps - 1) - 1)) for i in range(steps)]
+    return {"world_size": n, "tokens_per_s": tokens_per_s, "tokens_per_step": tokens, "step_time_s": t,
+            "step_times_s": times}
+
+
 def test_finish_on_synthetic_runs():
-    runs = [{"world_size": 1, "tokens_per_s": 100.0}, {"world_size": 2, "tokens_per_s": 190.0},
-            {"world_size": 4, "tokens_per_s": 200.0}]
+    runs = [_run(1, 100.0), _run(2, 190.0), _run(4, 200.0)]
     r = S.finish({"runs": runs})
     assert [x["efficiency"] for x in r["runs"]] == pytest.approx([1.0, 0.95, 0.5])
-    assert [x["verdict"] for x in r["runs"]] == ["good", "good", "layout problem"]
+    assert [x["verdict"] for x in r["runs"]] == ["baseline", "good", "layout problem"]
     assert r["ok"] is False and r["efficiency"] == pytest.approx(0.5)
 
 
@@ -60,3 +68,33 @@ def test_cli_scaling_two_gloo_ranks(tmp_path):
     assert one["efficiency"] == pytest.approx(1.0)
     assert two["efficiency"] == pytest.approx(two["tokens_per_s"] / (2 * one["tokens_per_s"]))
     assert (r.exit_code == 1) == (two["verdict"] == "layout problem")
+
+
+def test_too_few_steps_give_no_verdict():
+    """3 timed steps (issue 18: efficiency 3.36 'good' from warm-up noise) is inconclusive."""
+    r = S.finish({"runs": [_run(1, 100.0, steps=3), _run(2, 672.0, steps=3)]})
+    assert r["verdict"] == "inconclusive" and "at least 10" in r["why"]
+    assert r["ok"] is True
+
+
+def test_noisy_interval_spanning_verdicts_is_inconclusive():
+    r = S.finish({"runs": [_run(1, 100.0, spread=0.3), _run(2, 150.0, spread=0.3)]})
+    lo, hi = r["efficiency_interval"]
+    assert lo < S.NEEDS_WORK < hi or lo < S.GOOD < hi
+    assert r["verdict"] == "inconclusive"
+
+
+def test_efficiency_above_one_says_why():
+    within = S.finish({"runs": [_run(1, 100.0, spread=0.05), _run(2, 202.0, spread=0.05)]})
+    assert within["efficiency"] > 1 and "within the measurement noise" in within["why"]
+    beyond = S.finish({"runs": [_run(1, 100.0), _run(2, 300.0)]})
+    assert beyond["efficiency"] == pytest.approx(1.5) and "beyond the noise" in beyond["why"]
+    assert "note: above 1 beyond the noise" in S.render({**beyond, "plan": {"model": "m"},
+                                                         "device": "cpu", "runs": [
+                                                             {**x, "sharded": False} for x in beyond["runs"]]})
+
+
+def test_cli_defaults_measure_enough_steps():
+    cmd = main.get_command(None, "verify").get_command(None, "scaling")
+    defaults = {p.name: p.default for p in cmd.params}
+    assert defaults["steps"] >= S.MIN_STEPS and defaults["warmup"] >= 1

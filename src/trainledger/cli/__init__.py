@@ -31,7 +31,49 @@ COMMAND_MODULES = (
 )
 
 
+#: command name -> the module that registers it, so a command imports only its own module
+#: (`trainledger --version` and `trainledger gpus` do not load the estimator). A name not listed
+#: here loads every module (a new module only needs to be in COMMAND_MODULES).
+COMMAND_OF = {
+    "models": "catalog_cmds", "model": "catalog_cmds", "gpus": "catalog_cmds", "networks": "catalog_cmds",
+    "estimate": "estimate_cmd", "plan": "plan_cmd", "corpus": "corpus_cmd", "verify": "verify_cmds",
+    "ledger": "ledger_cmds", "calibrate": "ledger_cmds", "report": "report_cmd", "serve": "serve_cmd",
+    "export": "export_cmd", "prices": "prices_cmd", "serve-plan": "serve_plan_cmd",
+}
+
+
 class _Group(click.Group):
+    _loaded: set[str]
+
+    def _load(self, module: str) -> None:
+        loaded = self.__dict__.setdefault("_loaded", set())
+        if module in loaded:
+            return
+        loaded.add(module)
+        try:
+            mod = importlib.import_module(f".{module}", __name__)
+        except ModuleNotFoundError as exc:  # a command module not written yet
+            if exc.name and exc.name.endswith(module):
+                return
+            raise
+        mod.register(self)
+
+    def load_all(self) -> None:
+        for name in COMMAND_MODULES:
+            self._load(name)
+
+    def get_command(self, ctx, cmd_name):  # type: ignore[override]
+        if cmd_name not in self.commands:
+            if cmd_name in COMMAND_OF:
+                self._load(COMMAND_OF[cmd_name])
+            if cmd_name not in self.commands:
+                self.load_all()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):  # type: ignore[override]
+        self.load_all()
+        return super().list_commands(ctx)
+
     def main(self, *args, **kwargs):  # type: ignore[override]
         kwargs.setdefault("standalone_mode", True)
         try:
@@ -61,11 +103,3 @@ def main() -> None:
     """
 
 
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f".{_name}", __name__)
-    except ModuleNotFoundError as _exc:  # a command module not written yet
-        if _exc.name and _exc.name.endswith(_name):
-            continue
-        raise
-    _mod.register(main)

@@ -97,11 +97,11 @@ def gpus_cmd(vendor: str | None, as_json: bool) -> None:
         return "-" if v is None else f"{v:g}"
 
     rows = [[g.name, g.display_name, f"{g.memory_gb:g} GB", fmt_bytes(g.usable_bytes),
-             f"{g.hbm_tb_per_s:g}", rate(g.fp32_tflops), rate(g.tf32_tflops), rate(g.bf16_tflops),
-             rate(g.fp8_tflops), rate(g.int8_tops), f"{g.link} {g.link_gb_per_s:g}", f"{g.tdp_w:g}"]
+             f"{g.hbm_tb_per_s:g}", rate(g.fp32_tflops), rate(g.tf32_tflops), rate(g.fp16_tflops),
+             rate(g.bf16_tflops), rate(g.fp8_tflops), rate(g.int8_tops), f"{g.link} {g.link_gb_per_s:g}", f"{g.tdp_w:g}"]
             for g in gpus]
-    click.echo(table(rows, ["name", "model", "memory", "usable", "mem TB/s", "fp32", "tf32", "bf16",
-                            "fp8", "int8 TOPS", "link GB/s/dir", "TDP W"], "lllrrrrrrrlr"))
+    click.echo(table(rows, ["name", "model", "memory", "usable", "mem TB/s", "fp32", "tf32", "fp16", "bf16",
+                            "fp8", "int8 TOPS", "link GB/s/dir", "TDP W"], "lllrrrrrrrrlr"))
     click.echo("dense TFLOP/s unless noted; '-' = not in the datasheet; sources: trainledger gpus --json")
 
 

@@ -115,8 +115,10 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                    f"export {fmt_bytes(ck['weights_export_bytes'])}, write {fmt_seconds(ck['write_s'])}, "
                    f"{ck['time_share']:.1%} of time at one per {fmt_seconds(ck['interval_s'])}")
     if h is not None:
-        out.append(f"host RAM    {fmt_bytes(h['ram_bytes'])} per node of {fmt_bytes(h['installed_ram_bytes'])}"
-                   f"{'' if h['ram_fits'] else ' (DOES NOT FIT)'}"
+        inst = h.get("installed_ram_bytes")
+        out.append(f"host RAM    {fmt_bytes(h['ram_bytes'])} per node "
+                   + (f"of {fmt_bytes(inst)}{'' if h['ram_fits'] else ' (DOES NOT FIT)'}" if inst is not None
+                      else "(installed RAM not known for a PCIe card: --host-ram-gib)")
                    + ("" if h.get("offload_bandwidth_bytes_per_s") is None else
                       f"; offload needs {_rate(h['offload_bandwidth_bytes_per_s'])} host bandwidth"))
     if ic is not None and ic.get("groups"):

@@ -57,7 +57,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
     if d.get("compute"):
         from .time_render import compute_lines
 
-        click.echo("\n" + "\n".join(compute_lines(d["compute"])))
+        click.echo("\n" + "\n".join(compute_lines(d["compute"], d["plan"].get("method"))))
     if d.get("time"):
         from .time_render import time_lines
 
@@ -76,24 +76,26 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
 
 
 def _header(p: dict[str, Any]) -> str:
-    par = ", ".join(f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1)
-    zero = f", ZeRO-{p['zero']}" if p.get("zero") else ""
-    off = f", offload {p['offload']}" if p.get("offload") not in (None, "none") else ""
+    extra = [f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1]
+    extra += [f"ZeRO-{p['zero']}"] if p.get("zero") else []
+    extra += [f"offload {p['offload']}"] if p.get("offload") not in (None, "none") else []
     if p.get("serving"):  # inference: the engine and its formats instead of the training recipe
         sv = p["serving"]
         return (f"{p['model']} · inference · {p['precision']} · {sv['engine']} · weights {sv['quantization'] if sv['quantization'] != 'none' else 'as ' + p['precision']} · "
                 f"KV {sv['kv_cache_dtype']} · b={p['micro_batch']} in={p['seq_len']} out={p['generate_len']} · "
                 f"{p['gpus']}× {p['gpu']}" + (f" (tp={p['tp']}, pp={p['pp']})" if p['tp'] > 1 or p['pp'] > 1 else ""))
-    return (f"{p['model']} · {p['method']} · {p['precision']} · {p['optimizer']} · b={p['micro_batch']} "
-            f"s={p['seq_len']} · recompute {p['recompute']} · {p['attention']} · {p.get('framework', 'hf')} · "
-            f"{p['gpus']}× {p['gpu']}"
-            f"{' (' + par + zero + off + ')' if par or zero or off else zero + off}")
+    train = p["method"] != "inference"  # inference runs no optimizer and no backward
+    return (f"{p['model']} · {p['method']} · {p['precision']} · " + (f"{p['optimizer']} · " if train else "")
+            + f"b={p['micro_batch']} s={p['seq_len']} · " + (f"recompute {p['recompute']} · " if train else "")
+            + f"{p['attention']} · {p.get('framework', 'hf')} · {p['gpus']}× {p['gpu']}"
+            + (f" ({', '.join(extra)})" if extra else ""))
 
 
 def memory_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """The memory section as text: term table, runtime terms, verdict, timeline, suggestions."""
     peak = m["peak_allocated_bytes"]
-    out = [_header(p), "", f"memory per GPU — peak of a steady-state step, in {m['peak_phase']}"]
+    out = [_header(p)] + ([f"precision {p['precision_policy']}"] if p.get("precision_policy") else []) + [
+        "", f"memory per GPU — peak of a steady-state step, in {m['peak_phase']}"]
     src = {t["name"]: t["source"] for t in m["terms"]}
     rows = [[k, f"{gib(v):.2f}", f"{100 * v / peak:.1f}%" if peak else "-", _short(src.get(k, ""))]
             for k, v in sorted(m["breakdown"].items(), key=lambda kv: -kv[1])]

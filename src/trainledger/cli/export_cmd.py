@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..errors import SpecError
+from ..errors import SpecError, TrainledgerError
 from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
 from .options import inputs_from_options, plan_options
 from .output import echo_json
@@ -45,18 +45,22 @@ def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, fo
                 click.echo(f"skipped {fmt}: {exc}", err=True)
                 continue
             raise
+    from ..report.render import write_atomic
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only folder, a file in the path: one line, no traceback
+        raise TrainledgerError(f"--out {out}: cannot create the folder ({exc.strerror or exc}); "
+                               "choose a writable --out") from None
     written = []
     for f in files:
         target = out / f.name
         if target.exists() and not force:
             raise SpecError(f"{target} exists; pass --force to overwrite or choose another --out")
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(f.text, encoding="utf-8")
+        write_atomic(target, f.text, what=f"{f.fmt} file")
         if f.name.endswith((".sh", ".sbatch")):
-            tmp.chmod(0o755)
-        tmp.replace(target)
+            target.chmod(0o755)
         written.append({"format": f.fmt, "path": str(target)})
     if as_json:
         echo_json({"files": written})

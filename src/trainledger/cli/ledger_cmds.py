@@ -117,10 +117,12 @@ def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(("jsonl", "json", "csv")), default="jsonl", show_default=True)
 @click.option("--kind", type=click.Choice(("estimate", "measurement", "calibration")))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="write here instead of stdout")
-def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="the same as --format json")
+def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | None, as_json: bool) -> None:
     """Every record, oldest first, as JSON lines, a JSON array or CSV."""
     from ..ledger import Ledger
 
+    fmt = "json" if as_json else fmt
     with Ledger(path) as led:
         text = led.export(fmt, kind=kind)
     if out_path:

@@ -69,9 +69,10 @@ def _layout_text(lay: dict[str, Any]) -> str:
     return s
 
 
-def _plans_table(plans: list[dict[str, Any]]) -> str:
+def _plans_table(plans: list[dict[str, Any]], ranked: bool = True) -> str:
     rows = []
     for i, p in enumerate(plans, 1):
+        i = i if ranked else "-"  # type: ignore[assignment]
         e = p["estimate"]
         cost = f"${e['cost_usd']:,.0f}" if e.get("cost_usd") is not None else "-"
         days = fmt_seconds(e["total_s"]) if "total_s" in e else "-"
@@ -80,7 +81,7 @@ def _plans_table(plans: list[dict[str, Any]]) -> str:
             days += f" ({fmt_seconds(lo * 86400)}-{fmt_seconds(hi * 86400)})"
         gpuh = "-" if "gpu_hours" not in e else (
             f"{e['gpu_hours']:,.0f}" if e["gpu_hours"] >= 10 else f"{e['gpu_hours']:.2g}")
-        rows.append([f"{i}{'*' if p['pareto'] else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
+        rows.append([f"{i}{'*' if p['pareto'] and ranked else ''}", p["gpu"], p["gpus"], _layout_text(p["layout"]),
                      f"{e['memory_gib']:.1f}/{e['usable_gib']:.0f}", f"{e['step_time_s']:.2f}",
                      f"{e['tokens_per_s_per_gpu']:,.0f}", f"{100 * e['mfu']:.0f}%", days, gpuh, cost])
     return table(rows, ["#", "gpu", "gpus", "layout", "GiB used/usable", "step s", "tok/s/GPU", "MFU",
@@ -110,8 +111,12 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         for i, p in enumerate(res["plans"], 1):
             for r in p["risks"]:
                 click.echo(f"  risk #{i}: {r}")
-    else:
+    elif not res.get("unpriced"):
         click.echo("no plan fits within the GPU budget and deadline; see the rejected candidates below")
+    if res.get("unpriced"):
+        click.echo(f"\nnot ranked: no price for {', '.join(res['unpriced_gpus'])} (give --price-per-gpu-hour, "
+                   "--provider or a --prices FILE; `trainledger prices`); plans that fit, by GPU count:")
+        click.echo(_plans_table(res["unpriced"], ranked=False))
     rows = [[b["gpu"], b["network"], b["memory_bound_gpus"] or "-", b["deadline_bound_gpus"] or "-",
              b["gpus_needed"] or "-"] for b in res["gpu_count"]]
     click.echo("\nGPU count = max(memory bound, deadline bound):")

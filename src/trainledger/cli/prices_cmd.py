@@ -33,6 +33,13 @@ def prices_cmd(gpu: str | None, prices_file: str | None, as_json: bool) -> None:
     if as_json:
         echo_json({"cloud": rows, "servers": servers, "facility": facility})
         return
+    if gpu and not rows:
+        click.echo(f"no cloud price for {gpu!r} in the price catalog: give --price-per-gpu-hour to estimate, "
+                   "or a --prices FILE with your own prices")
+    if gpu and not servers:
+        click.echo(f"no server price for {gpu!r}: give --server-price for the owned-hardware cost")
+    if gpu and not (rows and servers):
+        click.echo("")
     click.echo(table([[r["provider"], r["gpu"], r["pricing"], f"{r['usd_per_gpu_hour']:.3f}", r["instance"] or "",
                        str(r["as_of"] or "")] for r in rows],
                      ["provider", "gpu", "pricing", "$/GPU-h", "instance", "as of"], "lllrll"))

@@ -8,12 +8,16 @@ from ..units import fmt_flops, fmt_seconds
 from .output import table
 
 
-def compute_lines(c: dict[str, Any]) -> list[str]:
-    """The compute section: FLOPs (model, hardware, 6NT), step time breakdown, throughput, MFU."""
+def compute_lines(c: dict[str, Any], method: str | None = None) -> list[str]:
+    """The compute section: FLOPs (model, hardware, 6NT), step time breakdown, throughput, MFU.
+
+    ``six_nt_per_step`` is 2·N·T for inference (forward only), 6·N·T for training; the label says which.
+    """
+    nt = "2·N·T" if method == "inference" else "6·N·T"
     out = [
         "compute",
         f"  FLOPs per step: model {fmt_flops(c['model_flops_per_step'])} (MFU basis), hardware "
-        f"{fmt_flops(c['hardware_flops_per_step'])} (HFU, with recomputation), 6·N·T "
+        f"{fmt_flops(c['hardware_flops_per_step'])} (HFU, with recomputation), {nt} "
         f"{fmt_flops(c['six_nt_per_step'])}, causal-only {fmt_flops(c['model_flops_causal_per_step'])}",
         f"  step {fmt_seconds(c['step_time_s'])}: {c['tokens_per_s']:,.0f} tokens/s, "
         f"{c['tokens_per_s_per_gpu']:,.0f} per GPU, {c['model_tflop_per_s_per_gpu']:.0f} TFLOP/s per GPU, "
@@ -45,11 +49,16 @@ def compute_lines(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _hours(h: float) -> str:
+    """GPU-hours with enough digits that a short run is not shown as 0."""
+    return f"{h:,.0f}" if h >= 10 else f"{h:.2g}"
+
+
 def time_lines(t: dict[str, Any]) -> list[str]:
     """The time section: steps, wall-clock, GPU-hours, predicted scaling efficiency."""
     out = ["time to train",
            f"  {t['tokens']:,.0f} tokens = {t['steps']:,} steps: {fmt_seconds(t['total_s'])} on "
-           f"{t['gpus']} GPUs, {t['gpu_hours']:,.0f} GPU-hours"]
+           f"{t['gpus']} GPU{'s' if t['gpus'] != 1 else ''}, {_hours(t['gpu_hours'])} GPU-hours"]
     if t.get("gpu_hours_interval"):
         g = t["gpu_hours_interval"]
         out.append(f"  p10-p90: {fmt_seconds(t['days_interval']['p10'] * 86400)} - "

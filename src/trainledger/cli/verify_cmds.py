@@ -216,9 +216,16 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     predicted = est.memory.to_dict()
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")
+    if device == "cpu":
+        from ..verify.preflight import available_host_bytes, check_host_ram
+
+        check_host_ram(plan.model.name, predicted["peak_allocated_bytes"], available_host_bytes())
     with _failures(kwargs, "verify memory", plan):
         m = measure_memory(plan, device=device, steps=steps).to_dict()
-    result = {"measured": m, "predicted": predicted, "comparison": compare_memory(m, predicted),
+    from ..estimate import plan_summary
+
+    result = {"plan": plan_summary(plan), "measured": m, "predicted": predicted,
+              "comparison": compare_memory(m, predicted),
               "time": compare_time(m.get("step_time_s"), predicted["step_time_s"], device)}
     ok = not m.get("oom")
     peak_err = result["comparison"]["totals"][0]["relative_error"]
@@ -326,13 +333,16 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
 @plan_options
 @click.option("--device", type=click.Choice(("cuda", "cpu")), default="cpu", show_default=True)
 @click.option("--nproc", type=int, default=2, show_default=True, help="largest number of ranks")
-@click.option("--steps", type=int, default=5, show_default=True, help="timed steps per world size")
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True,
+              help="timed steps per world size (a verdict needs at least 10)")
+@click.option("--warmup", type=click.IntRange(0), default=3, show_default=True,
+              help="untimed warm-up steps before timing")
 @click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True)
 @click.option("--collective-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @node_options
 @ledger_options
-def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collective_timeout: float,
+def scaling_cmd(device: str, nproc: int, steps: int, warmup: int, timeout_s: float, collective_timeout: float,
                 as_json: bool, nnodes: int, rdzv_endpoint: str | None, rdzv_id: str | None, **kwargs: Any) -> None:
     """Step time at 1, 2, 4 ... N ranks under DP/FSDP and the scaling efficiency."""
     _need_torch(device)
@@ -346,7 +356,8 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
     plan = build_plan(inputs)
     with _failures(kwargs, "verify scaling", plan):
         if in_torchrun():  # the launcher's world: rank 0 alone (baseline), then all ranks; no nested launch
-            raw = multinode.scaling_in_world(inputs.model_dump(mode="json"), device, steps, 2, collective_timeout)
+            raw = multinode.scaling_in_world(inputs.model_dump(mode="json"), device, steps, warmup,
+                                             collective_timeout)
             import torch.distributed as dist
 
             dist.barrier()
@@ -356,12 +367,12 @@ def scaling_cmd(device: str, nproc: int, steps: int, timeout_s: float, collectiv
             result = scaling.finish({"plan": inputs.model_dump(mode="json"), "device": device, "runs": raw["runs"]})
         elif nnodes > 1:
             result = multinode.run_scaling_nodes(inputs, device, nproc, _launcher(nnodes, rdzv_endpoint, rdzv_id),
-                                                 steps=steps, timeout_s=timeout_s,
+                                                 steps=steps, warmup=warmup, timeout_s=timeout_s,
                                                  collective_timeout_s=collective_timeout)
             if result is None:
                 return _not_reporting("verify scaling")
         else:
-            result = scaling.run_scaling(inputs, device, nproc, steps=steps, timeout_s=timeout_s,
+            result = scaling.run_scaling(inputs, device, nproc, steps=steps, warmup=warmup, timeout_s=timeout_s,
                                          collective_timeout_s=collective_timeout, progress=_progress)
     _record(kwargs, "verify scaling", result, plan, result["ok"])
     _finish(result, scaling.render(result), as_json, result["ok"])

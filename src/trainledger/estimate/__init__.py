@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..plan import Plan
+from ..precision import policy_text
 from .options import EstimateOptions
 from .stage import Stage
 from .terms import Term
@@ -31,7 +32,8 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "model": plan.model.name,
         "model_source": plan.model.source,
         "params": plan.model.params.total,
-        "method": r.method, "precision": r.precision, "optimizer": r.optimizer,
+        "method": r.method, "precision": r.precision, "precision_policy": policy_text(plan),
+        "optimizer": r.optimizer,
         "seq_len": r.seq_len, "micro_batch": r.micro_batch, "grad_accum": r.grad_accum,
         "global_batch": plan.global_batch, "recompute": r.recompute, "attention": r.attention,
         "lora_rank": r.lora_rank if r.method in ("lora", "qlora") else None,

@@ -127,7 +127,10 @@ def state_bytes_per_param(plan: Plan) -> dict[str, float]:
     pol = plan.recipe.policy
     weights = DTYPE_BYTES[pol["weights"]]
     master = 0.0 if pol["master"] == "none" else DTYPE_BYTES[pol["master"]]
-    states = optimizer_state_per_param(plan.recipe.optimizer, pol["states"])
+    states_dtype = pol["states"]
+    if plan.recipe.method in ("lora", "qlora"):  # peft keeps adapters and their states in fp32
+        weights, master, states_dtype = DTYPE_BYTES["fp32"], 0.0, "fp32"  # (autocast_adapter_dtype=True)
+    states = optimizer_state_per_param(plan.recipe.optimizer, states_dtype)
     return {"weights": float(weights), "master": float(master), "optimizer": float(states)}
 
 

@@ -109,6 +109,11 @@ def usd_per_gpu_hour(gpu: str, options: CostOptions | None = None) -> float | No
         return None
 
 
+def _h(h: float) -> str:
+    """GPU-hours in a trace: two significant digits below 10 (a short run is not '0.0 GPU-h')."""
+    return f"{h:,.1f}" if h >= 10 else f"{h:.2g}"
+
+
 def _cloud_quote(plan: Plan, options: CostOptions, prices: PriceCatalog) -> Quote:
     return cloud_quote(plan.cluster.gpu.name, options, prices)
 
@@ -166,7 +171,7 @@ def _cloud_part(plan: Plan, run: RunFigures, quote: Quote, prices: PriceCatalog,
     """Cloud cost of the run: GPU-hours × price, and the same hours at every catalog price."""
     h = run.gpu_hours
     v["cloud_usd"] = cloud_cost_usd(h, quote.usd_per_gpu_hour)
-    v["cloud_trace"] = f"{h:,.1f} GPU-h × ${quote.usd_per_gpu_hour:,.4g}/GPU-h"
+    v["cloud_trace"] = f"{_h(h)} GPU-h × ${quote.usd_per_gpu_hour:,.4g}/GPU-h"
     terms.append(Term("cloud_usd", v["cloud_usd"], "usd", quote.source, "GPU-hours × price per GPU-hour"))
     if plan.recipe.train_tokens:
         v["cloud_usd_per_million_tokens"] = v["cloud_usd"] / plan.recipe.train_tokens * 1e6
@@ -185,7 +190,7 @@ def _owned_part(run: RunFigures, pm: PowerModel, own: dict[str, Any], v: dict[st
                                own["utilization"], kwh, own["electricity_usd_per_kwh"])
     v["owned_usd"] = parts["total_usd"]
     v["owned_breakdown"] = parts
-    v["owned_trace"] = (f"{h:,.1f} GPU-h × ${own['capex_per_gpu_usd']:,.0f}/GPU × "
+    v["owned_trace"] = (f"{_h(h)} GPU-h × ${own['capex_per_gpu_usd']:,.0f}/GPU × "
                         f"(1/{own['lifetime_years']:g} y + {own['maintenance_fraction']:g}/y) / "
                         f"(8760 h × {own['utilization']:g}) + {kwh:,.1f} kWh × ${own['electricity_usd_per_kwh']:g}/kWh")
     terms.append(Term("owned_usd", v["owned_usd"], "usd", own["sources"]["server_price_usd"],

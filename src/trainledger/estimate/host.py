@@ -101,7 +101,8 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
              "dataloader_workers_bytes": g * workers * rss.value, "checkpoint_staging_bytes": staging}
     total = sum(parts.values())
     v: dict[str, Any] = {"ram_bytes": total, **parts, "installed_ram_bytes": c.host_ram_bytes,
-                         "ram_fits": total <= c.host_ram_bytes, "offload_bandwidth_bytes_per_s": None,
+                         "ram_fits": None if c.host_ram_bytes is None else total <= c.host_ram_bytes,
+                         "offload_bandwidth_bytes_per_s": None,
                          "host_bandwidth_bytes_per_s": c.host_mem_bw_gb_per_s * GB,
                          "offload_step_s": None, "bandwidth_ok": True}
     inputs = {"trainable_params": n_train, "params_per_gpu": per_gpu, "gpus_per_node": g,
@@ -116,7 +117,10 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     notes: list[str] = []
     if lay.offload != "none":
         _offload_bandwidth(plan, g * per_gpu, b, run_figures(plan, compute, time), v, terms)
-    if not v["ram_fits"]:
+    if c.host_ram_bytes is None:
+        notes.append("host RAM: the node's installed RAM is not known for a PCIe card; give --host-ram-gib "
+                     "to check the need against it")
+    elif not v["ram_fits"]:
         notes.append(f"host RAM: {total / 2**30:,.0f} GiB needed per node, "
                      f"{c.host_ram_bytes / 2**30:,.0f} GiB installed")
     if not v["bandwidth_ok"]:

@@ -23,6 +23,22 @@ def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+#: memory and time terms in a fixed order: a term keeps its colour in every chart, whichever terms
+#: the other bars of that chart have (a colour by position shifted when a bar gained a term)
+TERM_ORDER = ("weights", "master_weights", "gradients", "optimizer_states", "optimizer_temp",
+              "autocast_weight_copies", "activations", "logits", "kv_cache", "ddp_buckets", "zero_buffers",
+              "other", "allocator_reserve", "cuda_context", "library_workspaces")
+
+
+def term_color(name: str) -> str:
+    """The colour of a named term, the same in every chart (unknown names: a stable hash)."""
+    if name in TERM_ORDER:
+        return color(TERM_ORDER.index(name))
+    import zlib
+
+    return color(zlib.crc32(name.encode()) % len(PALETTE))
+
+
 def _t(x: float, y: float, text: str, size: int = 11, anchor: str = "start", fill: str = INK,
        weight: str = "normal") -> str:
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}" '
@@ -106,11 +122,12 @@ def stacked_bars(title: str, bars: Sequence[dict], terms: Sequence[str], unit: s
     for i, b in enumerate(bars):
         x = ML + slot * i + (slot - bw) / 2
         acc = 0.0
-        for j, term in enumerate(terms):
+        for term in terms:
             v = b["values"].get(term, 0.0)
             if v <= 0:
                 continue
-            body.append(_rect(x, y_of(acc + v), bw, y_of(acc) - y_of(acc + v), color(j), f"{term}: {v:.2f} {unit}"))
+            body.append(_rect(x, y_of(acc + v), bw, y_of(acc) - y_of(acc + v), term_color(term),
+                              f"{term}: {v:.2f} {unit}"))
             acc += v
         for key, dash in (("capacity", None), ("budget", "4 3")):
             if b.get(key):
@@ -122,7 +139,7 @@ def stacked_bars(title: str, bars: Sequence[dict], terms: Sequence[str], unit: s
         if b.get("note"):
             body.append(_t(x + bw / 2, min(y_of(acc), y_of(b.get("capacity") or 0)) - 6, b["note"], 10, "middle",
                            fill=BAD if b.get("bad") else INK, weight="bold"))
-    body += _legend([(t, color(j)) for j, t in enumerate(terms)] + [("capacity", CAP), ("headroom budget", CAP)],
+    body += _legend([(t, term_color(t)) for t in terms] + [("capacity", CAP), ("headroom budget", CAP)],
                     dashed=[False] * len(terms) + [False, True])
     return _svg(title, body)
 
@@ -170,6 +187,9 @@ def line_chart(title: str, xs: Sequence[float], series: Sequence[dict], unit: st
         for (a, b), ok in zip(pts, oks):
             body.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{s.get("color", color(i)) if ok else "#fff"}" '
                         f'stroke="{s.get("color", color(i))}" stroke-width="1.5"/>')
+        for x, y in zip(xs, s["ys"]):  # off the scale: an arrow and the real value, not a flat line
+            if y is not None and y > ymax:
+                body.append(_t(X(x), MT + 10, f"↑ {y:,.0f}", 9, "middle", fill=s.get("color", color(i))))
     for m in marks:
         x = X(m["x"])
         body.append(_line(x, MT + 14, x, H - MB - 12, "#666", 1, "2 3"))

@@ -88,21 +88,58 @@ def inputs_from_plan_result(result: dict[str, Any], index: int = 0) -> PlanInput
     return parse_inputs({k: v for k, v in data.items() if v is not None}, "plan result")
 
 
-def verify_section(result: dict[str, Any]) -> dict[str, Any]:
-    """Measured vs predicted rows of a ``verify memory --json`` result, and the peak check."""
+#: plan fields a measurement must share with the report's plan to be shown as its check
+_SAME_PLAN = ("model", "params", "method", "precision", "optimizer", "seq_len", "micro_batch", "recompute",
+              "attention", "lora_rank", "zero", "tp", "pp", "cp", "offload")
+#: relative difference of the peak the measurement's own run predicted above which it is another plan
+_SAME_PEAK = 0.01
+
+
+def check_same_plan(result: dict[str, Any], est: dict[str, Any]) -> None:
+    """Refuse a verify result measured for another plan than the report's (model, recipe, layout).
+
+    A ``verify memory --json`` result names its plan (``plan``, the estimate's plan summary); an
+    ``accept`` result names its inputs. Fields both name must agree; and the peak that the
+    measurement's own estimate predicted must be the report's within 1% (older results without
+    ``plan``: this alone decides).
+    """
+    mine = est.get("plan") or {}
+    theirs = result.get("plan") if isinstance(result.get("plan"), dict) else {}
+    diffs = [f"{k} {theirs[k]!r} (this report: {mine[k]!r})" for k in _SAME_PLAN
+             if theirs.get(k) is not None and mine.get(k) is not None and theirs[k] != mine[k]]
+    pred = (result.get("predicted") or {}).get("peak_allocated_bytes")
+    ours = (est.get("memory") or {}).get("peak_allocated_bytes")
+    if not diffs and pred and ours and abs(pred - ours) > _SAME_PEAK * ours:
+        diffs.append(f"its predicted peak {pred / 2**30:.2f} GiB (this report: {ours / 2**30:.2f} GiB)")
+    if diffs:
+        raise SpecError("--verify-json: the measurement is of another plan: " + "; ".join(diffs[:6])
+                        + ". Run `trainledger verify memory` with this report's plan flags and pass its --json")
+
+
+def verify_section(result: dict[str, Any], est: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measured vs predicted rows of a ``verify memory --json`` (or ``verify accept``) result.
+
+    Terms are compared only where the run measured them: ``verify memory`` records the bytes of
+    every category at the peak; ``verify accept`` records allocator totals per phase (CUDA) or
+    nothing (CPU), so its rows are the totals and phases, and the rest reads "not measured".
+    """
     from ..verify.compare import compare_memory  # torch-free
 
     measured, predicted = result.get("measured"), result.get("predicted")
     if not isinstance(measured, dict) or not isinstance(predicted, dict):
         raise SpecError("verify result: needs 'measured' and 'predicted' objects (output of `verify memory --json`)")
+    if est is not None:
+        check_same_plan(result, est)
     cmp = result.get("comparison") or compare_memory(measured, predicted)
+    categories = cmp.get("categories", []) if measured.get("categories_at_peak") else []
     m, p = measured.get("peak_allocated_bytes"), predicted.get("peak_allocated_bytes")
     err = (p - m) / m if m and p is not None else None
     return {"device": measured.get("device"), "oom": bool(measured.get("oom")),
-            "categories": cmp.get("categories", []), "totals": cmp.get("totals", []),
-            "phases": cmp.get("phases", []), "peak_relative_error": err,
-            "within_tolerance": err is not None and abs(err) <= _sheet.MEMORY_TOLERANCE,
-            "tolerance": _sheet.MEMORY_TOLERANCE, "env": measured.get("env") or {}}
+            "categories": categories, "terms_measured": bool(categories),
+            "totals": cmp.get("totals", []), "phases": cmp.get("phases", []), "peak_relative_error": err,
+            "within_tolerance": None if err is None else abs(err) <= _sheet.MEMORY_TOLERANCE,
+            "tolerance": _sheet.MEMORY_TOLERANCE, "env": measured.get("env") or {},
+            "note": measured.get("note")}
 
 
 def _prices(options: EstimateOptions | None) -> Any:
@@ -165,7 +202,7 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
         data.plan_result = {k: plan_result.get(k) for k in ("job", "plans", "rejected", "evaluated",
                                                              "elapsed_s", "gpu_count")}
     if verify_result is not None:
-        data.verify = verify_section(verify_result)
+        data.verify = verify_section(verify_result, est)
     if missing:
         data.notes.append(missing)
     why = {"time": "run time and cost of the run: not estimated (give a token budget)"}

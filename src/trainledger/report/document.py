@@ -48,6 +48,7 @@ def summary(est: dict[str, Any]) -> list[tuple[str, str]]:
         ("model", f"{p['model']} ({fmt_params(p['params'])} parameters)"),
         ("job", f"{p['method']}, {p['precision']}, seq {p['seq_len']:,}, micro-batch {p['micro_batch']} x "
                 f"grad-accum {p['grad_accum']}, global batch {p['global_batch']}"),
+        *([("precision", p["precision_policy"])] if p.get("precision_policy") else []),
         ("hardware", f"{p['gpus']} x {p['gpu']} ({p['nodes']} node(s), {p['intra']}"
                      + (f", {p['inter']}" if p.get("inter") else "") + ")"),
         ("layout", f"dp {p['dp']} tp {p['tp']} pp {p['pp']} cp {p['cp']} ep {p['ep']}, ZeRO {p['zero']}, "
@@ -67,9 +68,40 @@ def summary(est: dict[str, Any]) -> list[tuple[str, str]]:
              if cost.get("usd_per_gpu_hour") else "no catalog price for this GPU")
     if cost.get("cloud_usd") is None and not t.get("total_s"):
         price = "give a token budget; " + price
-    rows.append(("cloud cost", f"{usd(cost.get('cloud_usd'))} ({price})"))
+    unfit = "" if m.get("fits", True) else " — the plan DOES NOT FIT, so this run cannot happen as planned"
+    rows.append(("cloud cost", f"{usd(cost.get('cloud_usd'))} ({price}){unfit}"))
+    rows += ledger_rows(est, unfit)
+    return rows
+
+
+def ledger_rows(est: dict[str, Any], unfit: str = "") -> list[tuple[str, str]]:
+    """Owned vs cloud, break-even, energy with PUE and CO2, host RAM: the rest of the ledger."""
+    cost, e, h = (est.get(k) or {} for k in ("cost", "energy", "host"))
+    rows: list[tuple[str, str]] = []
+    if cost.get("owned_usd") is not None:
+        rows.append(("owned cost", f"{usd(cost['owned_usd'])} for the run, {usd(cost.get('owned_usd_per_month'))}"
+                                   f"/month{unfit}"))
+        cloud_m = cost.get("cloud_usd_per_month")
+        rows.append(("owned vs cloud", f"cloud {usd(cloud_m)}/month vs owned {usd(cost.get('owned_usd_per_month'))}"
+                                       f"/month" if cloud_m is not None else "no cloud price to compare"))
+        be = cost.get("break_even_month")
+        rows.append(("break-even", f"{be:,.1f} months" if be is not None else "never (owning costs more per month)"
+                     if cost.get("cloud_usd_per_month") is not None else "not estimated"))
+    else:
+        rows.append(("owned cost", "not estimated (give --server-price, or a GPU with a server price)"))
     if e.get("kwh") is not None:
-        rows.append(("energy", f"{e['kwh']:,.0f} kWh"))
+        pue = ((e.get("inputs") or {}).get("pue"))
+        rows.append(("energy", f"{e['kwh']:,.0f} kWh" + (f" at PUE {pue:g}" if isinstance(pue, (int, float)) else "")
+                     + (f", facility {e['facility_power_kw']:,.1f} kW" if e.get("facility_power_kw") else "")))
+        if e.get("co2_kg") is not None:
+            rows.append(("CO2", f"{e['co2_kg']:,.1f} kg"))
+    elif e.get("facility_power_kw") is not None:
+        rows.append(("energy", f"not estimated (no run length); facility {e['facility_power_kw']:,.1f} kW"))
+    if h:
+        inst = h.get("installed_ram_bytes")
+        rows.append(("host RAM", f"{gib(h.get('ram_bytes'))} per node of " + (
+            f"{gib(inst)} installed" + ("" if h.get("ram_fits") else " — DOES NOT FIT") if inst is not None
+            else "an unknown installed RAM (give --host-ram-gib)")))
     from .longrun import goodput_rows
 
     return rows + goodput_rows(est.get("goodput") or {})
@@ -248,12 +280,22 @@ def verify_blocks(v: dict[str, Any]) -> list[Block]:
     top = max([max(r.get("measured") or 0, r.get("predicted") or 0) for r in v["categories"]] + [0])
     unit, size = _scale(top)
     rows = [(r["name"], (r.get("measured") or 0) / size, (r.get("predicted") or 0) / size) for r in v["categories"]]
-    head = (f"measured on {v.get('device')}: peak allocated off by {pct(v.get('peak_relative_error'))} "
-            f"({'within' if v.get('within_tolerance') else 'OUTSIDE'} the {pct(v.get('tolerance'))} acceptance band)")
+    if v.get("peak_relative_error") is None:
+        head = (f"measured on {v.get('device')}: no peak measured" + (f" ({v['note']})" if v.get("note") else "")
+                + "; nothing to compare with the prediction")
+    else:
+        head = (f"measured on {v.get('device')}: peak allocated off by {pct(v.get('peak_relative_error'))} "
+                f"({'within' if v.get('within_tolerance') else 'OUTSIDE'} the {pct(v.get('tolerance'))} "
+                "acceptance band)")
+    if not v.get("terms_measured", True):
+        head += "; this run records allocator totals, not terms: only totals and phases are compared"
     if v.get("oom"):
         head = "the measured run ran out of memory: " + head
-    table = [[r["name"], fmt_bytes(r.get("measured")), fmt_bytes(r.get("predicted")), pct(r.get("relative_error"))]
-             for r in v["categories"] + v["totals"]]
+    def b(x: float | None) -> str:
+        return "not measured" if x is None else fmt_bytes(x)
+
+    table = [[r["name"], b(r.get("measured")), b(r.get("predicted")), pct(r.get("relative_error"))]
+             for r in v["categories"] + v["totals"] + v.get("phases", [])]
     out: list[Block] = [("p", head)]
     if rows:
         out.append(("svg", charts.grouped_bars("Measured vs predicted memory per term (at the peak)", rows,

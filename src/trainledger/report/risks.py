@@ -57,10 +57,12 @@ def risks(est: dict[str, Any]) -> list[dict[str, str]]:
                          "; ".join(io.get("reasons") or []) or "storage and tokenizers keep up with the GPUs"))
     h = est.get("host")
     if h:
-        out.append(_risk("host RAM", "ok" if h.get("ram_fits") else "fail",
+        known = h.get("installed_ram_bytes") is not None
+        out.append(_risk("host RAM", "warn" if not known else "ok" if h.get("ram_fits") else "fail",
                          f"{fmt_bytes(h['ram_bytes'])} per node",
-                         f"of {fmt_bytes(h['installed_ram_bytes'])} installed (pinned batches, data workers, "
-                         "checkpoint staging, offloaded states)"))
+                         (f"of {fmt_bytes(h['installed_ram_bytes'])} installed" if known else
+                          "installed RAM not given (--host-ram-gib)")
+                         + " (pinned batches, data workers, checkpoint staging, offloaded states)"))
     ic = est.get("interconnect")
     if ic:
         out.append(_risk("interconnect", "ok" if ic.get("ok") else "warn",

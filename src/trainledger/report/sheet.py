@@ -143,7 +143,8 @@ def hardware_rows(plan: Plan, est: dict[str, Any]) -> list[dict[str, str]]:
                          "per node", "each GPU shares a PCIe switch with one NIC (PIX/PXB to mlx5_*)"))
     if host:
         rows.append(_row("host RAM", f">= {fmt_bytes(host['ram_bytes'])} per node",
-                         f"plan assumes {fmt_bytes(host['installed_ram_bytes'])} installed"))
+                         f"plan assumes {fmt_bytes(host['installed_ram_bytes'])} installed"
+                         if host.get("installed_ram_bytes") is not None else "`verify probe` reads it"))
     if io.get("read_bytes_per_s_per_node") is not None:
         rows.append(_row("storage read", f">= {fmt_rate(io['read_bytes_per_s_per_node'])} and "
                          f"{io['iops_per_node']:,.0f} IOPS (4 KiB) per node", "`verify io`"))

@@ -420,8 +420,8 @@ def _export_slurm(plan: Plan, head: list[str]) -> list[ExportedFile]:
     return [ExportedFile("train.sbatch", "\n".join(lines) + "\n", "slurm")]
 
 
-def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
-    """Render the plan given by ``inputs`` in one launch/config format."""
+def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[ExportedFile]:
+    """Render the plan given by ``inputs`` in one launch/config format (``model``: a parsed config)."""
     known = EXPORT_FORMATS + SERVING_EXPORT_FORMATS
     if fmt not in known:
         raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
@@ -429,7 +429,7 @@ def export_plan(inputs: PlanInputs, fmt: str) -> list[ExportedFile]:
     if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
         # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
         inputs = inputs.model_copy(update={"framework": "deepspeed"})
-    plan = build_plan(inputs)
+    plan = build_plan(inputs, model)
     check_framework(plan, fmt)
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)

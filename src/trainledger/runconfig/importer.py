@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,13 @@ class ImportResult:
                 self.notes.append(f"{k}: {self.sources[k]} says {v!r}, its trainledger header says "
                                   f"{self.header[k]!r} (edited after export?) — using {v!r}")
             out[k] = v
+        if out.get("method") in ("lora", "qlora") and self.inputs.get("precision") in ("bf16-mixed", "fp16-mixed"):
+            # a Trainer/accelerate bf16 or fp16 flag turns on autocast; the frozen base keeps the dtype it
+            # was loaded in (the checkpoint's, transformers' default), which the method default states
+            if self.header.get("precision") is not None:
+                out["precision"] = self.header["precision"]
+            else:  # the output states the policy used
+                out.pop("precision")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,26 +128,54 @@ LEGACY_TRAINER = {"overwrite_output_dir", "warmup_ratio", "evaluation_strategy",
                   "save_on_each_node", "per_gpu_train_batch_size", "per_gpu_eval_batch_size"}
 
 
-def _trainer_fields() -> set[str]:
+TRAINER_FALLBACK = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
+                    "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "optim_args",
+                    "max_steps", "fsdp", "fsdp_config", "deepspeed", "output_dir", "max_grad_norm"}
+
+
+def _source_fields(package: str, *where: tuple[str, str]) -> set[str] | None:
+    """Field names of dataclasses in an installed package, read from its source without importing it.
+
+    Importing transformers or peft takes seconds (peft imports torch); the field names are the
+    class-level annotated assignments of each ``(module file, class name)`` in ``where``.
+    None when the package or a class is not found (the caller falls back to a fixed list).
+    """
+    import ast
+    import importlib.util
+
     try:
-        import dataclasses
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    out: set[str] = set()
+    for rel, cls in where:
+        try:
+            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            return None
+        node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        if node is None:
+            return None
+        out |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return out or None
 
-        from transformers import TrainingArguments
-    except ImportError:
-        return {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
-                "gradient_checkpointing", "gradient_checkpointing_kwargs", "optim", "optim_args",
-                "max_steps", "fsdp", "fsdp_config", "deepspeed", "output_dir", "max_grad_norm"} | LEGACY_TRAINER
-    return {f.name for f in dataclasses.fields(TrainingArguments)} | LEGACY_TRAINER
+
+@lru_cache(maxsize=1)
+def _trainer_fields() -> frozenset[str]:
+    """TrainingArguments' fields (transformers/training_args.py), without importing transformers."""
+    got = _source_fields("transformers", ("training_args.py", "TrainingArguments")) or TRAINER_FALLBACK
+    return frozenset(got) | LEGACY_TRAINER
 
 
-def _lora_fields() -> set[str]:
-    try:
-        import dataclasses
-
-        from peft import LoraConfig
-    except ImportError:
-        return LORA_FALLBACK
-    return {f.name for f in dataclasses.fields(LoraConfig)} | {"peft_type", "base_model_name_or_path"}
+@lru_cache(maxsize=1)
+def _lora_fields() -> frozenset[str]:
+    """LoraConfig's fields and its PeftConfig bases' (peft/tuners/lora/config.py, peft/config.py)."""
+    got = _source_fields("peft", ("tuners/lora/config.py", "LoraConfig"), ("config.py", "PeftConfig"),
+                         ("config.py", "PeftConfigMixin"))
+    return frozenset((got | {"peft_type", "base_model_name_or_path"}) if got else LORA_FALLBACK)
 
 
 # ----------------------------------------------------------------------------- detection

@@ -20,6 +20,13 @@ convention of STREAM's Copy kernel, McCalpin, https://www.cs.virginia.edu/stream
 which compares with the GPU's HBM bandwidth.
 
 Runs under torchrun (NCCL on GPUs, gloo on CPU); launches torchrun itself when not inside one.
+
+The verdict has two parts. Correctness: every collective returns the right values. Bandwidth:
+judged only on GPUs with more than one rank, against the bus bandwidth the link is expected to
+reach — its per-direction catalog bandwidth times the achievable fraction of that link kind
+(catalog/efficiency/interconnect.yaml, from nccl-tests results); a peak all_reduce busbw below
+``BANDWIDTH_OK`` of that fails. gloo on CPU moves host memory through shared memory or sockets,
+which says nothing about a GPU interconnect, so its bandwidth is shown but not judged.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ from ..units import KIB, fmt_bytes, fmt_rate
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 COPY_OP = "copy"
 MIN_SIZE = 1 * KIB
+#: peak busbw at or above this share of the expected busbw passes. Assumption: nccl-tests reach
+#: their peak only at the largest messages (hundreds of MiB); a sweep that stops earlier, or a
+#: busy node, lands some 10-20% lower, so 0.75 separates a slow or misconfigured link (PCIe
+#: fallback, NVLink off: 5-10x lower) from measurement conditions.
+BANDWIDTH_OK = 0.75
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -159,15 +171,46 @@ def finish(result: dict[str, Any], ref: dict[str, Any] | None) -> dict[str, Any]
     pk = peaks(result.get("sweep", []))
     result["peak"] = pk
     result["link"] = ref
-    if ref:
+    result["bandwidth"] = judge_bandwidth(result, pk, ref)
+    if ref and not result["bandwidth"].get("gloo"):
         if result.get("world_size", 1) == 1 and COPY_OP in pk:
             traffic = 2 * pk[COPY_OP]["algbw_bytes_per_s"]
             result["efficiency"] = {COPY_OP: traffic / ref["bytes_per_s"]}
         else:
             result["efficiency"] = efficiency(pk, ref["bytes_per_s"])
     checks = result.get("checks", {})
-    result["ok"] = all(c["status"] in ("ok", "unsupported by backend") for c in checks.values())
+    result["correct"] = all(c["status"] in ("ok", "unsupported by backend") for c in checks.values())
+    result["ok"] = result["correct"] and result["bandwidth"].get("ok") is not False
     return result
+
+
+def judge_bandwidth(result: dict[str, Any], peak: dict[str, dict[str, Any]],
+                    ref: dict[str, Any] | None) -> dict[str, Any]:
+    """Whether the sweep's bandwidth is judged, against what, and the outcome (``ok`` None: not judged)."""
+    if result.get("backend") == "gloo" or result.get("device") == "cpu":
+        return {"judged": False, "ok": None, "gloo": True,
+                "why": "not judged on CPU/gloo: it moves host memory, not a GPU interconnect; run "
+                       "--device cuda on the GPUs to judge the link"}
+    if result.get("world_size", 1) < 2:
+        return {"judged": False, "ok": None, "why": "one rank: the device-local copy is shown, no link is used"}
+    if not ref or "all_reduce" not in peak:
+        return {"judged": False, "ok": None,
+                "why": "no reference link for this GPU: give --gpu or --link to judge the bandwidth"}
+    from ..catalog import load_network
+    from ..estimate.efficiency import link_efficiency
+
+    try:
+        kind = load_network(ref["name"]).kind
+    except Exception:  # noqa: BLE001 - a GPU's link name that is not a catalog network
+        kind = ""
+    frac = link_efficiency().bandwidth.get(kind, 0.7)
+    expected = ref["bytes_per_s"] * frac
+    got = peak["all_reduce"]["busbw_bytes_per_s"]
+    return {"judged": True, "ok": got >= BANDWIDTH_OK * expected, "expected_busbw_bytes_per_s": expected,
+            "achievable_fraction": frac, "fraction_of_expected": got / expected,
+            "why": f"peak all_reduce busbw {fmt_rate(got)} is {100 * got / expected:.0f}% of the expected "
+                   f"{fmt_rate(expected)} ({100 * frac:.0f}% of {ref['what']}); pass at >= "
+                   f"{100 * BANDWIDTH_OK:.0f}%"}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -192,5 +235,11 @@ def render(result: dict[str, Any]) -> str:
         what = "busbw" if op != COPY_OP else "copy algbw"
         lines.append(f"  peak {op:<15} {what} {fmt_rate(p['busbw_bytes_per_s'])} "
                      f"at {fmt_bytes(p['size_bytes'])}{e}")
-    lines.append("verdict: " + ("PASS" if result.get("ok") else "FAIL"))
+    bw = result.get("bandwidth") or {}
+    if bw.get("why"):
+        lines.append(f"  bandwidth: {bw['why']}")
+    correct = result.get("correct", result.get("ok"))
+    lines.append("verdict: " + ("PASS" if result.get("ok") else "FAIL") + " (collectives "
+                 + ("correct" if correct else "WRONG") + "; bandwidth "
+                 + ("not judged" if bw.get("ok") is None else "ok" if bw["ok"] else "BELOW expected") + ")")
     return "\n".join(lines)

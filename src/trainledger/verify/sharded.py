@@ -43,6 +43,8 @@ tests), Megatron, pipeline/context/expert parallelism, offload.
 
 from __future__ import annotations
 
+import datetime
+
 import contextlib
 import time
 import weakref
@@ -242,7 +244,9 @@ def _process_group(world: int) -> None:
         if dist.get_world_size() == world and dist.get_backend() == "fake":
             return
         dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    # the fake backend never waits on a peer; the timeout only bounds the call like every other one
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
 
 
 def _decoder_layers(model: Any) -> list[Any]:

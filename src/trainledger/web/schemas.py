@@ -53,7 +53,7 @@ WEB_LIMITS: dict[str, dict[str, Any]] = {
     "network": {"max_length": 80, "pattern": _NAME, "description": "inter-node network (catalog name)"},
     "gpus": {"le": MAX_WEB_GPUS}, "gpus_per_node": {"le": 72}, "dp": {"le": MAX_WEB_GPUS},
     "seq_len": {"le": 1_048_576}, "micro_batch": {"le": 4096}, "grad_accum": {"le": 65536},
-    "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64},
+    "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64, "strict": False},  # JSON has lists, not tuples
     "tokens": {"le": 1e15}, "tp": {"le": 64}, "pp": {"le": 256}, "cp": {"le": 64}, "ep": {"le": 256},
     "vp": {"le": 64}, "generate_len": {"le": 1_048_576}, "recompute_layers": {"le": 100_000},
 }
@@ -119,6 +119,8 @@ _PLAN_FIELDS = ("model", "framework", "method", "precision", "optimizer", "atten
 PlanRequest = create_model(
     "PlanRequest", __base__=JsonSpec, __doc__="POST /api/plan: a planner job (see `trainledger plan`).",
     gpus=(list[str], Field(default_factory=list, max_length=40, description="candidate GPUs [all catalog GPUs]")),
+    config_json=(str | None, Field(None, max_length=MAX_CONFIG_CHARS,
+                                   description="a pasted Hugging Face config.json (text); replaces the preset")),
     **web_fields(Job, _PLAN_FIELDS, PLAN_LIMITS),
 )
 
@@ -128,6 +130,8 @@ class ExportRequest(Spec):
 
     inputs: WebInputs = WebInputs()
     format: str = Field(max_length=20, pattern=r"^[a-z-]+$", description="torchrun, accelerate, deepspeed, ...")
+    config_json: str | None = Field(None, max_length=MAX_CONFIG_CHARS,
+                                    description="a pasted Hugging Face config.json (text); replaces the preset")
 
 
 class ErrorBody(Spec):

@@ -142,6 +142,10 @@ def parse_config(text: str) -> ModelSpec:
         raise WebError(f"config.json: {exc}", "config_json") from None
 
 
+#: the name a pasted config.json goes by in the commands and files the page hands out
+PASTED_NAME = "config.json"
+
+
 def precheck(req: Any) -> None:
     """Cheap checks done before a worker process is started: a pasted config that cannot be read
     (a 10,000-layer config, bad JSON) is refused without a process (issue 20)."""
@@ -160,7 +164,8 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
     _check_name(inputs.network, "networks", "network")
     _check_name(inputs.intra, "networks", "intra")
     data = inputs.model_dump(exclude_unset=True)
-    data["model"] = inputs.model.lower()
+    # a pasted config is the model: commands and exports name the file the user saves it as
+    data["model"] = PASTED_NAME if model is not None else inputs.model.lower()
     try:
         return parse_inputs(data, "inputs"), model
     except TrainledgerError as exc:
@@ -232,14 +237,23 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
     from ..report.document import plans_blocks
     from ..search import Job, search
 
-    if req.model.lower() not in preset_names():
+    model = parse_config(req.config_json) if req.config_json and req.config_json.strip() else None
+    if model is None and req.model.lower() not in preset_names():
         raise WebError(f"unknown model preset {req.model!r}.{did_you_mean(req.model, preset_names())}", "model")
     for g in req.gpus:
         _check_name(g, "gpus", "plan_gpus")
-    job_data = req.model_dump(exclude={"gpus"})
-    job_data.update(model=req.model.lower(), gpus=tuple(g.lower() for g in req.gpus))
+    if req.rank_by in ("time", "cost") and not req.tokens:
+        raise WebError(f"ranking by {req.rank_by} needs a token budget: give one, or rank by GPU count", "tokens")
+    job_data = req.model_dump(exclude={"gpus", "config_json"})
+    if req.precision is None:  # the method's default, as the estimate panel uses it
+        from ..hfconfig import load_model
+        from ..precision import default_precision
+
+        job_data["precision"] = default_precision(req.method, model or load_model(req.model.lower()), None)[0]
+    job_data.update(model=PASTED_NAME if model is not None else req.model.lower(),
+                    gpus=tuple(g.lower() for g in req.gpus))
     try:
-        res = search(Job(**job_data)).to_dict()
+        res = search(Job(**job_data), model=model).to_dict()
     except TrainledgerError as exc:
         raise library_error(exc) from None
     blocks = [_block_json(b) for b in plans_blocks(res)]
@@ -253,9 +267,9 @@ def export_files(req: ExportRequest) -> dict[str, Any]:
     if req.format not in EXPORT_FORMATS + SERVING_EXPORT_FORMATS:
         raise WebError(f"unknown export format {req.format!r}; formats: "
                        f"{', '.join(EXPORT_FORMATS + SERVING_EXPORT_FORMATS)}", "export_format")
-    inputs, _ = resolve(req.inputs, None)
+    inputs, model = resolve(req.inputs, req.config_json)
     try:
-        files = export_plan(inputs, req.format)
+        files = export_plan(inputs, req.format, model)
     except TrainledgerError as exc:
         raise library_error(exc) from None
     return {"files": [{"name": f.name, "format": f.fmt, "text": f.text} for f in files]}
