@@ -86,5 +86,5 @@ def test_hub_that_answers_not_found_is_an_unknown_model(monkeypatch, tmp_path):
         raise RepositoryNotFoundError("404 Client Error: Repository Not Found")
 
     monkeypatch.setattr(hub, "hf_hub_download", missing)
-    with pytest.raises(CatalogError, match="unknown model"):
+    with pytest.raises(CatalogError, match="not in the local cache"):
         load_model("someone/no-such-model")

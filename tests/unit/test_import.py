@@ -40,7 +40,8 @@ def test_from_training_args_does_not_import_transformers(tmp_path):
     """--from training_args.yaml reads TrainingArguments' field names from source, not by import (7-18 s)."""
     (tmp_path / "training_args.yaml").write_text("per_device_train_batch_size: 2\nbf16: true\n"
                                                  "gradient_accumulation_steps: 4\n")
-    mods = _imported_after(["estimate", "-m", "qwen2.5-0.5b", "--from", str(tmp_path / "training_args.yaml")])
+    mods = _imported_after(["estimate", "-m", "qwen2.5-0.5b", "--seq-len", "1024",  # a file without it is an error
+                            "--from", str(tmp_path / "training_args.yaml")])
     assert not mods & {"transformers", "peft", "torch"}
 
 

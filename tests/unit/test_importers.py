@@ -44,7 +44,8 @@ def test_axolotl_qlora_is_read_as_qlora_not_a_full_fine_tune():
     assert res.formats == {"axolotl_llama3_qlora.yml": "axolotl"}
     assert m["model"] == "NousResearch/Meta-Llama-3-8B"
     assert (m["method"], m["lora_rank"], m["seq_len"], m["micro_batch"], m["grad_accum"]) == ("qlora", 32, 4096, 2, 4)
-    assert (m["recompute"], m["precision"], m["attention"]) == ("full", "bf16-mixed", "flash")
+    assert (m["recompute"], m["attention"]) == ("full", "flash")
+    assert "precision" not in m  # bf16: auto is autocast; LoRA's frozen base dtype is the method default
     assert "lora_targets" not in m  # lora_target_linear: all linear layers = the default
     same = {**m, "model": "llama-3.1-8b"}  # same architecture; the NousResearch id is not cached here
     full = {**same, "method": "full"}
@@ -85,7 +86,7 @@ def test_axolotl_gradient_checkpointing_offload_is_recompute_and_listed(tmp_path
 def test_llamafactory_lora_defaults_to_gradient_checkpointing():
     m = _read("llamafactory_llama3_lora_sft.yaml").merged()
     assert (m["model"], m["method"], m["lora_rank"], m["seq_len"]) == ("meta-llama/Meta-Llama-3-8B-Instruct", "lora", 8, 2048)
-    assert (m["micro_batch"], m["grad_accum"], m["precision"], m["recompute"]) == (1, 8, "bf16-mixed", "full")
+    assert (m["micro_batch"], m["grad_accum"], m["recompute"]) == (1, 8, "full")
 
 
 def test_llamafactory_4bit_is_qlora():

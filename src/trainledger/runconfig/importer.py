@@ -166,8 +166,12 @@ def _source_fields(package: str, *where: tuple[str, str]) -> set[str] | None:
 @lru_cache(maxsize=1)
 def _trainer_fields() -> frozenset[str]:
     """TrainingArguments' fields (transformers/training_args.py), without importing transformers."""
-    got = _source_fields("transformers", ("training_args.py", "TrainingArguments")) or TRAINER_FALLBACK
-    return frozenset(got) | LEGACY_TRAINER
+    return frozenset(_source_fields("transformers", ("training_args.py", "TrainingArguments")) or TRAINER_FALLBACK)
+
+
+def trainer_known() -> frozenset[str]:
+    """TrainingArguments' fields plus those of older transformers releases (known, no effect)."""
+    return _trainer_fields() | LEGACY_TRAINER
 
 
 @lru_cache(maxsize=1)
@@ -393,7 +397,7 @@ def _read_parallelism_config(p: Any, res: ImportResult, where: str) -> None:
 
 def _read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None:
     keys = set(d) - {"_trainledger"}
-    known = _trainer_fields() | TRL_KEYS
+    known = trainer_known() | TRL_KEYS
     _unknown(res, where, keys, known)
     res.set("micro_batch", _num(d.get("per_device_train_batch_size"), where, "per_device_train_batch_size"), where)
     res.set("grad_accum", _num(d.get("gradient_accumulation_steps"), where, "gradient_accumulation_steps"), where)

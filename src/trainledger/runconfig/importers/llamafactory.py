@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import SpecError
-from ..importer import ImportResult, _read_trainer_args, _trainer_fields
+from ..importer import ImportResult, _read_trainer_args, trainer_known as _trainer_fields
 from ._common import num, set_lora_targets
 
 OWN = {"model_name_or_path", "adapter_name_or_path", "trust_remote_code", "stage", "do_train",

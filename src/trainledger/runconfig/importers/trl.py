@@ -96,6 +96,6 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
 
 
 def _trainer_known() -> set[str]:
-    from ..importer import _trainer_fields
+    from ..importer import trainer_known
 
-    return _trainer_fields()
+    return trainer_known()
