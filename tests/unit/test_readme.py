@@ -124,7 +124,9 @@ def run_command(cmd: str, cwd: Path) -> list[str]:
         r = CliRunner().invoke(main, args[1:], catch_exceptions=False)
     finally:
         os.chdir(old)
-    lines = r.stdout.rstrip("\n").splitlines()  # progress and notes on stderr are not shown
+    lines = r.stdout.rstrip("\n").splitlines()  # progress and notes on stderr are not shown ...
+    if r.exit_code:  # ... but the one `error:` line a failed command prints is what the user reads
+        lines += [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     for st in stages:
         lines = _filter(lines, st)
     return lines
@@ -141,6 +143,8 @@ def _console_blocks() -> list[tuple[int, str, list[str]]]:
 
 @pytest.mark.parametrize("start,opts,lines", _console_blocks(), ids=lambda x: str(x) if isinstance(x, int) else "")
 def test_console_block_output_is_real(start, opts, lines, tmp_path):
+    # examples that read the repository's sample configs (tests/data/...) see them from the scratch folder
+    (tmp_path / "tests").symlink_to(README.parent / "tests", target_is_directory=True)
     head = _head(opts)
     for cmd, shown in console_runs(lines):
         real = run_command(cmd, tmp_path)

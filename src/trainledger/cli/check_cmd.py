@@ -61,8 +61,8 @@ def check_cmd(as_json: bool, quiet: bool, **kwargs: Any) -> None:
             click.echo(f"fits: needs {res['needs_bytes'] / GIB:.2f} of {res['budget_bytes'] / GIB:.2f} GiB "
                        f"per {res['gpu']}")
         else:
-            click.echo(f"does not fit: {res['reason']}", err=True)
+            click.echo(f"does not fit: {res['reason']}")
             for s in res["suggestions"][:3]:
-                click.echo(f"  try: {s['change']} (peak {s['peak_allocated_gib']:.2f} GiB)", err=True)
+                click.echo(f"  try: {s['change']} (peak {s['peak_allocated_gib']:.2f} GiB)")
     if not res["fits"]:
         sys.exit(EXIT_DOES_NOT_FIT)
