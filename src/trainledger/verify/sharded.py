@@ -535,6 +535,18 @@ def measure_sharded(plan: Any, steps: int = 2, seed: int = 0, cuda_autocast: boo
     check_measurable(plan)
     if steps < 2:
         raise VerifyError("steps must be >= 2 (the last, steady-state step is measured)")
+    world = plan.layout.dp_size * plan.layout.tp
+    _process_group(world)
+    try:
+        return _measure_on_fake_pg(plan, steps, seed, cuda_autocast, world)
+    finally:  # leave no global process group behind: later work in this process starts clean
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, world: int) -> MemoryMeasurement:
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -543,8 +555,6 @@ def measure_sharded(plan: Any, steps: int = 2, seed: int = 0, cuda_autocast: boo
     from .train_step import host_step_counters, make_optimizer
 
     lay, r = plan.layout, plan.recipe
-    world = lay.dp_size * lay.tp
-    _process_group(world)
     if lay.tp > 1:  # sub-meshes are sliced here: slicing under FakeTensorMode reads the mesh tensor
         full = init_device_mesh("cpu", (lay.dp_size, lay.tp), mesh_dim_names=("dp", "tp"))
         mesh = (full["dp"], full["tp"])
