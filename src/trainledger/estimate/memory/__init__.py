@@ -16,7 +16,7 @@ from trainledger.spec.plan import Plan
 from trainledger.units import gib
 from trainledger.estimate.memory.model import Parts, activations, inference, model_states
 from trainledger.estimate.memory import runtimes as RT
-from trainledger.estimate.memory.runtime import runtime_defaults
+from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.terms import Term
 

@@ -36,7 +36,7 @@ from typing import Any
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import layer_kinds
-from trainledger.estimate.memory.runtime import runtime_defaults
+from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.serving.engine import EngineSettings, graph_capture_sizes, resolve
 from trainledger.estimate.serving.kv import KvLayout, kv_dtype, kv_layout, stage_layers
 from trainledger.estimate.serving.quant import WeightFormat, weight_format
