@@ -5,7 +5,7 @@ other models, batch sizes and GPU counts on the same stack. For every developmen
 (bench/time_accuracy.py cases, primary rows), grouped by (table, stack, GPU model, precision):
 
 * one-run transfer: for each row as the anchor, fit the one-factor calibration
-  (trainledger.estimate.calibration.fit) and predict every other row of the group;
+  (trainledger.estimate.time.calibration.fit) and predict every other row of the group;
 * two-run transfer on long-sequence sweeps (rows of one model, GPU and GPU count that differ in
   sequence length): fit GEMM and attention factors on the shortest and longest sequence and
   predict the rows in between;
@@ -26,8 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from trainledger.estimate import calibration as cal
-from trainledger.estimate.compute import narayanan_flops_per_iteration
+from trainledger.estimate.time import calibration as cal
+from trainledger.estimate.time.compute import narayanan_flops_per_iteration
 from trainledger.estimate.time import estimate_compute
 
 
@@ -123,7 +123,7 @@ def write_calibrated_intervals(res: dict[str, Any]) -> Path:
     """Add the one-run transfer residuals to catalog/efficiency/intervals.yaml ('calibrated')."""
     import yaml
 
-    from trainledger.estimate import intervals
+    from trainledger.estimate.time import intervals
 
     path = intervals._path()
     data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}

@@ -13,7 +13,7 @@ import time
 from trainledger.estimate import estimate
 from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.options import MemoryOptions
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 PLANS = {
     "8B full, 1 GPU": dict(model="llama-3.1-8b", seq_len=4096),

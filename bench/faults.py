@@ -35,7 +35,7 @@ TINY = {"model": "tiny-llama-debug", "precision": "fp32", "seq_len": 16, "gpus":
 
 
 def accept_fault(spec: str, collective_timeout_s: float = 30) -> dict:
-    from trainledger.planfile import parse_inputs
+    from trainledger.load.plan import parse_inputs
     from trainledger.verify import accept as A
 
     t0 = time.monotonic()

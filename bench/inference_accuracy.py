@@ -20,7 +20,7 @@ import yaml
 
 from trainledger.estimate.serving import engine_memory
 from trainledger.estimate.serving.perf import ServingPerf
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 DATA = Path(__file__).parent / "data" / "trtllm_static_batch.yaml"
 MAX_DATA = Path(__file__).parent / "data" / "trtllm_max_throughput.yaml"

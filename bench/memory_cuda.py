@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from trainledger.estimate.memory import estimate_memory
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

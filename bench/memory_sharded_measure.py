@@ -27,7 +27,7 @@ def cases():
 
 
 def main(argv: list[str]) -> int:
-    from trainledger.planfile import PlanInputs, build_plan
+    from trainledger.load.plan import PlanInputs, build_plan
     from trainledger.verify.sharded import measure_sharded
 
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""

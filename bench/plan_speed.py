@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-from trainledger.search import EXAMPLE_JOB, Job, search
+from trainledger.planner.search import EXAMPLE_JOB, Job, search
 
 JOB_405B = Job(model="llama-3.1-405b", method="pretrain", tokens=15.6e12, seq_len=8192,
                global_batch=2048, max_gpus=16384, deadline_days=120,

@@ -37,17 +37,17 @@ from typing import Any
 
 import yaml
 
-from trainledger.catalog import load_gpu, load_network
-from trainledger.cluster import Cluster
-from trainledger.estimate.compute import narayanan_flops_per_iteration
+from trainledger.load.catalog import load_gpu, load_network
+from trainledger.spec.cluster import Cluster
+from trainledger.estimate.time.compute import narayanan_flops_per_iteration
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time import estimate_compute, estimate_time
-from trainledger.hfconfig import from_hf_config, load_model
-from trainledger.layout import Layout
-from trainledger.plan import Plan
-from trainledger.recipe import Recipe
-from trainledger.runtime import Runtime
-from trainledger.estimate.efficiency import for_gpu
+from trainledger.load.hf import from_hf_config, load_model
+from trainledger.spec.layout import Layout
+from trainledger.spec.plan import Plan
+from trainledger.spec.recipe import Recipe
+from trainledger.spec.runtime import Runtime
+from trainledger.estimate.time.efficiency import for_gpu
 
 GT = Path(os.environ.get("TRAINLEDGER_GROUNDTRUTH", Path(__file__).resolve().parents[2] / "shared" / "groundtruth"))
 if not GT.exists():
@@ -421,7 +421,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """catalog/efficiency/intervals.yaml from this run's residuals (see estimate/intervals.py)."""
-    from trainledger.estimate import intervals
+    from trainledger.estimate.time import intervals
 
     sg = [r["signed_error"] for r in rows if not r["secondary"]]
     data = {"source": "bench/time_accuracy.py --write-intervals: p10/p90 of the signed rate error "

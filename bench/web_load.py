@@ -245,7 +245,7 @@ async def _attack(kind: str, base: str, port: int, seconds: float) -> dict:
     if kind == "slow-config":
         attack = _flood(base, "/api/estimate", {"config_json": _huge_config()}, 3, 5.0, stop, statuses)
     elif kind == "planner":
-        from trainledger.catalog import names
+        from trainledger.load.catalog import names
 
         body = {"model": "llama-3.1-70b", "gpus": names("gpus")[:40], "max_gpus": 4096}
         attack = _flood(base, "/api/plan", body, 4, 3.0, stop, statuses)

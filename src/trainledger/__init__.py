@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import (  # noqa: E402  (cheap: no pydantic)
+from trainledger.errors import (  # noqa: E402  (cheap: no pydantic)
     CatalogError,
     CorpusError,
     DoesNotFit,
@@ -21,21 +21,21 @@ from .errors import (  # noqa: E402  (cheap: no pydantic)
 #: public names imported on first use (PEP 562), so `trainledger --version` and commands that need
 #: little start fast: pydantic models and the catalog load only when a name below is touched.
 #: name -> (module, attribute); attribute None: the module itself, which is callable
-#: (``trainledger.estimate(plan)``, ``trainledger.search(job)``).
+#: (``trainledger.estimate(plan)``, ``trainledger.planner.search(job)``).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "estimate": ("trainledger.estimate", None),
     "Estimate": ("trainledger.estimate", "Estimate"),
     "EstimateOptions": ("trainledger.estimate", "EstimateOptions"),
-    "search": ("trainledger.search", None),
-    "Job": ("trainledger.search", "Job"),
-    "build_plan": ("trainledger.planfile", "build_plan"),
-    "PlanInputs": ("trainledger.planfile", "PlanInputs"),
-    "Runtime": ("trainledger.runtime", "Runtime"),
-    **{n: ("trainledger.cluster", n) for n in ("Cluster", "GpuSpec", "NetworkSpec", "StorageSpec")},
-    "from_hf_config": ("trainledger.hfconfig", "from_hf_config"),
-    "load_model": ("trainledger.hfconfig", "load_model"),
-    "Layout": ("trainledger.layout", "Layout"), "ModelSpec": ("trainledger.model", "ModelSpec"),
-    "Plan": ("trainledger.plan", "Plan"), "Recipe": ("trainledger.recipe", "Recipe"),
+    "search": ("trainledger.planner.search", None),
+    "Job": ("trainledger.planner.search", "Job"),
+    "build_plan": ("trainledger.load.plan", "build_plan"),
+    "PlanInputs": ("trainledger.load.plan", "PlanInputs"),
+    "Runtime": ("trainledger.spec.runtime", "Runtime"),
+    **{n: ("trainledger.spec.cluster", n) for n in ("Cluster", "GpuSpec", "NetworkSpec", "StorageSpec")},
+    "from_hf_config": ("trainledger.load.hf", "from_hf_config"),
+    "load_model": ("trainledger.load.hf", "load_model"),
+    "Layout": ("trainledger.spec.layout", "Layout"), "ModelSpec": ("trainledger.spec.model", "ModelSpec"),
+    "Plan": ("trainledger.spec.plan", "Plan"), "Recipe": ("trainledger.spec.recipe", "Recipe"),
 }
 
 

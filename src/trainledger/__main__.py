@@ -1,3 +1,3 @@
-from .cli import main
+from trainledger.cli import main
 
 main()

@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from trainledger.errors import SpecError
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_STRING_CHARS", "read_text", "check_tree",
            "clip", "shorten", "path_exists", "is_file", "is_dir"]

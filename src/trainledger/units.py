@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-from .errors import SpecError
+from trainledger.errors import SpecError
 
 KIB = 1024
 MIB = 1024**2

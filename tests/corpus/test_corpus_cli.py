@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from trainledger.cli import main
 from trainledger.corpus import CorpusOptions, analyze, plan_hints
 from trainledger.errors import CorpusError
-from trainledger.planfile import PlanInputs, parse_inputs
+from trainledger.load.plan import PlanInputs, parse_inputs
 
 from corpus_fixtures import make_texts
 

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from trainledger.estimate.goodput import (LLAMA3_CAUSES, LLAMA3_GPUS, LLAMA3_INTERRUPTIONS, LLAMA3_SNAPSHOT_HOURS,
+from trainledger.estimate.run.goodput import (LLAMA3_CAUSES, LLAMA3_GPUS, LLAMA3_INTERRUPTIONS, LLAMA3_SNAPSHOT_HOURS,
                                           cause_breakdown, daly_interval_s, daly_wall_s, expected_interruptions,
                                           goodput, job_mtbf_s, young_interval_s)
-from trainledger.estimate.checkpoint import FAILURES_PER_GPU_HOUR
+from trainledger.estimate.run.checkpoint import FAILURES_PER_GPU_HOUR
 
 MIN, HOUR = 60.0, 3600.0
 

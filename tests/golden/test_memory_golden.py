@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.estimate.activations import korthikanti_layer_bytes
+from trainledger.estimate.memory.activations import korthikanti_layer_bytes
 from trainledger.estimate.memory import estimate_memory
-from trainledger.estimate.memory_model import Parts, model_states
-from trainledger.estimate.memory_states import NF4_BYTES, NF4_CONST_BYTES
+from trainledger.estimate.memory.model import Parts, model_states
+from trainledger.estimate.memory.states import NF4_BYTES, NF4_CONST_BYTES
 from trainledger.estimate.options import MemoryOptions
-from trainledger.hfconfig import from_hf_config
-from trainledger.planfile import PlanInputs, build_cluster, build_plan
-from trainledger.plan import Plan
-from trainledger.layout import Layout
-from trainledger.recipe import Recipe
+from trainledger.load.hf import from_hf_config
+from trainledger.load.plan import PlanInputs, build_cluster, build_plan
+from trainledger.spec.plan import Plan
+from trainledger.spec.layout import Layout
+from trainledger.spec.recipe import Recipe
 
 GB = 1e9
 

@@ -24,7 +24,7 @@ import pytest
 from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.serving.kv import kv_layout
 from trainledger.estimate.serving.memory import engine_memory, pool_concurrency, vllm_kv_pool, weight_bytes
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.units import GIB
 
 LLAMA70_PARAMS = 70_553_706_496

@@ -31,7 +31,7 @@ import pytest
 
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time import estimate_compute, estimate_time
-from trainledger.hfconfig import load_model
+from trainledger.load.hf import load_model
 
 #: Llama 3 paper §3.3.4: effective training time > 90% (the share of wall-clock doing useful steps)
 EFFECTIVE_TRAINING_TIME = 0.90

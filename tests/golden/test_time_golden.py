@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from trainledger.catalog import load_gpu, load_network
-from trainledger.cluster import Cluster
-from trainledger.estimate.compute import narayanan_flops_per_iteration, step_flops, training_time_s
-from trainledger.hfconfig import from_hf_config
-from trainledger.layout import Layout
-from trainledger.plan import Plan
-from trainledger.recipe import Recipe
+from trainledger.load.catalog import load_gpu, load_network
+from trainledger.spec.cluster import Cluster
+from trainledger.estimate.time.compute import narayanan_flops_per_iteration, step_flops, training_time_s
+from trainledger.load.hf import from_hf_config
+from trainledger.spec.layout import Layout
+from trainledger.spec.plan import Plan
+from trainledger.spec.recipe import Recipe
 
 DAY = 86400.0
 

@@ -21,8 +21,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from trainledger.estimate.memory import by_measured_category, estimate_memory  # noqa: E402
-from trainledger.hfconfig import load_hf_config  # noqa: E402
-from trainledger.planfile import PlanInputs, build_plan  # noqa: E402
+from trainledger.load.hf import load_hf_config  # noqa: E402
+from trainledger.load.plan import PlanInputs, build_plan  # noqa: E402
 
 PEAK_TOL = 0.03
 TERM_TOL = 0.10

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from trainledger.estimate.memory import by_measured_category, estimate_memory
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "sharded_memory_measured.json"

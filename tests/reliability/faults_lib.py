@@ -147,7 +147,7 @@ def report_full_disk(work: Path) -> dict[str, Any]:
 
 def accept_full_disk(work: Path) -> dict[str, Any]:
     """The acceptance run with its checkpoint folder on a full disk: a failure record, no hang."""
-    from trainledger.planfile import parse_inputs
+    from trainledger.load.plan import parse_inputs
     from trainledger.verify import accept as A
 
     t0 = time.monotonic()

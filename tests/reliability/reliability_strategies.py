@@ -19,10 +19,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from trainledger.catalog import names
-from trainledger.hfconfig import from_hf_config, load_model, preset_names
-from trainledger.model import ModelSpec
-from trainledger.recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
+from trainledger.load.catalog import names
+from trainledger.load.hf import from_hf_config, load_model, preset_names
+from trainledger.spec.model import ModelSpec
+from trainledger.spec.recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
 
 #: presets small enough that a whole estimate (with its scaling curve) takes milliseconds, plus a
 #: few large/MoE/MLA ones so that every family and size regime is drawn.

@@ -18,8 +18,8 @@ from hostile_cases import (CONFIG_CASES, PLAN_CASES, remote_code_folder, special
                            write_case)
 
 from trainledger.errors import TrainledgerError
-from trainledger.hfconfig import load_model
-from trainledger.planfile import build_plan, load_plan_file, parse_inputs
+from trainledger.load.hf import load_model
+from trainledger.load.plan import build_plan, load_plan_file, parse_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME_LIMIT_S = 20.0
@@ -153,8 +153,8 @@ def test_auto_map_unknown_architecture_refused(tmp_path):
 def test_auto_map_ignored_when_building_the_real_model(tmp_path):
     """verify's builder (transformers) gets the config without auto_map and never trusts remote code."""
     pytest.importorskip("transformers")
-    from trainledger.hfconfig import load_hf_config
-    from trainledger.recipe import Recipe
+    from trainledger.load.hf import load_hf_config
+    from trainledger.spec.recipe import Recipe
     from trainledger.verify.build import make_config
 
     folder = remote_code_folder(tmp_path / "evil3")

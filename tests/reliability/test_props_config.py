@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainledger.errors import SpecError
-from trainledger.families import FAMILIES
-from trainledger.hfconfig import from_hf_config, load_hf_config, preset_names
+from trainledger.load.families import FAMILIES
+from trainledger.load.hf import from_hf_config, load_hf_config, preset_names
 
 KEYS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",

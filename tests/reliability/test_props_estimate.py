@@ -22,7 +22,7 @@ from reliability_strategies import bad_numbers, models, raw_inputs, valid_case
 from trainledger.errors import TrainledgerError
 from trainledger.estimate import EstimateOptions, estimate
 from trainledger.estimate.options import CostOptions, MemoryOptions, TimeOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
                 print_blob=True)

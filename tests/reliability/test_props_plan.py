@@ -1,4 +1,4 @@
-"""Property-based tests of the planner's library entry point ``trainledger.search.search(Job)``.
+"""Property-based tests of the planner's library entry point ``trainledger.planner.search.search(Job)``.
 
 * any job -> a SearchResult or a TrainledgerError, nothing else;
 * every plan it recommends fits the GPU's memory budget, respects the GPU budget, multiplies its
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from reliability_strategies import SMALL_PRESETS, bad_numbers
 
 from trainledger.errors import TrainledgerError
-from trainledger.recipe import ATTENTIONS, OPTIMIZERS, PRECISIONS
-from trainledger.search import Job, search
+from trainledger.spec.recipe import ATTENTIONS, OPTIMIZERS, PRECISIONS
+from trainledger.planner.search import Job, search
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
                 print_blob=True)
@@ -99,7 +99,7 @@ def test_planner_answers_every_job(job):
         assert lay.dp_size * lay.tp * lay.pp * lay.cp == cl.world_size
         # the job's batch, rounded to a multiple of micro-batch x DP by at most the planner's
         # tolerance (any whole-node GPU count can run the job; issue 15)
-        from trainledger.search import default_global_batch
+        from trainledger.planner.search import default_global_batch
 
         asked = job.global_batch or default_global_batch(job)
         assert abs(c.plan.global_batch - asked) <= job.batch_rounding * asked + 1e-9

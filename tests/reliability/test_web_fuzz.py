@@ -104,7 +104,7 @@ def test_client_named_files_are_never_opened(monkeypatch, name):
     import builtins
     import io as _io
 
-    from trainledger import catalog
+    from trainledger.load import catalog
 
     opened: list[str] = []
     real_open, real_io_open, real_read = builtins.open, _io.open, catalog.read_data_file

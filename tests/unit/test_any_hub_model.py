@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from trainledger import hfconfig
+from trainledger.load import hf as hfconfig
 from trainledger.errors import CatalogError, SpecError
-from trainledger.hfconfig import load_model
+from trainledger.load.hf import load_model
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=500)
 

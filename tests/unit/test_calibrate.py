@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from trainledger import calibrate
+from trainledger.ledger import calibrate
 from trainledger.cli import main
 from trainledger.errors import LedgerError
 from trainledger.ledger import Ledger, Record, fingerprint

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainledger import catalog
+from trainledger.load import catalog
 from trainledger.errors import CatalogError, SpecError
 
-GPU_DIR = Path(catalog.__file__).parent / "catalog" / "gpus"
+GPU_DIR = Path(catalog.__file__).parents[1] / "catalog" / "gpus"
 
 
 def _h100_fields() -> dict:

@@ -10,7 +10,7 @@ import datetime as dt
 
 import pytest
 
-from trainledger import catalog
+from trainledger.load import catalog
 from trainledger.units import GIB, MIB
 
 CHECKED = dt.date(2026, 11, 29)

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from trainledger import catalog
+from trainledger.load import catalog
 from trainledger.units import gbit_per_s_to_bytes
 
 ALL = catalog.names("networks")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from trainledger.cli import main
 from trainledger.errors import MissingDependency
 from trainledger.estimate import estimate
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "runconfig"
 
@@ -61,7 +61,7 @@ def test_estimate_to_pandas_when_installed():
 
 
 def test_search_result_views():
-    from trainledger.search import Job, search
+    from trainledger.planner.search import Job, search
 
     res = search(Job(model="llama-3.2-1b", gpus=("h100-sxm",), max_gpus=2, tokens=1e8, global_batch=8))
     assert repr(res).startswith("<SearchResult") and "plans" in repr(res)

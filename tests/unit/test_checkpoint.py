@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainledger.estimate.checkpoint import (
+from trainledger.estimate.run.checkpoint import (
     FAILURES_PER_GPU_HOUR,
     checkpoint_bytes,
     checkpoint_section,
@@ -18,7 +18,7 @@ from trainledger.estimate.checkpoint import (
     young_interval_s,
 )
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 from trainledger.units import GB, GIB
 
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from trainledger import catalog
-from trainledger.cluster import Cluster, GpuSpec
+from trainledger.load import catalog
+from trainledger.spec.cluster import Cluster, GpuSpec
 from trainledger.errors import CatalogError
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.catalog import load_gpu, load_network
-from trainledger.cluster import Cluster
-from trainledger.estimate.comm import (
+from trainledger.load.catalog import load_gpu, load_network
+from trainledger.spec.cluster import Cluster
+from trainledger.estimate.time.comm import (
     Group,
     all_gather_s,
     all_reduce_s,
@@ -15,7 +15,7 @@ from trainledger.estimate.comm import (
     p2p_s,
     topology,
 )
-from trainledger.estimate.efficiency import link_efficiency
+from trainledger.estimate.time.efficiency import link_efficiency
 
 
 def cluster(nodes=4, gpu="h100-sxm", net="ib-ndr", per_node=8):

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.catalog import load_gpu, load_network
-from trainledger.cluster import Cluster
-from trainledger.estimate.compute import (
+from trainledger.load.catalog import load_gpu, load_network
+from trainledger.spec.cluster import Cluster
+from trainledger.estimate.time.compute import (
     layer_kinds,
     narayanan_flops_per_iteration,
     step_flops,
 )
 from trainledger.estimate.time import matmul_dtype
-from trainledger.hfconfig import from_hf_config, load_model
-from trainledger.layout import Layout
-from trainledger.plan import Plan
-from trainledger.recipe import Recipe
+from trainledger.load.hf import from_hf_config, load_model
+from trainledger.spec.layout import Layout
+from trainledger.spec.plan import Plan
+from trainledger.spec.recipe import Recipe
 
 
 def gpt(h=1024, L=4, a=16, V=5000, s=512, **kw):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.estimate.efficiency import gemm_time_s, gpu_efficiency
+from trainledger.estimate.time.efficiency import gemm_time_s, gpu_efficiency
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time import estimate_compute, estimate_time, scaling_curve
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 
 def plan(**kw):
@@ -142,8 +142,8 @@ def test_unknown_architecture_falls_back_to_default_family():
 
 
 def test_every_efficiency_file_is_complete_and_every_catalog_gpu_has_a_family():
-    from trainledger.catalog import all_gpus
-    from trainledger.estimate.efficiency import _families, link_efficiency
+    from trainledger.load.catalog import all_gpus
+    from trainledger.estimate.time.efficiency import _families, link_efficiency
 
     fams = _families()
     assert {f for f, _, _ in fams} >= {"ampere", "hopper", "blackwell", "default"}

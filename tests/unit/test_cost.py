@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from trainledger.errors import CatalogError, SpecError
-from trainledger.estimate.cost import (
+from trainledger.estimate.run.cost import (
     break_even_month,
     cloud_cost_usd,
     cost_section,
@@ -18,8 +18,8 @@ from trainledger.estimate.cost import (
     run_cost_usd,
 )
 from trainledger.estimate.options import CostOptions, EstimateOptions
-from trainledger.estimate.prices import load_prices
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.estimate.run.prices import load_prices
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 def _plan(**kw):
@@ -155,7 +155,7 @@ def test_catalog_prices_are_consistent_and_sourced():
 
 
 def test_default_is_the_cheapest_catalog_price_of_the_tier():
-    from trainledger.estimate.cost import cloud_quote, usd_per_gpu_hour
+    from trainledger.estimate.run.cost import cloud_quote, usd_per_gpu_hour
 
     cat = load_prices()
     on_demand = [q.usd_per_gpu_hour for q in cat.quotes_for("h100-sxm") if q.tier == "on-demand"]

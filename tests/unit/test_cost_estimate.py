@@ -6,7 +6,7 @@ import pytest
 
 from trainledger.estimate import EstimateOptions, estimate
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainledger.estimate.energy import (
+from trainledger.estimate.run.energy import (
     carbon_kg,
     energy_kwh,
     energy_section,
@@ -15,7 +15,7 @@ from trainledger.estimate.energy import (
     node_overhead_w,
 )
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 # Touvron et al. 2023, "Llama 2", arXiv:2307.09288, Table 2: GPU-hours on A100-80GB at a 400 W
 # power figure per GPU, and the emissions reported for each model (tCO2eq).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.estimate.prices import load_prices
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.estimate.run.prices import load_prices
+from trainledger.load.plan import build_plan, parse_inputs
 from trainledger.report import build_report, render
 from trainledger.report.document import summary
 from trainledger.report.facility import BTU_PER_H_PER_W, W_PER_TON, facility_sheet, ups_modules

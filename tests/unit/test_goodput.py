@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.estimate import EstimateOptions, estimate
-from trainledger.estimate.checkpoint import FAILURES_PER_GPU_HOUR
-from trainledger.estimate.goodput import daly_interval_s, goodput, job_mtbf_s, wall_factor
+from trainledger.estimate.run.checkpoint import FAILURES_PER_GPU_HOUR
+from trainledger.estimate.run.goodput import daly_interval_s, goodput, job_mtbf_s, wall_factor
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
-from trainledger.search import Job, search
+from trainledger.load.plan import build_plan, parse_inputs
+from trainledger.planner.search import Job, search
 
 BIG = {"model": "llama-3.1-405b", "gpus": 16384, "tp": 8, "pp": 16, "seq_len": 8192, "global_batch": 2048,
        "tokens": 15.6e12}

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import CatalogError, SpecError
-from trainledger.hfconfig import from_hf_config, load_hf_config, load_model, preset_names
+from trainledger.load.hf import from_hf_config, load_hf_config, load_model, preset_names
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}

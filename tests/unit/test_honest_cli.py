@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from trainledger.cli import main
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -79,7 +79,7 @@ def test_fp8_without_fp8_tensor_cores_is_an_error(gpu):
 
 
 def test_fp8_on_hopper_is_accepted():
-    from trainledger.precision import default_precision
+    from trainledger.spec.precision import default_precision
 
     assert default_precision("full", None, None)[0] == "bf16-mixed"
     code, out = run("estimate", "--gpu", "h100-sxm", "--precision", "fp8-mixed")

@@ -6,15 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainledger.estimate.checkpoint import checkpoint_section
-from trainledger.estimate.host import (
+from trainledger.estimate.run.checkpoint import checkpoint_section
+from trainledger.estimate.run.host import (
     host_section,
     offload_traffic_bytes_per_param,
     offloaded_bytes_per_param,
     pinned_batch_bytes,
 )
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 from trainledger.units import GIB
 
 

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainledger.estimate.fabric import (
+from trainledger.estimate.run.fabric import (
     interconnect_section,
     pp_bytes,
     ring_all_reduce_bytes,
     tp_bytes,
     zero3_bytes,
 )
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 def _plan(**kw):

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from trainledger.cli import main
 from trainledger.errors import SpecError
 from trainledger.estimate import estimate
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.runconfig import EXPORT_FORMATS, export_plan, import_configs
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "runconfig"

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from trainledger.cli import main
-from trainledger.planfile import PlanInputs, build_plan, load_plan_file, parse_inputs
-from trainledger.search import Job
+from trainledger.load.plan import PlanInputs, build_plan, load_plan_file, parse_inputs
+from trainledger.planner.search import Job
 from trainledger.web.schemas import WEB_EXCLUDED, PlanRequest, WebInputs
 
 
@@ -85,7 +85,7 @@ def test_top_level_api_estimates_a_plan_inputs_or_fields():
     assert trainledger.estimate(model="llama-3.2-1b").memory.device_total_bytes > want
     with pytest.raises(TypeError):
         trainledger.estimate("llama-3.2-1b")
-    assert callable(trainledger.search)
+    assert callable(trainledger.planner.search)
 
 
 @pytest.mark.parametrize("fields, field", [

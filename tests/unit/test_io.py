@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainledger.estimate.io import (
+from trainledger.estimate.run.io import (
     blocks_per_sample,
     io_section,
     read_bytes_per_s,
@@ -16,7 +16,7 @@ from trainledger.estimate.io import (
     worker_iops,
 )
 from trainledger.estimate.options import CostOptions
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 def _plan(**kw):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.catalog import names
-from trainledger.estimate.compute import layer_kinds, lora_gemms
-from trainledger.hfconfig import load_model
-from trainledger.modules import layer_linears, lora_params
+from trainledger.load.catalog import names
+from trainledger.estimate.time.compute import layer_kinds, lora_gemms
+from trainledger.load.hf import load_model
+from trainledger.spec.layers import layer_linears, lora_params
 
 TARGETS = [
     ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),

@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from trainledger import calibrate
+from trainledger.ledger import calibrate
 from trainledger.cli import main
 from trainledger.errors import SpecError
 from trainledger.ledger import Ledger
-from trainledger.ledger_import import detect_log, import_log, parse_log
-from trainledger.planfile import PlanInputs
+from trainledger.ledger.importer import detect_log, import_log, parse_log
+from trainledger.load.plan import PlanInputs
 
 PLAN = PlanInputs(model="llama-3.1-8b", gpus=8, framework="megatron-core", tp=2, zero=1, seq_len=4096,
                   micro_batch=1, grad_accum=4)
@@ -66,7 +66,7 @@ def test_torchtitan_log_step_time_from_tokens_per_second(tmp_path):
 def test_trainer_state_json_of_a_real_run(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from trainledger.hfconfig import load_hf_config
+    from trainledger.load.hf import load_hf_config
 
     cfg = transformers.LlamaConfig(**{k: v for k, v in load_hf_config("tiny-llama-debug").items()
                                       if k not in ("model_type", "architectures")})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainledger import fsdetect
+from trainledger.ledger import fsdetect
 from trainledger.ledger import Ledger
 
 # /proc/self/mountinfo lines in the format of proc(5)

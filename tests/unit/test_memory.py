@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from trainledger.estimate import estimate
-from trainledger.estimate.activations import Flow, layer_bytes
+from trainledger.estimate.memory.activations import Flow, layer_bytes
 from trainledger.estimate.memory import estimate_memory
-from trainledger.estimate.memory_model import Parts, activations, inflight_microbatches, model_states
+from trainledger.estimate.memory.model import Parts, activations, inflight_microbatches, model_states
 from trainledger.estimate.options import MemoryOptions
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 GIB = 2**30
 NO_SUGGEST = MemoryOptions(suggestions=False)
@@ -168,7 +168,7 @@ def test_estimator_does_not_import_torch():
     import subprocess
 
     code = ("import sys\n"
-            "from trainledger.planfile import PlanInputs, build_plan\n"
+            "from trainledger.load.plan import PlanInputs, build_plan\n"
             "from trainledger.estimate.memory import estimate_memory\n"
             "e = estimate_memory(build_plan(PlanInputs(model='llama-3.1-8b', seq_len=8192, micro_batch=4)))\n"
             "assert e.suggestions and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n")

@@ -16,8 +16,8 @@ import json
 import pytest
 
 from trainledger.estimate.memory import estimate_memory
-from trainledger.estimate.memory_model import Parts, model_states
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.estimate.memory.model import Parts, model_states
+from trainledger.load.plan import PlanInputs, build_plan
 
 GIB = 2**30
 
@@ -78,7 +78,7 @@ def test_zero3_model_states_equal_deepspeeds_estimator(ds, offload):
     largest = plan.model.vocab_size * plan.model.hidden_size  # DeepSpeed's largest module: embedding
     cpu, gpu, largest_mem = ds[1](psi, largest, num_gpus_per_node=8, num_nodes=1,
                                   cpu_offload=offload != "none", cpu_offload_params=False, zero_init=True)
-    from trainledger.estimate.memory_runtimes import _persistent_params
+    from trainledger.estimate.memory.runtimes import _persistent_params
 
     persist = 2 * _persistent_params(plan, 100_000)  # norms stay whole (param_persistence_threshold)
     ours = x.weights + x.master + x.states + x.grads + x.grads_static + x.opt_temp - persist
@@ -143,7 +143,7 @@ def test_torch_tp_keeps_embedding_and_logits_replicated():
 
 def test_fsdp2_shards_with_dim0_padding():
     """qwen2.5-0.5b's k_proj has 128 rows: over 256 ranks rank 0 still holds one row."""
-    from trainledger.estimate.memory_runtimes import shapes
+    from trainledger.estimate.memory.runtimes import shapes
 
     p = _plan(model="qwen2.5-0.5b", gpus=256, gpus_per_node=8, framework="fsdp2")
     s = shapes(p)
@@ -205,7 +205,7 @@ def test_readme_runtime_example_is_real():
 def test_gemma2_softcap_defaults_follow_transformers():
     """transformers' Gemma2Config: final_logit_softcapping=30.0, attn_logit_softcapping=50.0 when
     config.json omits them; an explicit null turns a cap off."""
-    from trainledger.hfconfig import from_hf_config, load_hf_config
+    from trainledger.load.hf import from_hf_config, load_hf_config
 
     cfg = dict(load_hf_config("gemma-2-2b"))
     cfg.pop("final_logit_softcapping")
@@ -217,7 +217,7 @@ def test_gemma2_softcap_defaults_follow_transformers():
 
 
 def test_gemma2_eager_softcap_adds_the_saved_tanh_outputs():
-    from trainledger.hfconfig import from_hf_config, load_hf_config
+    from trainledger.load.hf import from_hf_config, load_hf_config
 
     cfg = dict(load_hf_config("gemma-2-2b"))
     capped = from_hf_config(cfg)
@@ -234,7 +234,7 @@ def test_phi3_fused_qkv_output_stays_alive_through_v():
     """Phi-3 slices q, k, v out of one qkv_proj output; SDPA saves v (a view), so the whole fused
     buffer lives until backward: c·(q + kv) more per token and layer than separate projections.
     (Measured on Llama-size phi-3-mini, fake tensors: forward peak 12.264 GiB; was modeled 11.70.)"""
-    from trainledger.hfconfig import from_hf_config, load_hf_config
+    from trainledger.load.hf import from_hf_config, load_hf_config
 
     cfg = dict(load_hf_config("phi-3-mini"))
     m = from_hf_config(cfg)

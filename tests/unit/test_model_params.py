@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import pytest
 
-from trainledger.hfconfig import from_hf_config, load_hf_config, load_model, preset_names
+from trainledger.load.hf import from_hf_config, load_hf_config, load_model, preset_names
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from trainledger.estimate import estimate
-from trainledger.estimate.checkpoint import checkpoint_bytes
+from trainledger.estimate.run.checkpoint import checkpoint_bytes
 from trainledger.estimate.optimizers import BNB_BLOCK, STATES_PER_PARAM, state_bytes_per_param
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 def test_state_counts_follow_the_algorithms():

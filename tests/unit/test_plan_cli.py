@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from trainledger.cli import main as cli
-from trainledger.search import EXAMPLE_JOB
+from trainledger.planner.search import EXAMPLE_JOB
 
 
 def _plan(*args: str):

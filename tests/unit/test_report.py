@@ -16,7 +16,7 @@ import pytest
 from trainledger.estimate import estimate
 from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.options import MemoryOptions
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.report import build_report, render
 from trainledger.units import GIB, fmt_seconds
 
@@ -113,7 +113,7 @@ def test_sweeps_are_monotone_and_limits_are_where_fit_ends(reports):
 
 
 def test_max_fitting_finds_the_edge():
-    from trainledger.report.sweeps import max_fitting
+    from trainledger.planner.sweeps import max_fitting
 
     inputs = PlanInputs(model="llama-3.1-8b", gpu="h100-sxm", gpus=8, zero=3)
     edge = max_fitting(inputs, "seq_len", 1 << 20, step=256)
@@ -127,7 +127,7 @@ def test_max_fitting_finds_the_edge():
 
 
 def test_pareto_front_by_hand():
-    from trainledger.report.sweeps import pareto_front
+    from trainledger.planner.sweeps import pareto_front
 
     pts = [{"total_s": 10, "cost_usd": 5, "fits": True},   # front
            {"total_s": 5, "cost_usd": 10, "fits": True},   # front
@@ -228,7 +228,7 @@ def test_risks_follow_the_estimate(reports):
 
 def test_plan_and_verify_results_are_rendered(tmp_path):
     from trainledger.report import inputs_from_plan_result
-    from trainledger.search import Job, search
+    from trainledger.planner.search import Job, search
 
     res = search(Job(model="llama-3.2-1b", tokens=1e9, deadline_days=2, gpus=("h100-sxm", "l40s"),
                      max_gpus=16, top=3)).to_dict()
@@ -280,7 +280,7 @@ def test_write_atomic_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
 
 
 def test_report_modules_do_not_import_torch_or_fastapi():
-    code = ("import sys, trainledger.report, trainledger.report.sweeps, trainledger.report.sheet; "
+    code = ("import sys, trainledger.report, trainledger.planner.sweeps, trainledger.report.sheet; "
             "print(sorted(m for m in ('torch', 'fastapi', 'uvicorn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.estimate import estimate
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.units import GIB
 
 FLAGS = ["--model", "llama-3.2-1b", "--gpu", "l40s", "--gpus", "2", "--tokens", "1B"]
@@ -45,7 +45,7 @@ def test_plan_file_and_stdout(tmp_path):
 
 
 def test_from_plan_json_and_verify_json(tmp_path):
-    from trainledger.search import Job, search
+    from trainledger.planner.search import Job, search
 
     res = search(Job(model="llama-3.2-1b", tokens=1e9, gpus=("h100-sxm",), max_gpus=8, top=3)).to_dict()
     pj = tmp_path / "plan.json"

@@ -72,7 +72,7 @@ def test_verify_json_without_plan_is_matched_by_its_predicted_peak(tiny_verify, 
 
 def test_accept_json_shows_not_measured_instead_of_zero_bytes(tmp_path):
     from trainledger.estimate import estimate
-    from trainledger.planfile import PlanInputs, build_plan
+    from trainledger.load.plan import PlanInputs, build_plan
 
     inputs = PlanInputs(model="tiny-llama-debug", seq_len=64)
     accept = {"plan": inputs.model_dump(mode="json"), "device": "cpu", "nproc": 2,

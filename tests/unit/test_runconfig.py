@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from trainledger.errors import PlanError, SpecError
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.runconfig import EXPORT_FORMATS, export_plan, import_configs
 from trainledger.runconfig.arch import DECODER_LAYER_CLASS
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from trainledger.cli import main
-from trainledger.search import EXAMPLE_JOB, Job, gpu_counts, search
+from trainledger.planner.search import EXAMPLE_JOB, Job, gpu_counts, search
 
 
 @pytest.fixture(scope="module")

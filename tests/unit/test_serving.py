@@ -13,9 +13,9 @@ from trainledger.estimate import estimate
 from trainledger.estimate.serving import ServingPerf, engine_memory, serving_section
 from trainledger.estimate.serving.kv import kv_layout
 from trainledger.estimate.serving.quant import weight_format
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.runconfig import export_plan, import_configs
-from trainledger.serve_plan import serve_plan
+from trainledger.planner.serve import serve_plan
 from trainledger.units import GIB
 
 

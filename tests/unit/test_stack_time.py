@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.catalog import load_gpu, load_network
-from trainledger.estimate.efficiency import for_gpu
-from trainledger.estimate.intervals import rate_interval
+from trainledger.load.catalog import load_gpu, load_network
+from trainledger.estimate.time.efficiency import for_gpu
+from trainledger.estimate.time.intervals import rate_interval
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.stack import DVFS_EXPONENT, clock_scale, stack_profile
+from trainledger.estimate.time.stack import DVFS_EXPONENT, clock_scale, stack_profile
 from trainledger.estimate.time import estimate_compute
-from trainledger.planfile import PlanInputs, build_plan
-from trainledger.runtime import FRAMEWORKS
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.spec.runtime import FRAMEWORKS
 
 
 def _plan(**kw):
@@ -104,7 +104,7 @@ def test_every_time_figure_has_an_interval():
 def test_routing_imbalance_is_the_expected_maximum_of_binomial_loads():
     import math
 
-    from trainledger.estimate.work import routing_imbalance
+    from trainledger.estimate.time.work import routing_imbalance
 
     assert routing_imbalance(1e6, 1) == 1.0
     n, ep = 4096 * 64 * 8, 64

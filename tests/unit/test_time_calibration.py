@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import PlanError, SpecError
-from trainledger.estimate import calibration as cal
+from trainledger.estimate.time import calibration as cal
 from trainledger.estimate.time import estimate_compute
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 
 
 def _run(**kw):

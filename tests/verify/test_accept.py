@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import VerifyError
-from trainledger.planfile import build_plan, parse_inputs
+from trainledger.load.plan import build_plan, parse_inputs
 from trainledger.verify import accept as A
 from trainledger.verify._accept_worker import MANIFEST, file_digests, verify_manifest
 

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from trainledger import calibrate  # noqa: E402
-from trainledger.hfconfig import load_hf_config  # noqa: E402
+from trainledger.ledger import calibrate  # noqa: E402
+from trainledger.load.hf import load_hf_config  # noqa: E402
 from trainledger.ledger import Ledger  # noqa: E402
 from trainledger.verify.callbacks import RUN_COMMAND, LedgerCallback, LightningLedgerCallback, track_run  # noqa: E402
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from trainledger.errors import VerifyError  # noqa: E402
-from trainledger.recipe import Recipe  # noqa: E402
+from trainledger.spec.recipe import Recipe  # noqa: E402
 from trainledger.verify.measure import measure_memory, measure_memory_from_config  # noqa: E402
 
 TINY_LLAMA = {
@@ -79,7 +79,7 @@ def test_llama_8b_fake_is_exact_and_fast():
     """Full-size Llama-3.1-8B on fake tensors: exact state bytes from the parameter count."""
     import time
 
-    from trainledger.hfconfig import load_hf_config
+    from trainledger.load.hf import load_hf_config
 
     t0 = time.perf_counter()
     recipe = Recipe(precision="bf16-mixed", optimizer="adamw", seq_len=256, micro_batch=1)
@@ -198,7 +198,7 @@ def test_cpu_sdpa_with_dropout_materializes_scores():
 
 
 def test_measure_memory_from_plan_and_to_dict(tmp_path):
-    from trainledger.planfile import PlanInputs, build_plan
+    from trainledger.load.plan import PlanInputs, build_plan
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY_LLAMA))

@@ -192,7 +192,7 @@ def test_matches_cpu_allocator_accounting_for_mlp_training_step():
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 def test_matches_cpu_allocator_accounting_for_tiny_llama(tiny_llama_config, precision):
-    from trainledger.recipe import Recipe
+    from trainledger.spec.recipe import Recipe
     from trainledger.verify.build import build_model
     from trainledger.verify.measure import register_state
     from trainledger.verify.train_step import StepRunner

@@ -142,6 +142,6 @@ def test_probe_on_a_gpu():
     ("NVIDIA Quadro P5000", None),
 ])
 def test_catalog_gpu_for(nvml_name, catalog_name):
-    from trainledger import catalog
+    from trainledger.load import catalog
 
     assert P.catalog_gpu_for(nvml_name, catalog.names("gpus")) == catalog_name

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import VerifyError
-from trainledger.planfile import parse_inputs
+from trainledger.load.plan import parse_inputs
 from trainledger.verify import scaling as S
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from trainledger.cli import main  # noqa: E402
 from trainledger.errors import VerifyError  # noqa: E402
-from trainledger.planfile import PlanInputs, build_plan  # noqa: E402
+from trainledger.load.plan import PlanInputs, build_plan  # noqa: E402
 from trainledger.verify.sharded import measure_sharded  # noqa: E402
 
 # tiny-llama-debug: h=64, f=176, L=2, a=4, k=2, d=16, V=512, untied

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import VerifyError
-from trainledger.planfile import parse_inputs
+from trainledger.load.plan import parse_inputs
 from trainledger.verify import soak as S
 from trainledger.verify.telemetry import (KEYS, HostSampler, NvmlSampler, ReplayNvml, decode_throttle,
                                           open_sampler)

@@ -12,8 +12,8 @@ fastapi = pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from trainledger.estimate import estimate  # noqa: E402
-from trainledger.hfconfig import load_hf_config, preset_names  # noqa: E402
-from trainledger.planfile import PlanInputs, build_plan  # noqa: E402
+from trainledger.load.hf import load_hf_config, preset_names  # noqa: E402
+from trainledger.load.plan import PlanInputs, build_plan  # noqa: E402
 from trainledger.web import create_app  # noqa: E402
 
 SECURITY = {"content-security-policy", "x-content-type-options", "referrer-policy", "x-frame-options"}
@@ -91,7 +91,7 @@ def test_extreme_but_valid_prices_are_answered(client, price):
 
 
 def test_pasted_config_is_parsed_from_the_body_and_never_opened(monkeypatch):
-    import trainledger.hfconfig as hf
+    import trainledger.load.hf as hf
 
     client = TestClient(create_app(isolate=False))  # threads: the patched readers are the ones used
 
@@ -162,7 +162,7 @@ def test_request_time_limit(monkeypatch):
 
 
 def test_plan_endpoint_matches_the_planner(client):
-    from trainledger.search import Job, search
+    from trainledger.planner.search import Job, search
 
     job = {"model": "llama-3.2-1b", "tokens": 1e9, "deadline_days": 1, "gpus": ["h100-sxm", "l40s"], "max_gpus": 16}
     r = client.post("/api/plan", json=job)

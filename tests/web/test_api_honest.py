@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from trainledger.hfconfig import load_hf_config  # noqa: E402
+from trainledger.load.hf import load_hf_config  # noqa: E402
 from trainledger.web import create_app  # noqa: E402
 
 

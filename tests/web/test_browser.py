@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from trainledger.estimate import estimate
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.units import GIB
 
 pytest.importorskip("playwright")
@@ -112,7 +112,7 @@ def test_error_is_shown_next_to_its_field(page, server_url):
 
 
 def test_pasted_config_json(page, server_url):
-    from trainledger.hfconfig import load_hf_config
+    from trainledger.load.hf import load_hf_config
 
     page.goto(f"{server_url}/?gpu=l40s")
     wait_verdict(page)
@@ -127,7 +127,7 @@ def test_pasted_config_json(page, server_url):
 
 
 def test_plan_search(page, server_url):
-    from trainledger.search import Job, search
+    from trainledger.planner.search import Job, search
 
     page.goto(f"{server_url}/?model=llama-3.2-1b&tokens=1000000000")
     wait_verdict(page)

@@ -13,8 +13,8 @@ import json
 import pytest
 
 from trainledger.estimate import estimate
-from trainledger.hfconfig import load_hf_config
-from trainledger.planfile import PlanInputs, build_plan
+from trainledger.load.hf import load_hf_config
+from trainledger.load.plan import PlanInputs, build_plan
 
 pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402

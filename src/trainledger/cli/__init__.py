@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from .. import __version__
-from ..errors import TrainledgerError
+from trainledger import __version__
+from trainledger.errors import TrainledgerError
 
 #: command modules; each defines ``register(main)``. Imported lazily-safe: none imports torch.
 COMMAND_MODULES = (

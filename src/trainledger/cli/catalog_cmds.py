@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from .. import catalog
-from ..hfconfig import load_model, preset_names
-from ..units import fmt_bytes, fmt_params
-from .output import echo_json, table
+from trainledger.load import catalog
+from trainledger.load.hf import load_model, preset_names
+from trainledger.units import fmt_bytes, fmt_params
+from trainledger.cli.output import echo_json, table
 
 
 def register(main: click.Group) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from ..estimate import EstimateOptions
-from ..estimate.memory import estimate_memory
-from ..units import GIB
-from .options import plan_from_options, plan_options
-from .output import echo_json
+from trainledger.estimate import EstimateOptions
+from trainledger.estimate.memory import estimate_memory
+from trainledger.units import GIB
+from trainledger.cli.options import plan_from_options, plan_options
+from trainledger.cli.output import echo_json
 
 #: exit status of a plan that does not fit (2 is taken by usage errors)
 EXIT_DOES_NOT_FIT = 1

@@ -7,9 +7,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from .._spec import spec_error
-from ..units import parse_bytes
-from .output import echo_json
+from trainledger.spec.base import spec_error
+from trainledger.units import parse_bytes
+from trainledger.cli.output import echo_json
 
 
 def register(main: click.Group) -> None:
@@ -55,9 +55,9 @@ def corpus_cmd(paths: tuple[str, ...], as_json: bool, quiet: bool, **kw: Any) ->
     PATH is a file (JSONL, JSON, Parquet, Arrow/Feather, CSV/TSV, txt; .gz/.zst), a folder, a glob,
     a `datasets` save_to_disk folder, or a Hub dataset id in the local cache.
     """
-    from ..corpus import CorpusOptions, analyze
-    from ..corpus.progress import ProgressBar
-    from ..corpus.render import render_text
+    from trainledger.corpus import CorpusOptions, analyze
+    from trainledger.corpus.progress import ProgressBar
+    from trainledger.corpus.render import render_text
 
     fields = tuple(f.strip() for group in kw.pop("fields") for f in group.split(",") if f.strip())
     chat = not kw.pop("no_chat_template")

@@ -13,9 +13,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from .._spec import spec_error
-from ..estimate.options import CostOptions
-from ..units import fmt_bytes, fmt_rate, fmt_seconds
+from trainledger.spec.base import spec_error
+from trainledger.estimate.options import CostOptions
+from trainledger.units import fmt_bytes, fmt_rate, fmt_seconds
 
 COST_OPTIONS: list[Callable] = [
     click.option("--provider", help="cloud provider in the price catalog: aws, gcp, azure, lambda, coreweave [cheapest]"),

@@ -10,11 +10,11 @@ from typing import Any
 
 import click
 
-from ..estimate import EstimateOptions, estimate
-from ..units import fmt_bytes, gib
-from .ledger_cmds import calibration_line, estimate_ledger_hook, ledger_flags
-from .output import echo_json, table
-from .options import plan_from_options, plan_options, time_options, time_options_from_kwargs
+from trainledger.estimate import EstimateOptions, estimate
+from trainledger.units import fmt_bytes, gib
+from trainledger.cli.ledger_cmds import calibration_line, estimate_ledger_hook, ledger_flags
+from trainledger.cli.output import echo_json, table
+from trainledger.cli.options import plan_from_options, plan_options, time_options, time_options_from_kwargs
 
 
 def register(main: click.Group) -> None:
@@ -22,7 +22,7 @@ def register(main: click.Group) -> None:
 
 
 def _cost_options(func: Any) -> Any:
-    from .cost_opts import cost_options
+    from trainledger.cli.cost_opts import cost_options
 
     return cost_options(func)
 
@@ -39,7 +39,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
 
     Example: trainledger estimate --model llama-3.1-8b --gpu h100-sxm --seq-len 4096 --method lora
     """
-    from .cost_opts import cost_options_from_kwargs
+    from trainledger.cli.cost_opts import cost_options_from_kwargs
 
     cost = cost_options_from_kwargs(kwargs)
     tm = time_options_from_kwargs(kwargs)  # --mfu, --matmul-efficiency, --runtime, overlaps
@@ -51,15 +51,15 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
         return
     click.echo("\n".join(memory_lines(d["plan"], d["memory"])))
     if d.get("serving"):
-        from .serving_render import serving_lines
+        from trainledger.cli.serving_render import serving_lines
 
         click.echo("\n" + "\n".join(serving_lines(d["serving"])))
     if d.get("compute"):
-        from .time_render import compute_lines
+        from trainledger.cli.time_render import compute_lines
 
         click.echo("\n" + "\n".join(compute_lines(d["compute"], d["plan"].get("method"))))
     if d.get("time"):
-        from .time_render import time_lines
+        from trainledger.cli.time_render import time_lines
 
         lines, g = time_lines(d["time"]), d.get("goodput") or {}
         if g.get("wall_days") is not None:  # goodput section: the same run with interruptions
@@ -67,7 +67,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
                             f"+{g['added_days']:,.1f} days)")
         click.echo("\n" + "\n".join(lines))
     if est.extra:
-        from .cost_opts import ledger_lines
+        from trainledger.cli.cost_opts import ledger_lines
 
         lines = ledger_lines(est.extra)
         if lines:

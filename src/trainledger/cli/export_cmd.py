@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from ..errors import SpecError, TrainledgerError
-from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
-from .options import inputs_from_options, plan_options
-from .output import echo_json
+from trainledger.errors import SpecError, TrainledgerError
+from trainledger.runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
+from trainledger.cli.options import inputs_from_options, plan_options
+from trainledger.cli.output import echo_json
 
 
 def register(main: click.Group) -> None:
@@ -45,7 +45,7 @@ def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, fo
                 click.echo(f"skipped {fmt}: {exc}", err=True)
                 continue
             raise
-    from ..report.render import write_atomic
+    from trainledger.report.render import write_atomic
 
     out = Path(out_dir)
     try:

@@ -6,13 +6,13 @@ from typing import Any
 
 import click
 
-from .output import echo_json, table
+from trainledger.cli.output import echo_json, table
 
 LEDGER_HELP = "ledger file [$TRAINLEDGER_LEDGER or ~/.local/share/trainledger/ledger.db]"
 
 
 def _plan_options(func: Any) -> Any:
-    from .options import plan_options
+    from trainledger.cli.options import plan_options
 
     return plan_options(func)
 
@@ -37,7 +37,7 @@ def _summary(result: dict[str, Any]) -> str:
 def _summary_of(result: dict[str, Any]) -> str:
     m = result.get("measured")
     if isinstance(m, dict) and m.get("peak_allocated_bytes") is not None:
-        from ..units import fmt_bytes
+        from trainledger.units import fmt_bytes
 
         return f"peak {fmt_bytes(m['peak_allocated_bytes'])} on {m.get('device')}"
     if "items" in result:
@@ -50,7 +50,7 @@ def _summary_of(result: dict[str, Any]) -> str:
         return f"efficiency {result.get('efficiency', 0):.2f} ({result['verdict']})"
     if "n_measurements" in result:
         return f"fitted from {result['n_measurements']} measurement(s)"
-    from ..units import fmt_rate
+    from trainledger.units import fmt_rate
 
     if "peak" in result:
         return "peak busbw " + ", ".join(f"{op} {fmt_rate(v['busbw_bytes_per_s'])}" for op, v in result["peak"].items())
@@ -71,7 +71,7 @@ def _summary_of(result: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def list_cmd(path: str | None, kind: str | None, env_id: str | None, limit: int, as_json: bool) -> None:
     """Records, newest first."""
-    from ..ledger import Ledger
+    from trainledger.ledger import Ledger
 
     with Ledger(path) as led:
         recs = led.list(kind=kind, env_id=env_id, limit=limit)
@@ -92,7 +92,7 @@ def list_cmd(path: str | None, kind: str | None, env_id: str | None, limit: int,
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
     """One record: plan, environment and result."""
-    from ..ledger import Ledger
+    from trainledger.ledger import Ledger
 
     with Ledger(path) as led:
         rec = led.get(record_id)
@@ -120,13 +120,13 @@ def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="the same as --format json")
 def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | None, as_json: bool) -> None:
     """Every record, oldest first, as JSON lines, a JSON array or CSV."""
-    from ..ledger import Ledger
+    from trainledger.ledger import Ledger
 
     fmt = "json" if as_json else fmt
     with Ledger(path) as led:
         text = led.export(fmt, kind=kind)
     if out_path:
-        from ..report.render import write_atomic
+        from trainledger.report.render import write_atomic
 
         write_atomic(out_path, text, what="ledger export")
         click.echo(f"wrote {out_path}", err=True)
@@ -135,7 +135,7 @@ def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | Non
 
 
 def _time_calibration_flags(func: Any) -> Any:
-    from .options import plan_options
+    from trainledger.cli.options import plan_options
 
     func = click.option("--at-seq-len", "at_seq_len", type=int, multiple=True,
                         help="sequence length of each measured run when they differ (two runs at "
@@ -163,12 +163,12 @@ def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool, measured:
     runs at different --at-seq-len: GEMM and attention apart). Estimates use the fit when asked
     (`estimate --calibrated`).
     """
-    from .. import calibrate
-    from ..errors import LedgerError
-    from ..ledger import Ledger, fingerprint
+    from trainledger.ledger import calibrate
+    from trainledger.errors import LedgerError
+    from trainledger.ledger import Ledger, fingerprint
 
     if measured or logs:
-        from .time_calibrate import run_time_calibration
+        from trainledger.cli.time_calibrate import run_time_calibration
 
         fitted = run_time_calibration(path, measured, logs, at_seq_len, plan_kw)
         if as_json:
@@ -204,8 +204,8 @@ def ledger_flags(func: Any) -> Any:
 
 def estimate_ledger_hook(d: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Apply the calibration when asked and store the estimate; a ledger problem only warns."""
-    from .. import calibrate
-    from ..errors import LedgerError
+    from trainledger.ledger import calibrate
+    from trainledger.errors import LedgerError
 
     calibrated = kwargs.pop("calibrated", False)
     path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
@@ -218,7 +218,7 @@ def estimate_ledger_hook(d: dict[str, Any], kwargs: dict[str, Any]) -> dict[str,
 
 def calibration_line(d: dict[str, Any]) -> str:
     """'calibration: ...' — whether the estimate is calibrated and from how many measurements."""
-    from ..units import fmt_bytes
+    from trainledger.units import fmt_bytes
 
     c = d.get("calibration") or {}
     if not c.get("calibrated"):
@@ -248,9 +248,9 @@ def import_cmd(log_path: str, fmt: str, warmup: int, device: str, path: str | No
                **kwargs: Any) -> None:
     """Store a training log (trainer_state.json, W&B export, torchtitan or Megatron log) as a
     measurement of its plan (give the plan as for `estimate`, e.g. --from the run's configs)."""
-    from ..ledger_import import import_log
-    from ..units import fmt_bytes
-    from .options import inputs_from_options
+    from trainledger.ledger.importer import import_log
+    from trainledger.units import fmt_bytes
+    from trainledger.cli.options import inputs_from_options
 
     inputs = inputs_from_options(kwargs)
     rec = import_log(log_path, inputs, fmt=fmt, warmup=warmup, ledger_path=path, device=device)

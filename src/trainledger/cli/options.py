@@ -10,9 +10,9 @@ from typing import Any
 import click
 from pydantic_core import PydanticUndefined
 
-from ..planfile import PlanInputs, build_plan, load_plan_file, parse_inputs
-from ..plan import Plan
-from ..units import parse_count
+from trainledger.load.plan import PlanInputs, build_plan, load_plan_file, parse_inputs
+from trainledger.spec.plan import Plan
+from trainledger.units import parse_count
 
 
 def _count(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -116,11 +116,11 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
         data[key] = value
         flags.add(key)
     if checks:
-        from ..runconfig.guards import keep_train_batch
+        from trainledger.runconfig.guards import keep_train_batch
 
         data = keep_train_batch(data, checks, flags)
     if from_files:
-        from ..runconfig.importers import require_essentials
+        from trainledger.runconfig.importers import require_essentials
 
         require_essentials(data, from_files)
     return parse_inputs(data, "plan")
@@ -128,7 +128,7 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
 
 def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, Any]:
     """Plan inputs read from the user's configs; unknown keys and notes are reported on stderr."""
-    from ..runconfig import import_configs
+    from trainledger.runconfig import import_configs
 
     res = import_configs(list(paths))
     if checks is not None:
@@ -164,7 +164,7 @@ def time_options(func: Callable) -> Callable:
 
 def time_options_from_kwargs(kwargs: dict[str, Any]):
     """Pop the time flags from kwargs into a TimeOptions."""
-    from ..estimate.options import TimeOptions
+    from trainledger.estimate.options import TimeOptions
 
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
                        tp_comm_overlap=kwargs.pop("tp_comm_overlap", None),

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..format import table, to_json
+from trainledger.format import table, to_json
 
 __all__ = ["echo_json", "table", "to_json"]
 

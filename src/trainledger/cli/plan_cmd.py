@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..runtime import FRAMEWORKS
-from ..units import fmt_params, fmt_seconds
-from .cost_opts import cost_options, cost_options_from_kwargs
-from .output import echo_json, table
+from trainledger.spec.runtime import FRAMEWORKS
+from trainledger.units import fmt_params, fmt_seconds
+from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
+from trainledger.cli.output import echo_json, table
 
 _RANKS = ("time", "cost", "gpus")
 
@@ -25,12 +25,12 @@ def _job(kw: dict[str, Any]):
     A flag changes that field of the job and keeps the rest (``plan --top 3`` plans the example
     job and shows three plans). Returns the job and the names of the fields the flags changed.
     """
-    from ..search import EXAMPLE_JOB, Job
+    from trainledger.planner.search import EXAMPLE_JOB, Job
 
     given = {k: v for k, v in kw.items() if v is not None and v != ()}
     corpus, epochs = given.pop("corpus", None), given.pop("epochs", None)
     if corpus:
-        from ..corpus.recommend import plan_hints
+        from trainledger.corpus.recommend import plan_hints
 
         hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
         given.setdefault("seq_len", hints["seq_len"])
@@ -39,12 +39,12 @@ def _job(kw: dict[str, Any]):
     data = EXAMPLE_JOB.model_dump()
     data.update(given)
     if time_flags:
-        from ..estimate.options import TimeOptions
+        from trainledger.estimate.options import TimeOptions
 
         data["time_options"] = TimeOptions(**{**EXAMPLE_JOB.time_options.model_dump(), **time_flags})
     from pydantic import ValidationError
 
-    from .._spec import spec_error
+    from trainledger.spec.base import spec_error
 
     try:
         return Job.model_validate(data), sorted({*given, *time_flags})
@@ -140,9 +140,9 @@ _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "ra
 
 
 def _plan_options(func: Any) -> Any:
-    from ..planfile import PlanInputs
-    from ..search import Job
-    from .options import _field_option
+    from trainledger.load.plan import PlanInputs
+    from trainledger.planner.search import Job
+    from trainledger.cli.options import _field_option
 
     opts = [_field_option(n, PlanInputs.model_fields[n]) for n in _SHARED_FLAGS]
     opts.insert(-1, click.option("--epochs", type=float, help="passes over the --corpus data [1]"))
@@ -180,7 +180,7 @@ def register(main: click.Group) -> None:
         GPU, up to 64 GPUs, cheapest first. Flags change that job field by field (--model,
         --tokens, --max-gpus ...). Exits 1 when no plan fits, so it can guard a launch script.
         """
-        from ..search import search
+        from trainledger.planner.search import search
 
         cost = cost_options_from_kwargs(kw)  # --price-per-gpu-hour, --provider, --pricing, --prices ...
         job, changed = _job(kw)

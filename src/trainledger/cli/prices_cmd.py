@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..estimate.prices import load_prices
-from .output import echo_json, table
+from trainledger.estimate.run.prices import load_prices
+from trainledger.cli.output import echo_json, table
 
 
 def register(main: click.Group) -> None:

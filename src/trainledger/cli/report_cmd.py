@@ -6,14 +6,14 @@ from typing import Any
 
 import click
 
-from ..estimate.options import EstimateOptions
-from ..planfile import parse_inputs
-from ..report import (
+from trainledger.estimate.options import EstimateOptions
+from trainledger.load.plan import parse_inputs
+from trainledger.report import (
     FORMATS, build_report, format_for, inputs_from_plan_result, read_json, render, write_atomic,
 )
-from .cost_opts import cost_options, cost_options_from_kwargs
-from .options import inputs_from_options, plan_options
-from .output import echo_json
+from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
+from trainledger.cli.options import inputs_from_options, plan_options
+from trainledger.cli.output import echo_json
 
 
 def register(main: click.Group) -> None:

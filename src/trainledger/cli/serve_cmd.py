@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..web import DEFAULT_HOST, DEFAULT_PORT
+from trainledger.web import DEFAULT_HOST, DEFAULT_PORT
 
 
 def register(main: click.Group) -> None:
@@ -19,7 +19,7 @@ def serve_cmd(host: str, port: int) -> None:
     """Start the local web app: pick a model, set the recipe, layout and hardware, see memory,
     fit, step time and cost update; run the planner; download the report. Needs
     `pip install 'trainledger[web]'`."""
-    from ..web import serve
+    from trainledger.web import serve
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: serving on {host}: anyone who can reach this address can use the app", err=True)

@@ -1,6 +1,6 @@
 """`trainledger serve-plan`: the cheapest GPU type × TP × replicas meeting a load and latency SLOs.
 
-Thin: flags -> PlanInputs -> ``trainledger.serve_plan.serve_plan`` -> render.
+Thin: flags -> PlanInputs -> ``trainledger.planner.serve.serve_plan`` -> render.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from ..units import fmt_seconds
-from .cost_opts import cost_options, cost_options_from_kwargs
-from .options import inputs_from_options, plan_options
-from .output import echo_json, table
+from trainledger.units import fmt_seconds
+from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
+from trainledger.cli.options import inputs_from_options, plan_options
+from trainledger.cli.output import echo_json, table
 
 
 def register(main: click.Group) -> None:
@@ -34,7 +34,7 @@ def serve_plan_cmd(gpu_types: str | None, tps: str, top: int, as_json: bool, **k
     Example: trainledger serve-plan --model llama-3.1-8b --seq-len 2048 --generate-len 256
     --requests-per-s 20 --ttft-p99-s 2 --tpot-p99-s 0.08
     """
-    from ..serve_plan import serve_plan
+    from trainledger.planner.serve import serve_plan
 
     cost = cost_options_from_kwargs(kwargs)
     gpu = kwargs.get("gpu")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import fmt_seconds, gib
-from .output import table
+from trainledger.units import fmt_seconds, gib
+from trainledger.cli.output import table
 
 
 def serving_lines(s: dict[str, Any]) -> list[str]:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SpecError
+from trainledger.errors import SpecError
 
 
 def run_time_calibration(path: str | None, measured: tuple[float, ...], logs: tuple[str, ...],
                          at_seq_len: tuple[int, ...], plan_kw: dict[str, Any]) -> dict[str, Any]:
     """Build the measured run's plan(s), read the step times, fit and store the factors."""
-    from .. import calibrate
-    from ..estimate.calibration import step_time_from_log
-    from ..ledger import Ledger
-    from ..planfile import build_plan
-    from .options import inputs_from_options
+    from trainledger.ledger import calibrate
+    from trainledger.estimate.time.calibration import step_time_from_log
+    from trainledger.ledger import Ledger
+    from trainledger.load.plan import build_plan
+    from trainledger.cli.options import inputs_from_options
 
     inputs = inputs_from_options(dict(plan_kw))
     n = len(measured) + len(logs)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import fmt_flops, fmt_seconds
-from .output import table
+from trainledger.units import fmt_flops, fmt_seconds
+from trainledger.cli.output import table
 
 
 def compute_lines(c: dict[str, Any], method: str | None = None) -> list[str]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from ..errors import MissingDependency, VerifyError
-from ..units import parse_bytes
-from .options import _FLAG_KEYS, inputs_from_options, plan_options
-from .output import echo_json, to_json
+from trainledger.errors import MissingDependency, VerifyError
+from trainledger.units import parse_bytes
+from trainledger.cli.options import _FLAG_KEYS, inputs_from_options, plan_options
+from trainledger.cli.output import echo_json, to_json
 
 INSTALL = "pip install 'trainledger[verify]'"
 
@@ -36,7 +36,7 @@ def verify_group() -> None:
     --rdzv-endpoint HOST:PORT on every node.
     """
     if importlib.util.find_spec("torch") is not None:
-        from ..verify.multinode import apply_slurm_env
+        from trainledger.verify.multinode import apply_slurm_env
 
         apply_slurm_env()  # srun tasks become torch.distributed ranks
 
@@ -55,7 +55,7 @@ def _launcher(nnodes: int, endpoint: str | None, rdzv_id: str | None) -> Any:
         return None
     if not endpoint:
         raise VerifyError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address, the same on every node)")
-    from ..verify.multinode import node_launcher
+    from trainledger.verify.multinode import node_launcher
 
     return node_launcher(nnodes, endpoint, rdzv_id)
 
@@ -66,7 +66,7 @@ def _not_reporting(what: str) -> None:
 
 def _rank_zero_only(kwargs: dict[str, Any]) -> bool:
     """Under a launcher: True on ranks other than 0 (they only take part, or exit)."""
-    from ..verify.launch import in_torchrun
+    from trainledger.verify.launch import in_torchrun
 
     return in_torchrun() and int(os.environ.get("RANK", "0")) != 0
 
@@ -95,7 +95,7 @@ def ledger_options(func):
 def _record(kwargs: dict[str, Any], command: str, result: dict[str, Any], plan: Any = None,
             ok: bool | None = None) -> None:
     """Store the result; a ledger that cannot take it keeps it in a file (verify/results.py)."""
-    from ..verify import results
+    from trainledger.verify import results
 
     path, off = kwargs.pop("ledger_path", None), kwargs.pop("no_ledger", False)
     results.record(command, json.loads(to_json(result)), ledger_path=path, off=off,
@@ -105,14 +105,14 @@ def _record(kwargs: dict[str, Any], command: str, result: dict[str, Any], plan: 
 def _plan_summary(plan: Any) -> dict[str, Any] | None:
     if plan is None:
         return None
-    from ..estimate import plan_summary
+    from trainledger.estimate import plan_summary
 
     return plan_summary(plan)
 
 
 def _failures(kwargs: dict[str, Any], command: str, plan: Any = None):
     """Context: a run that raises is recorded as a failed measurement before the error shows."""
-    from ..verify import results
+    from trainledger.verify import results
 
     return results.recording_failures(command, ledger_path=kwargs.get("ledger_path"),
                                       off=bool(kwargs.get("no_ledger")), plan_summary=_plan_summary(plan),
@@ -140,9 +140,9 @@ def _has_plan_flags(kwargs: dict[str, Any]) -> bool:
 @ledger_options
 def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
     """GPUs, topology, NUMA, CPU and RAM — compared with the plan's cluster when plan flags are given."""
-    from ..planfile import build_plan
-    from ..verify import probe
-    from ..verify.launch import in_torchrun
+    from trainledger.load.plan import build_plan
+    from trainledger.verify import probe
+    from trainledger.verify.launch import in_torchrun
 
     compare = _has_plan_flags(kwargs)
     inputs = inputs_from_options(kwargs)  # also removes the plan flags from kwargs
@@ -162,8 +162,8 @@ def probe_cmd(require_gpu: bool, as_json: bool, **kwargs: Any) -> None:
 
 
 def _probe_nodes(plan: Any, require_gpu: bool, as_json: bool, kwargs: dict[str, Any]) -> None:
-    from ..verify import probe
-    from ..verify.multinode import gather_nodes
+    from trainledger.verify import probe
+    from trainledger.verify.multinode import gather_nodes
 
     nodes = gather_nodes(probe.probe)
     if nodes is None:
@@ -201,10 +201,10 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     _need_torch(device)
     if _rank_zero_only(kwargs):  # one replica is measured: rank 0 of the launcher's world
         return
-    from ..estimate import estimate
-    from ..planfile import build_plan
-    from ..verify.compare import compare_memory, compare_time, render_memory
-    from ..verify.measure import measure_memory
+    from trainledger.estimate import estimate
+    from trainledger.load.plan import build_plan
+    from trainledger.verify.compare import compare_memory, compare_time, render_memory
+    from trainledger.verify.measure import measure_memory
 
     plan = build_plan(inputs_from_options(kwargs))
     if not plan.recipe.is_training and plan.serving.engine != "hf":  # what runs here is transformers
@@ -217,12 +217,12 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")
     if device == "cpu":
-        from ..verify.preflight import available_host_bytes, check_host_ram
+        from trainledger.verify.preflight import available_host_bytes, check_host_ram
 
         check_host_ram(plan.model.name, predicted["peak_allocated_bytes"], available_host_bytes())
     with _failures(kwargs, "verify memory", plan):
         m = measure_memory(plan, device=device, steps=steps).to_dict()
-    from ..estimate import plan_summary
+    from trainledger.estimate import plan_summary
 
     result = {"plan": plan_summary(plan), "measured": m, "predicted": predicted,
               "comparison": compare_memory(m, predicted),
@@ -234,7 +234,7 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
         result["tolerance_failure"] = f"peak error {100 * peak_err:+.1f}% exceeds ±{100 * tolerance:.1f}%"
     text_extra = ""
     if m.get("serving"):  # inference on a GPU: measured latency against the serving model
-        from ..estimate.serving import ServingPerf
+        from trainledger.estimate.serving import ServingPerf
 
         r = plan.recipe
         pred = ServingPerf(plan).static_batch(r.micro_batch, r.seq_len, max(r.generate_len, 1))
@@ -263,8 +263,8 @@ def serve_cmd(concurrency: int | None, num_prompts: int | None, port: int, timeo
               as_json: bool, **kwargs: Any) -> None:
     """Serve the plan with vLLM on this GPU (dummy weights) and measure TTFT, TPOT and tokens/s with
     vLLM's benchmark client; compare with the serving model. Skips cleanly without vLLM or a GPU."""
-    from ..planfile import build_plan
-    from ..verify.serve import run
+    from trainledger.load.plan import build_plan
+    from trainledger.verify.serve import run
 
     plan = build_plan(inputs_from_options(dict(kwargs, method="inference")))
     conc = concurrency or plan.recipe.micro_batch
@@ -301,13 +301,13 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
              rdzv_id: str | None, **kwargs: Any) -> None:
     """Correctness of all_reduce/all_gather/reduce_scatter/all_to_all, then algbw/busbw per size."""
     _need_torch(device)
-    from ..verify import comm
-    from ..verify.launch import in_torchrun
+    from trainledger.verify import comm
+    from trainledger.verify.launch import in_torchrun
 
     max_size = max_size or ("1GiB" if device == "cuda" else "64MiB")
     top, bottom = parse_bytes(max_size), parse_bytes(min_size)
     if in_torchrun():  # started by the user's torchrun (multi-node): be one rank
-        from ..verify import _comm_worker
+        from trainledger.verify import _comm_worker
 
         raw = _comm_worker.run(device, top, bottom, collective_timeout)
         import torch.distributed as dist
@@ -346,11 +346,11 @@ def scaling_cmd(device: str, nproc: int, steps: int, warmup: int, timeout_s: flo
                 as_json: bool, nnodes: int, rdzv_endpoint: str | None, rdzv_id: str | None, **kwargs: Any) -> None:
     """Step time at 1, 2, 4 ... N ranks under DP/FSDP and the scaling efficiency."""
     _need_torch(device)
-    from ..planfile import build_plan
-    from ..verify import scaling
+    from trainledger.load.plan import build_plan
+    from trainledger.verify import scaling
 
-    from ..verify.launch import in_torchrun
-    from ..verify import multinode
+    from trainledger.verify.launch import in_torchrun
+    from trainledger.verify import multinode
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
@@ -393,13 +393,13 @@ def scaling_cmd(device: str, nproc: int, steps: int, warmup: int, timeout_s: flo
 def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: float | None, no_fio: bool,
            as_json: bool, **kwargs: Any) -> None:
     """Storage IOPS and read throughput at --path, host memory bandwidth, vs the plan's loading need."""
-    from ..verify import io as vio
-    from ..verify.launch import in_torchrun
+    from trainledger.verify import io as vio
+    from trainledger.verify.launch import in_torchrun
 
     plan = None
     if _has_plan_flags(kwargs) or tokens_per_s:
-        from ..estimate import estimate
-        from ..planfile import build_plan
+        from trainledger.estimate import estimate
+        from trainledger.load.plan import build_plan
 
         plan = build_plan(inputs_from_options(kwargs))
     else:
@@ -412,7 +412,7 @@ def io_cmd(path: str, size: str, budget: float, threads: int, tokens_per_s: floa
 
     need = vio.plan_need(plan, estimate(plan), tokens_per_s) if plan is not None else None
     if in_torchrun():  # one test per node (local rank 0), gathered by global rank 0
-        from ..verify.multinode import gather_nodes
+        from trainledger.verify.multinode import gather_nodes
 
         nodes = gather_nodes(measure)
         if nodes is None:
@@ -458,11 +458,11 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
                nnodes: int, rdzv_endpoint: str | None, rdzv_id: str | None, **kwargs: Any) -> None:
     """The delivery acceptance run: train, checkpoint, restore in fresh processes, compare."""
     _need_torch(device)
-    from ..planfile import build_plan
-    from ..verify import accept
+    from trainledger.load.plan import build_plan
+    from trainledger.verify import accept
 
-    from ..verify import multinode
-    from ..verify.launch import in_torchrun
+    from trainledger.verify import multinode
+    from trainledger.verify.launch import in_torchrun
 
     inputs = inputs_from_options(kwargs)
     plan = build_plan(inputs)
@@ -489,7 +489,7 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
             report = accept.run_accept(inputs, device, nproc, steps_before, steps_after, timeout_s,
                                        collective_timeout, workdir)
     if out_path:
-        from ..verify import results
+        from trainledger.verify import results
 
         results.write_out(out_path, to_json(report), "verify accept", lambda m: click.echo(m, err=True))
     _record(kwargs, "verify accept", report, plan, report["ok"])
@@ -548,10 +548,10 @@ def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, s
     _need_torch(device)
     from pydantic import ValidationError
 
-    from .._spec import spec_error
-    from ..planfile import build_plan
-    from ..verify import soak
-    from ..verify.launch import in_torchrun
+    from trainledger.spec.base import spec_error
+    from trainledger.load.plan import build_plan
+    from trainledger.verify import soak
+    from trainledger.verify.launch import in_torchrun
 
     if in_torchrun():
         raise VerifyError("verify soak starts its own torchrun (with elastic restarts); run it without torchrun, "

@@ -15,11 +15,11 @@ zstandard, jinja2) are imported only when a file or option needs them.
 
 from __future__ import annotations
 
-from .batching import STRATEGIES, padding_table
-from .options import CorpusOptions
-from .recommend import STATS_KIND, load_stats, plan_hints
-from .run import analyze
-from .stats import histogram, summarize
+from trainledger.corpus.batching import STRATEGIES, padding_table
+from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.recommend import STATS_KIND, load_stats, plan_hints
+from trainledger.corpus.run import analyze
+from trainledger.corpus.stats import histogram, summarize
 
 __all__ = [
     "CorpusOptions",

@@ -25,7 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 
-from .stats import Lengths
+from trainledger.corpus.stats import Lengths
 
 STRATEGIES = ("pad_to_max", "pad_to_longest", "bucketed", "packing")
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorpusError
+from trainledger.errors import CorpusError
 
 FALLBACK_FORMAT = "{role}: {content}\n"
 #: largest tokenizer_config.json read (bytes): with a 150k-entry ``added_tokens_decoder`` real ones
@@ -30,8 +30,8 @@ MAX_TEMPLATE_CHARS = 1 << 20
 
 def read_bounded(path: Path, limit: int, what: str) -> str:
     """A regular file's text of at most ``limit`` bytes, else one CorpusError (no FIFO hang)."""
-    from ..errors import SpecError
-    from ..safety import read_text
+    from trainledger.errors import SpecError
+    from trainledger.safety import read_text
 
     try:
         return read_text(path, limit, what=what)

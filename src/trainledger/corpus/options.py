@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .._spec import Spec
-from ..units import GIB, MIB
+from trainledger.spec.base import Spec
+from trainledger.units import GIB, MIB
 
 #: Rule of thumb for English text with GPT-style BPE tokenizers: "one token generally corresponds to
 #: ~4 characters of text". OpenAI Help Center, "What are tokens and how to count them?",

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import CorpusError
-from .options import CorpusOptions
+from trainledger.errors import CorpusError
+from trainledger.corpus.options import CorpusOptions
 
 #: rows per streamed batch
 BATCH_ROWS = 256
@@ -43,7 +43,7 @@ def _row_bytes(pa: Any, pc: Any, col: Any) -> list[int]:
 
 def iter_parquet(unit: Any, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
     """(row index, record dict) of the row groups ``unit`` owns; a giant row yields Giant."""
-    from .readers import Giant, pyarrow_modules
+    from trainledger.corpus.readers import Giant, pyarrow_modules
 
     pa, pq = pyarrow_modules()
     import pyarrow.compute as pc

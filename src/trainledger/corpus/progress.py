@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TextIO
 
-from ..units import fmt_bytes
+from trainledger.units import fmt_bytes
 
 _WIDTH = 30
 _MIN_INTERVAL_S = 0.2

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CorpusError, MissingDependency
-from .options import CorpusOptions
-from .sources import Source
+from trainledger.errors import CorpusError, MissingDependency
+from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.sources import Source
 
 _READ_BUFFER = 1 << 20
 _DECOMPRESS_STEP = 1 << 15
@@ -273,7 +273,7 @@ def json_records(data: Any, where: str) -> list[Any]:
 
 
 def _iter_json(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
-    from .jsonstream import array_items
+    from trainledger.corpus.jsonstream import array_items
 
     streamed = array_items(unit.source, opts)
     if streamed is not None:  # an array of records (or {"key": [records]}): one record in memory at a time
@@ -365,7 +365,7 @@ def _batches(source: Source) -> Iterator[Any]:
 
 def _iter_columnar(unit: Unit, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
     if unit.source.fmt == "parquet":
-        from .parquet import iter_parquet
+        from trainledger.corpus.parquet import iter_parquet
 
         yield from iter_parquet(unit, opts, columns)
         return

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorpusError
+from trainledger.errors import CorpusError
 
 STATS_KIND = "trainledger.corpus.stats"
 STATS_VERSION = 1
@@ -45,7 +45,7 @@ def load_stats(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise CorpusError(f"{p}: no such corpus stats file (write one with `trainledger corpus ... --json > {p}`)")
-    from ..safety import read_text
+    from trainledger.safety import read_text
 
     try:  # bounded read of a regular file; RecursionError: JSON nested deeper than the parser goes
         data = json.loads(read_text(p, 64 << 20, what="corpus stats file"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..units import fmt_bytes, fmt_seconds
+from trainledger.units import fmt_bytes, fmt_seconds
 
 _BAR_WIDTH = 40
 

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CorpusError
-from .batching import padding_table
-from .options import CorpusOptions
-from .recommend import STATS_KIND, STATS_VERSION, choose_strategy, round_seq_len
-from .sources import Source
-from .stats import histogram, sample_interval, summarize, truncation
-from .tokenizer import TokenCounter
+from trainledger.errors import CorpusError
+from trainledger.corpus.batching import padding_table
+from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.recommend import STATS_KIND, STATS_VERSION, choose_strategy, round_seq_len
+from trainledger.corpus.sources import Source
+from trainledger.corpus.stats import histogram, sample_interval, summarize, truncation
+from trainledger.corpus.tokenizer import TokenCounter
 
 if TYPE_CHECKING:
-    from .run import Tally
+    from trainledger.corpus.run import Tally
 
 _MAX_LISTED_SOURCES = 50
 

@@ -9,13 +9,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..errors import CorpusError
-from .options import CorpusOptions
-from .readers import LINE_FORMATS, Unit, open_binary, pyarrow_modules
-from .report import build_stats
-from .sources import Source, discover
-from .tokenizer import TokenCounter, load_counter
-from .work import UnitResult, Worker, init_process, run_unit
+from trainledger.errors import CorpusError
+from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.readers import LINE_FORMATS, Unit, open_binary, pyarrow_modules
+from trainledger.corpus.report import build_stats
+from trainledger.corpus.sources import Source, discover
+from trainledger.corpus.tokenizer import TokenCounter, load_counter
+from trainledger.corpus.work import UnitResult, Worker, init_process, run_unit
 
 Progress = Callable[[int, int], None]
 

@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CorpusError
+from trainledger.errors import CorpusError
 
 #: file suffix -> format name
 SUFFIX_FORMATS = {
@@ -125,8 +125,8 @@ _MAX_META_BYTES = 4 * 1024 * 1024
 
 
 def _read_meta(path: Path) -> object:
-    from ..errors import SpecError
-    from ..safety import read_text
+    from trainledger.errors import SpecError
+    from trainledger.safety import read_text
 
     try:
         return json.loads(read_text(path, _MAX_META_BYTES, what="datasets metadata file"))

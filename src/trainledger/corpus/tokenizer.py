@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorpusError, MissingDependency
-from .chat import ChatRenderer, find_template, read_bounded
+from trainledger.errors import CorpusError, MissingDependency
+from trainledger.corpus.chat import ChatRenderer, find_template, read_bounded
 
 #: largest tokenizer.json read (bytes). Real ones are far smaller: Gemma 3's 262k-entry vocabulary
 #: is about 33 MB (google/gemma-3-1b-it tokenizer.json); a 2 GB file took 4.1 GB to load (issue 20).

@@ -14,11 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CorpusError
-from .fields import TextExtractor
-from .options import CorpusOptions
-from .readers import Giant, RecordError, Unit, decode_line, iter_raw, parse_json_line
-from .tokenizer import TokenCounter
+from trainledger.errors import CorpusError
+from trainledger.corpus.fields import TextExtractor
+from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.readers import Giant, RecordError, Unit, decode_line, iter_raw, parse_json_line
+from trainledger.corpus.tokenizer import TokenCounter
 
 MAX_EXAMPLES = 5
 _BATCH = 512
@@ -129,7 +129,7 @@ class Worker:
             return value, self.opts.add_special_tokens
         res.chat += 1
         if not self.opts.chat_template:
-            from .chat import FALLBACK_FORMAT
+            from trainledger.corpus.chat import FALLBACK_FORMAT
 
             return "".join(FALLBACK_FORMAT.format(**m) for m in value), self.opts.add_special_tokens
         try:

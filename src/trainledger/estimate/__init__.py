@@ -12,15 +12,15 @@ import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..plan import Plan
-from ..precision import policy_text
-from .options import EstimateOptions
-from .stage import Stage
-from .terms import Term
+from trainledger.spec.plan import Plan
+from trainledger.spec.precision import policy_text
+from trainledger.estimate.options import EstimateOptions
+from trainledger.estimate.stage import Stage
+from trainledger.estimate.terms import Term
 
 if TYPE_CHECKING:
-    from .memory import MemoryEstimate
-    from .time import ComputeEstimate, TimeEstimate
+    from trainledger.estimate.memory import MemoryEstimate
+    from trainledger.estimate.time import ComputeEstimate, TimeEstimate
 
 __all__ = ["Estimate", "EstimateOptions", "Term", "estimate", "estimate_job", "plan_summary"]
 
@@ -70,39 +70,39 @@ class Estimate:
             d[k] = v.to_dict() if hasattr(v, "to_dict") else v
         return d
 
-    def __repr__(self) -> str:  # notebook views: trainledger.notebook
-        from ..notebook import estimate_repr
+    def __repr__(self) -> str:  # notebook views: trainledger.report.notebook
+        from trainledger.report.notebook import estimate_repr
 
         return estimate_repr(self)
 
     def _repr_html_(self) -> str:
-        from ..notebook import estimate_html
+        from trainledger.report.notebook import estimate_html
 
         return estimate_html(self)
 
     def to_pandas(self) -> Any:
         """Memory terms as a DataFrame (needs pandas); the summary is in ``df.attrs``."""
-        from ..notebook import estimate_frame
+        from trainledger.report.notebook import estimate_frame
 
         return estimate_frame(self)
 
 
 def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     """Estimate every section of the ledger for ``plan``."""
-    from .memory import estimate_memory
+    from trainledger.estimate.memory import estimate_memory
 
     options = options or EstimateOptions()
     mem = estimate_memory(plan, options.memory)
-    from .time import estimate_compute, estimate_time, scaling_curve
+    from trainledger.estimate.time import estimate_compute, estimate_time, scaling_curve
 
     comp = estimate_compute(plan, options.time)
     curve = scaling_curve(plan, options.time) if options.time.scaling else None
     tm = estimate_time(plan, comp, curve)
-    from .sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
+    from trainledger.estimate.run.sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
 
     extra = dict(ledger_sections(plan, options.cost, mem, comp, tm))
     if not plan.recipe.is_training:  # latency, throughput, concurrency, cost per token (issue 16)
-        from .serving import serving_section
+        from trainledger.estimate.serving import serving_section
 
         extra["serving"] = serving_section(plan, None, options.cost)
     return Estimate(plan=plan, options=options, memory=mem, compute=comp, time=tm, extra=extra,
@@ -114,7 +114,7 @@ def estimate_job(plan: Any = None, options: EstimateOptions | None = None, **fie
 
     >>> est = trainledger.estimate(model="llama-3.1-8b", gpus=8, zero=3)   # doctest: +SKIP
     """
-    from ..planfile import PlanInputs, build_plan, parse_inputs
+    from trainledger.load.plan import PlanInputs, build_plan, parse_inputs
 
     if plan is None:
         plan = parse_inputs(fields, "estimate")

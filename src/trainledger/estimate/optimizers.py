@@ -17,7 +17,7 @@ run sections (checkpoint and host-RAM sizes). Sources:
 
 from __future__ import annotations
 
-from ..units import DTYPE_BYTES
+from trainledger.units import DTYPE_BYTES
 
 #: state tensors per trainable parameter
 STATES_PER_PARAM: dict[str, int] = {

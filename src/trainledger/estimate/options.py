@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .._spec import Spec
+from trainledger.spec.base import Spec
 
 
 class MemoryOptions(Spec):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan import Plan
-from ..units import DTYPE_BYTES
+from trainledger.spec.plan import Plan
+from trainledger.units import DTYPE_BYTES
 
 
 def inflight_microbatches(plan: Plan) -> float:

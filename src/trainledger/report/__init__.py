@@ -6,9 +6,9 @@ acceptance sheet, risks, upgrade triggers; planner and verify results when given
 Renderers never compute: they format and draw what the library returned.
 """
 
-from .data import ReportData, build_report, inputs_from_plan_result, read_json, verify_section
-from .render import FORMATS, format_for, render, write_atomic
-from .sweeps import DEFAULT_COMPARE_GPUS
+from trainledger.report.data import ReportData, build_report, inputs_from_plan_result, read_json, verify_section
+from trainledger.report.render import FORMATS, format_for, render, write_atomic
+from trainledger.planner.sweeps import DEFAULT_COMPARE_GPUS
 
 __all__ = ["ReportData", "build_report", "inputs_from_plan_result", "read_json", "verify_section",
            "FORMATS", "format_for", "render", "write_atomic", "DEFAULT_COMPARE_GPUS"]

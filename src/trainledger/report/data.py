@@ -13,15 +13,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..errors import SpecError
-from ..estimate import EstimateOptions, estimate
-from ..model import ModelSpec
-from ..planfile import PlanInputs, build_plan, parse_inputs
-from ..format import finite_json
-from . import risks as _risks
-from . import sheet as _sheet
-from . import sweeps
+from trainledger import __version__
+from trainledger.errors import SpecError
+from trainledger.estimate import EstimateOptions, estimate
+from trainledger.spec.model import ModelSpec
+from trainledger.load.plan import PlanInputs, build_plan, parse_inputs
+from trainledger.format import finite_json
+from trainledger.planner import risks as _risks
+from trainledger.report import sheet as _sheet
+from trainledger.planner import sweeps
 
 
 @dataclass
@@ -123,7 +123,7 @@ def verify_section(result: dict[str, Any], est: dict[str, Any] | None = None) ->
     every category at the peak; ``verify accept`` records allocator totals per phase (CUDA) or
     nothing (CPU), so its rows are the totals and phases, and the rest reads "not measured".
     """
-    from ..verify.compare import compare_memory  # torch-free
+    from trainledger.verify.compare import compare_memory  # torch-free
 
     measured, predicted = result.get("measured"), result.get("predicted")
     if not isinstance(measured, dict) or not isinstance(predicted, dict):
@@ -143,7 +143,7 @@ def verify_section(result: dict[str, Any], est: dict[str, Any] | None = None) ->
 
 
 def _prices(options: EstimateOptions | None) -> Any:
-    from ..estimate.prices import load_prices
+    from trainledger.estimate.run.prices import load_prices
 
     return load_prices(options.cost.prices_file if options else None)
 
@@ -192,7 +192,7 @@ def build_report(inputs: PlanInputs, options: EstimateOptions | None = None, *,
         data.count_sweep = sweeps.gpu_count_sweep(inputs, None, model, options)
         data.triggers = _risks.triggers(inputs, est, model, options)
     data.sheet = _sheet.procurement_sheet(plan, inputs, est, checkpoint_dir)
-    from .facility import facility_sheet  # power, racks, UPS, cooling, floor space (issue 19)
+    from trainledger.report.facility import facility_sheet  # power, racks, UPS, cooling, floor space (issue 19)
 
     data.facility = facility_sheet(plan, est, _prices(options))
     if soak_result is not None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import GIB, fmt_bytes, fmt_params, fmt_seconds
-from . import charts
+from trainledger.units import GIB, fmt_bytes, fmt_params, fmt_seconds
+from trainledger.report import charts
 
 Block = tuple
 Section = dict[str, Any]
@@ -102,7 +102,7 @@ def ledger_rows(est: dict[str, Any], unfit: str = "") -> list[tuple[str, str]]:
         rows.append(("host RAM", f"{gib(h.get('ram_bytes'))} per node of " + (
             f"{gib(inst)} installed" + ("" if h.get("ram_fits") else " — DOES NOT FIT") if inst is not None
             else "an unknown installed RAM (give --host-ram-gib)")))
-    from .longrun import goodput_rows
+    from trainledger.report.longrun import goodput_rows
 
     return rows + goodput_rows(est.get("goodput") or {})
 
@@ -333,7 +333,7 @@ def build_document(d: Any) -> list[Section]:
         if sw:
             secs.append({"id": sid, "title": title, "blocks": [("svg", sweep_chart(sw, title, xl)), sweep_table(sw, name)]})
     if est.get("serving"):  # inference: latency, throughput, concurrency, cost per token (issue 16)
-        from .serving import serving_blocks
+        from trainledger.report.serving import serving_blocks
 
         secs.append({"id": "serving", "title": "Serving: latency, throughput and cost per token",
                      "blocks": serving_blocks(est["serving"])})
@@ -350,7 +350,7 @@ def build_document(d: Any) -> list[Section]:
         secs.append({"id": "verify", "title": "Measured vs predicted", "blocks": verify_blocks(d.verify)})
     if d.sheet:
         secs.append({"id": "sheet", "title": "Procurement and acceptance sheet", "blocks": _sheet_blocks(d.sheet)})
-    from . import longrun
+    from trainledger.report import longrun
 
     if getattr(d, "facility", None):
         secs.append({"id": "facility", "title": "Facility sheet", "blocks": longrun.facility_blocks(d.facility)})

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..estimate.prices import PriceCatalog, load_prices
-from ..plan import Plan
+from trainledger.estimate.run.prices import PriceCatalog, load_prices
+from trainledger.spec.plan import Plan
 
 #: BTU (International Table) per hour in one watt (ASHRAE Handbook—Fundamentals, conversion factors).
 BTU_PER_H_PER_W = 3.412142

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..units import fmt_seconds
-from . import charts as C
+from trainledger.units import fmt_seconds
+from trainledger.report import charts as C
 
 Block = tuple
 

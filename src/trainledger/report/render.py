@@ -15,8 +15,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, TrainledgerError
-from .document import build_document
+from trainledger.errors import SpecError, TrainledgerError
+from trainledger.report.document import build_document
 
 FORMATS = ("html", "md", "txt", "json")
 

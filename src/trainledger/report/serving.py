@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import GIB, fmt_seconds
-from . import charts
+from trainledger.units import GIB, fmt_seconds
+from trainledger.report import charts
 
 
 def curve_chart(s: dict[str, Any]) -> str:

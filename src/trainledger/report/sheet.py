@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..estimate.efficiency import link_efficiency
-from ..plan import Plan
-from ..planfile import PlanInputs
-from ..units import GIB, fmt_bytes, fmt_rate
-from ..verify.scaling import GOOD as SCALING_GOOD
+from trainledger.estimate.time.efficiency import link_efficiency
+from trainledger.spec.plan import Plan
+from trainledger.load.plan import PlanInputs
+from trainledger.units import GIB, fmt_bytes, fmt_rate
+from trainledger.verify.scaling import GOOD as SCALING_GOOD
 
 #: accepted relative difference between measured and predicted peak memory (issue 8).
 MEMORY_TOLERANCE = 0.05

@@ -6,7 +6,7 @@ Slurm files from a plan; ``import_configs(paths)`` reads DeepSpeed JSON, Acceler
 does not understand and every contradiction (with the arithmetic).
 """
 
-from .export import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, ExportedFile, export_plan
-from .importer import ImportResult, import_configs
+from trainledger.runconfig.export import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, ExportedFile, export_plan
+from trainledger.runconfig.importer import ImportResult, import_configs
 
 __all__ = ["EXPORT_FORMATS", "SERVING_EXPORT_FORMATS", "ExportedFile", "export_plan", "ImportResult", "import_configs"]

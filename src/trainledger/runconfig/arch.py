@@ -6,7 +6,7 @@ a test checks each one exists in the installed transformers.
 
 from __future__ import annotations
 
-from ..errors import SpecError
+from trainledger.errors import SpecError
 
 DECODER_LAYER_CLASS: dict[str, str] = {
     "llama": "LlamaDecoderLayer",

@@ -16,12 +16,12 @@ from typing import Any
 
 import yaml
 
-from .. import __version__
-from ..errors import SpecError, did_you_mean
-from ..plan import Plan
-from ..planfile import PlanInputs, build_plan
-from ..units import GIB
-from .arch import decoder_layer_class
+from trainledger import __version__
+from trainledger.errors import SpecError, did_you_mean
+from trainledger.spec.plan import Plan
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.units import GIB
+from trainledger.runconfig.arch import decoder_layer_class
 
 EXPORT_FORMATS = ("torchrun", "accelerate", "deepspeed", "fsdp", "trainer-args", "slurm", "torchtitan",
                   "megatron", "nemo")
@@ -73,7 +73,7 @@ def plan_label(plan: Plan) -> str:
 
 def predictions(plan: Plan) -> dict[str, Any]:
     """Predicted peak memory and step time (None where the estimate has no such section)."""
-    from ..estimate import estimate
+    from trainledger.estimate import estimate
 
     est = estimate(plan)
     out: dict[str, Any] = {"peak_allocated_gib": round(est.memory.peak_allocated_bytes / GIB, 2),
@@ -160,7 +160,7 @@ def _export_torchrun(plan: Plan, head: list[str]) -> list[ExportedFile]:
 
 
 def deepspeed_config(plan: Plan) -> dict[str, Any]:
-    from ..estimate.memory_runtimes import ds_config, ds_overlap_comm
+    from trainledger.estimate.memory.runtimes import ds_config, ds_overlap_comm
 
     r, lay = plan.recipe, plan.layout
     ds = ds_config(plan)  # the bucket sizes the memory estimate assumed (the plan's or DeepSpeed's)
@@ -444,19 +444,19 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
     if fmt == "trainer-args":
         return _export_trainer_args(plan, head, inputs)
     if fmt == "torchtitan":
-        from .export_tools import torchtitan_toml
+        from trainledger.runconfig.export_tools import torchtitan_toml
 
         return [ExportedFile("torchtitan.toml", torchtitan_toml(plan, _commented(head)), "torchtitan")]
     if fmt == "megatron":
-        from .export_tools import megatron_script
+        from trainledger.runconfig.export_tools import megatron_script
 
         return [ExportedFile("pretrain_megatron.sh", megatron_script(plan, _commented(head)), "megatron")]
     if fmt == "nemo":
-        from .export_tools import nemo_script
+        from trainledger.runconfig.export_tools import nemo_script
 
         return [ExportedFile("pretrain_nemo.sh", nemo_script(plan, _commented(head)), "nemo")]
     if fmt in ("vllm", "sglang"):  # serving launch scripts (runconfig/serving.py, issue 16)
-        from .serving import serving_script
+        from trainledger.runconfig.serving import serving_script
 
         if plan.recipe.is_training:
             raise SpecError(f"--to {fmt} serves a model: give --method inference")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..errors import SpecError
-from ..plan import Plan
-from .importers.torchtitan import PRESET_FLAVOR
+from trainledger.errors import SpecError
+from trainledger.spec.plan import Plan
+from trainledger.runconfig.importers.torchtitan import PRESET_FLAVOR
 
 
 def _toml_value(v: Any) -> str:
@@ -190,7 +190,7 @@ def nemo_script(plan: Plan, head: str) -> str:
     """NeMo 2 ``nemo llm pretrain --factory <recipe>`` with the plan's batch, sequence and layout
     as Hydra overrides (NeMo docs, "NeMo 2.0 CLI"; keys of nemo/collections/llm/recipes/*.py:
     trainer.strategy.*_parallel_size, data.micro_batch_size/global_batch_size/seq_length)."""
-    from .importers.megatron import NEMO_RECIPES
+    from trainledger.runconfig.importers.megatron import NEMO_RECIPES
 
     if plan.runtime.framework != "megatron-core":
         raise SpecError(f"NeMo runs the job under megatron-core; this plan's framework is "

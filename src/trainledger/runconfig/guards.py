@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
-from ..safety import clip, read_text
+from trainledger.errors import SpecError
+from trainledger.safety import clip, read_text
 
 #: a launch script is a few KB; the largest accepted (bytes)
 MAX_SCRIPT_BYTES = 1024 * 1024

@@ -17,12 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..catalog import read_data_file
-from ..errors import PlanError, SpecError
-from ..safety import read_text
-from . import guards
-from .serving import SERVING_FORMATS
-from .serving import reader as serving_reader
+from trainledger.load.catalog import read_data_file
+from trainledger.errors import PlanError, SpecError
+from trainledger.safety import read_text
+from trainledger.runconfig import guards
+from trainledger.runconfig.serving import SERVING_FORMATS
+from trainledger.runconfig.serving import reader as serving_reader
 
 _AUTO = "auto"
 
@@ -187,13 +187,13 @@ TEXT_SUFFIXES = (".sh", ".sbatch", ".bash", ".args", ".txt", ".cmd")
 
 
 def detect_format(data: Any, path: Path) -> str:
-    from .importers import detect_tool
+    from trainledger.runconfig.importers import detect_tool
 
     if path.suffix in TEXT_SUFFIXES:
         tool = detect_tool(str(data), path)
         if tool:
             return tool
-        from .serving import detect_serving  # vllm serve / sglang.launch_server scripts (issue 16)
+        from trainledger.runconfig.serving import detect_serving  # vllm serve / sglang.launch_server scripts (issue 16)
 
         return detect_serving(str(data)) or ("slurm" if "#SBATCH" in str(data) else "torchrun")
     if not isinstance(data, dict):
@@ -281,7 +281,7 @@ def _read_deepspeed(d: dict[str, Any], res: ImportResult, where: str) -> None:
         raise SpecError(f"{where}: zero_optimization must be an object")
     _unknown(res, f"{where} zero_optimization", set(z), DS_ZERO)
     res.set("framework", "deepspeed", where)  # a DeepSpeed config runs under DeepSpeed's semantics
-    from ..estimate.memory_runtimes import DS_DEFAULTS
+    from trainledger.spec.runtime import DS_DEFAULTS
 
     for key, dflt in DS_DEFAULTS.items():  # only what differs from DeepSpeed's defaults
         if key in z:  # DeepSpeed accepts 5e8-style floats for these element counts
@@ -512,7 +512,7 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
             text = guards.read_script(path)
             data: Any = text
         elif path.suffix == ".toml":
-            from .importers import read_toml
+            from trainledger.runconfig.importers import read_toml
 
             text = read_text(path)
             data = read_toml(text, path)
@@ -531,7 +531,7 @@ def import_configs(paths: list[str | Path]) -> ImportResult:
         elif fmt in _READERS:
             _READERS[fmt](data, res, where)
         else:
-            from .importers import read_tool
+            from trainledger.runconfig.importers import read_tool
 
             read_tool(fmt, data, res, where)
     _normalize_model(res)
@@ -544,7 +544,7 @@ def _normalize_model(res: ImportResult) -> None:
     model = res.inputs.get("model")
     if not isinstance(model, str):
         return
-    from ..hfconfig import preset_sources
+    from trainledger.load.hf import preset_sources
 
     preset = preset_sources().get(model.lower())
     if preset:

@@ -18,8 +18,8 @@ import json
 import shlex
 from typing import Any
 
-from ..plan import Plan
-from ..planfile import PlanInputs
+from trainledger.spec.plan import Plan
+from trainledger.load.plan import PlanInputs
 
 SERVING_FORMATS = ("vllm", "sglang")
 
@@ -48,7 +48,7 @@ def _quant(plan: Plan) -> str | None:
 
 def vllm_args(plan: Plan) -> list[str]:
     """``vllm serve`` arguments of an inference plan (engine defaults resolved by trainledger)."""
-    from ..estimate.serving.engine import resolve
+    from trainledger.estimate.serving.engine import resolve
 
     es = resolve(plan)
     lay, s = plan.layout, plan.serving
@@ -69,7 +69,7 @@ def vllm_args(plan: Plan) -> list[str]:
 
 def sglang_args(plan: Plan) -> list[str]:
     """``python -m sglang.launch_server`` arguments of an inference plan."""
-    from ..estimate.serving.engine import resolve
+    from trainledger.estimate.serving.engine import resolve
 
     es = resolve(plan)
     lay, s = plan.layout, plan.serving
@@ -207,7 +207,7 @@ def _normalise(d: dict[str, Any]) -> dict[str, Any]:
 def preset_for(hub_id: str) -> str:
     """The bundled preset whose source is ``hub_id`` (instruct variants share the base's config), else
     the id itself."""
-    from ..hfconfig import preset_sources
+    from trainledger.load.hf import preset_sources
 
     want = hub_id.lower().removesuffix("-instruct")
     for src, name in preset_sources().items():  # source (lower case) -> preset

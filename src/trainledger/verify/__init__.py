@@ -30,7 +30,7 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "zero_grad")
 
 def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0) -> Any:
     """Measure a plan's peak memory; see :func:`trainledger.verify.measure.measure_memory`."""
-    from .measure import measure_memory as _measure
+    from trainledger.verify.measure import measure_memory as _measure
 
     return _measure(plan, device=device, steps=steps, seed=seed)
 
@@ -38,6 +38,6 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
 def measure_memory_from_config(hf_config: dict[str, Any], recipe: Any, device: str = "cpu",
                                steps: int = 2, seed: int = 0) -> Any:
     """Measure a raw config.json mapping; see :mod:`trainledger.verify.measure`."""
-    from .measure import measure_memory_from_config as _measure
+    from trainledger.verify.measure import measure_memory_from_config as _measure
 
     return _measure(hf_config, recipe, device=device, steps=steps, seed=seed)

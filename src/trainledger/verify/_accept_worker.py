@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
-from .launch import RankStatus, init_distributed
+from trainledger.errors import VerifyError
+from trainledger.verify.launch import RankStatus, init_distributed
 
 MANIFEST = "manifest.json"
 
@@ -93,7 +93,7 @@ def _rank_summary(tr: Any, steps: list[dict[str, Any]], rank: int) -> dict[str, 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from ._trainloop import DistTrainer, grad_accum_check
+    from trainledger.verify._trainloop import DistTrainer, grad_accum_check
 
     rank, world, _dev = init_distributed(a.device, a.timeout)
     status = RankStatus(rank)

@@ -17,8 +17,8 @@ import os
 import time
 from typing import Any
 
-from .comm import COPY_OP, OPS, aligned_size, bus_factor, iterations_for, sweep_sizes
-from .launch import RankStatus, init_distributed
+from trainledger.verify.comm import COPY_OP, OPS, aligned_size, bus_factor, iterations_for, sweep_sizes
+from trainledger.verify.launch import RankStatus, init_distributed
 
 _UNSUPPORTED_HINTS = ("not support", "unsupported", "not implemented")
 
@@ -196,7 +196,7 @@ def run(device: str, max_size: int, min_size: int, timeout_s: float) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..units import parse_bytes
+    from trainledger.units import parse_bytes
 
     p = argparse.ArgumentParser(prog="trainledger.verify._comm_worker")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -13,14 +13,14 @@ import statistics
 import time
 from pathlib import Path
 
-from .launch import RankStatus, init_distributed
+from trainledger.verify.launch import RankStatus, init_distributed
 
 
 def run(a: argparse.Namespace) -> dict:
     import torch
     import torch.distributed as dist
 
-    from ._trainloop import DistTrainer
+    from trainledger.verify._trainloop import DistTrainer
 
     rank, world, dev = init_distributed(a.device, a.timeout)
     status = RankStatus(rank)

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._accept_worker import MANIFEST, save_atomic, verify_manifest
-from ..errors import VerifyError
-from .launch import error_line
+from trainledger.verify._accept_worker import MANIFEST, save_atomic, verify_manifest
+from trainledger.errors import VerifyError
+from trainledger.verify.launch import error_line
 
 
 class Journal:
@@ -152,8 +152,8 @@ def _train(a: argparse.Namespace, rank: int, world: int, attempt: int, work: Pat
     import torch
     import torch.distributed as dist
 
-    from ._trainloop import DistTrainer
-    from .telemetry import open_sampler
+    from trainledger.verify._trainloop import DistTrainer
+    from trainledger.verify.telemetry import open_sampler
 
     ckpt = work / "checkpoint"
     sampler = open_sampler(a.device, int(os.environ.get("LOCAL_RANK", "0")), a.telemetry_fixture)

@@ -15,9 +15,9 @@ import hashlib
 import math
 from typing import Any
 
-from ..errors import VerifyError
-from ..hfconfig import load_hf_config
-from ..planfile import build_plan, parse_inputs
+from trainledger.errors import VerifyError
+from trainledger.load.hf import load_hf_config
+from trainledger.load.plan import build_plan, parse_inputs
 
 
 class PhasePeaks:
@@ -72,8 +72,8 @@ class DistTrainer:
     def __init__(self, inputs: dict[str, Any], device: str, rank: int, world: int, seed: int = 0) -> None:
         import torch
 
-        from .build import build_model
-        from .train_step import make_optimizer
+        from trainledger.verify.build import build_model
+        from trainledger.verify.train_step import make_optimizer
 
         self.inputs = parse_inputs(inputs, "plan")
         self.plan = build_plan(self.inputs)
@@ -99,7 +99,7 @@ class DistTrainer:
         if self.sharded:
             from torch.distributed.fsdp import fully_shard
 
-            from .build import _decoder_layers
+            from trainledger.verify.build import _decoder_layers
 
             for layer in _decoder_layers(model):
                 fully_shard(layer)
@@ -124,7 +124,7 @@ class DistTrainer:
         return ids.to(self.model_device())
 
     def loss_of(self, model: Any, ids: Any) -> Any:
-        from .train_step import autocast_context
+        from trainledger.verify.train_step import autocast_context
 
         with autocast_context(self.recipe, self.model_device().type):
             return model(input_ids=ids, labels=ids, use_cache=False).loss

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
-from .launch import FAULT_ENV, LaunchResult, torchrun
+from trainledger.errors import VerifyError
+from trainledger.verify.launch import FAULT_ENV, LaunchResult, torchrun
 
 #: relative tolerance of continued vs uninterrupted losses, by precision policy.
 LOSS_RTOL = {"fp32": 1e-5, "bf16-mixed": 1e-3, "fp16-mixed": 1e-3, "bf16": 1e-2, "fp16": 1e-2}
@@ -81,7 +81,7 @@ def run_accept(inputs: Any, device: str = "cpu", nproc: int = 2, steps_before: i
                timeout_s: float = 1800.0, collective_timeout_s: float = 120.0, workdir: str | None = None,
                env: dict[str, str] | None = None, launcher: Any = None) -> dict[str, Any]:
     """Run the acceptance test of ``inputs`` (a PlanInputs) and return the report."""
-    from ..planfile import build_plan
+    from trainledger.load.plan import build_plan
 
     plan = build_plan(inputs)
     if not plan.recipe.is_training:
@@ -130,8 +130,8 @@ def measured_memory(first: dict | None) -> dict[str, Any] | None:
 
 def predicted_memory(plan: Any) -> dict[str, Any] | None:
     """The estimate's memory section for the plan (None when the estimator cannot run it)."""
-    from ..errors import TrainledgerError
-    from ..estimate import estimate
+    from trainledger.errors import TrainledgerError
+    from trainledger.estimate import estimate
 
     try:
         return estimate(plan).memory.to_dict()
@@ -251,7 +251,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {i['status'].upper():<7} {i['item']:<27} {i['detail']}")
     m, p = report.get("measured"), report.get("predicted") or {}
     if m and m.get("peak_allocated_bytes") is not None:
-        from ..units import fmt_bytes
+        from trainledger.units import fmt_bytes
 
         lines.append(f"  memory: peak {fmt_bytes(m['peak_allocated_bytes'])} allocated in {m.get('peak_phase')} "
                      f"(rank {m['rank']}); predicted {fmt_bytes(p.get('peak_allocated_bytes') or 0)}")

@@ -30,8 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MissingDependency, VerifyError
-from ..recipe import Recipe
+from trainledger.errors import MissingDependency, VerifyError
+from trainledger.spec.recipe import Recipe
 
 INSTALL_HINT = "pip install 'trainledger[verify]'"
 
@@ -85,7 +85,7 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     transformers = require("transformers")
     cfg = {k: v for k, v in hf_config.items() if not str(k).startswith("_") and k != "auto_map"}
     if cfg.get("model_type") == "gemma3":  # multimodal: measure the language model, as ModelSpec counts it
-        from ..hfconfig import _text_config
+        from trainledger.load.hf import _text_config
 
         cfg = _text_config(cfg, "config")
     mt = cfg.pop("model_type", None)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import MissingDependency, SpecError
+from trainledger.errors import MissingDependency, SpecError
 
 #: the ledger command of a measured training run
 RUN_COMMAND = "train run"
@@ -67,7 +67,7 @@ def derive_inputs(model: Any, *, seq_len: int | None = None, micro_batch: int | 
                   optimizer: str | None = None, gpus: int | None = None, gpu: str | None = None,
                   **extra: Any) -> tuple[dict[str, Any], Any]:
     """Plan inputs and the ModelSpec of the model in this process (config, peft, quantization)."""
-    from ..hfconfig import from_hf_config
+    from trainledger.load.hf import from_hf_config
 
     model = _unwrap(model)
     inputs: dict[str, Any] = {}
@@ -105,8 +105,8 @@ def _catalog_gpu() -> str | None:
     torch = _torch()
     if not torch.cuda.is_available():
         return None
-    from ..catalog import _entries
-    from .probe import catalog_gpu_for
+    from trainledger.load.catalog import _entries
+    from trainledger.verify.probe import catalog_gpu_for
 
     return catalog_gpu_for(torch.cuda.get_device_name(), list(_entries("gpus")))
 
@@ -141,7 +141,7 @@ class RunRecorder:
         if self.model is not None:
             self._hook = _unwrap(self.model).register_forward_pre_hook(self._see_batch, with_kwargs=True)
         if not self._cuda and self.track_cpu:
-            from .memtrace import MemoryTracker
+            from trainledger.verify.memtrace import MemoryTracker
 
             cfg = getattr(_unwrap(self.model), "config", None) if self.model is not None else None
             self._tracker = MemoryTracker(vocab_size=getattr(cfg, "vocab_size", None))
@@ -232,8 +232,8 @@ class RunRecorder:
         return derive_inputs(self.model, **hints)
 
     def _with_prediction(self, measured: dict[str, Any]) -> dict[str, Any]:
-        from ..estimate import estimate
-        from ..planfile import PlanInputs, build_plan
+        from trainledger.estimate import estimate
+        from trainledger.load.plan import PlanInputs, build_plan
 
         out: dict[str, Any] = {"source": "callback", "measured": measured}
         try:
@@ -253,7 +253,7 @@ class RunRecorder:
         return out
 
     def _store(self) -> None:
-        from ..ledger import Ledger, fingerprint
+        from trainledger.ledger import Ledger, fingerprint
 
         with Ledger(self.ledger_path) as led:
             self.record_id = led.add("measurement", RUN_COMMAND, self.result, env=fingerprint(),
@@ -339,7 +339,7 @@ def _trainer_callback_base() -> type:
 
 def _hf_hints(args: Any) -> dict[str, Any]:
     optim = str(getattr(args, "optim", "adamw_torch")).split(".")[-1].lower()
-    from ..runconfig.importer import OPTIM_FROM_HF
+    from trainledger.runconfig.importer import OPTIM_FROM_HF
 
     gc = getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
     return {"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,

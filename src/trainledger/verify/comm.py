@@ -36,8 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
-from ..units import KIB, fmt_bytes, fmt_rate
+from trainledger.errors import VerifyError
+from trainledger.units import KIB, fmt_bytes, fmt_rate
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 COPY_OP = "copy"
@@ -122,14 +122,14 @@ def reference_link(device: str, world: int, link: str | None, gpu: str | None) -
 
     On CUDA without either, the GPU NVML reports is looked up in the catalog.
     """
-    from .. import catalog
+    from trainledger.load import catalog
 
     if link:
         net = catalog.load_network(link)
         return {"name": net.name, "what": f"{net.display_name}, per direction",
                 "bytes_per_s": net.bytes_per_s}
     if not gpu and device == "cuda":  # the GPU in this machine, when the catalog knows it
-        from .probe import catalog_gpu_for, probe_gpus
+        from trainledger.verify.probe import catalog_gpu_for, probe_gpus
 
         found = probe_gpus()
         if found.get("gpus"):
@@ -151,7 +151,7 @@ def run_comm(nproc: int, device: str, max_size: int, timeout_s: float = 600.0,
 
     ``launcher``: a multi-node launcher (verify/multinode.py ``node_launcher``); on a node that
     does not hold global rank 0 the result is None (node 0 reports)."""
-    from .launch import torchrun
+    from trainledger.verify.launch import torchrun
 
     with tempfile.TemporaryDirectory(prefix="trainledger-comm-") as tmp:
         out = Path(tmp) / "comm.json"
@@ -196,8 +196,8 @@ def judge_bandwidth(result: dict[str, Any], peak: dict[str, dict[str, Any]],
     if not ref or "all_reduce" not in peak:
         return {"judged": False, "ok": None,
                 "why": "no reference link for this GPU: give --gpu or --link to judge the bandwidth"}
-    from ..catalog import load_network
-    from ..estimate.efficiency import link_efficiency
+    from trainledger.load.catalog import load_network
+    from trainledger.estimate.time.efficiency import link_efficiency
 
     try:
         kind = load_network(ref["name"]).kind
@@ -215,7 +215,7 @@ def judge_bandwidth(result: dict[str, Any], peak: dict[str, dict[str, Any]],
 
 def render(result: dict[str, Any]) -> str:
     """The text report: one line per check, the sweep table, peaks and efficiency."""
-    from ..format import table
+    from trainledger.format import table
 
     lines = [f"collectives on {result['world_size']} rank(s), backend {result['backend']}, "
              f"device {result['device']}"]

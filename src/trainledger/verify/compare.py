@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..estimate.memory import MEASURED_CATEGORY
+from trainledger.estimate.memory import MEASURED_CATEGORY
 
 #: estimator term -> measured category: the one mapping the accuracy suite validates
 #: (``trainledger.estimate.memory.MEASURED_CATEGORY``; the estimator's "other" — input ids, rotary
@@ -93,8 +93,8 @@ def compare_time(measured_s: float | None, predicted_s: float | None, device: st
 
 
 def render_memory(result: dict[str, Any]) -> str:
-    from ..format import table
-    from ..units import fmt_bytes, fmt_seconds
+    from trainledger.format import table
+    from trainledger.units import fmt_bytes, fmt_seconds
 
     m, cmp = result["measured"], result["comparison"]
     if m.get("oom"):

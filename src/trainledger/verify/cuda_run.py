@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..recipe import Recipe
-from ..units import GIB
+from trainledger.spec.recipe import Recipe
+from trainledger.units import GIB
 
 _GIB = GIB
 
@@ -52,9 +52,9 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     """Run ``steps`` steps on the GPU; measure the last (see the module docstring)."""
     import torch
 
-    from .measure import MemoryMeasurement, register_state, tracked_notes
-    from .memtrace import MemoryTracker
-    from .train_step import StepRunner
+    from trainledger.verify.measure import MemoryMeasurement, register_state, tracked_notes
+    from trainledger.verify.memtrace import MemoryTracker
+    from trainledger.verify.train_step import StepRunner
 
     runner = StepRunner(built, recipe, seed=seed)
     ph = _CudaPhases()
@@ -104,7 +104,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
 
 
 def _states(opt: Any) -> list[Any]:
-    from .measure import _states as states
+    from trainledger.verify.measure import _states as states
 
     return states(opt)
 
@@ -112,7 +112,7 @@ def _states(opt: Any) -> list[Any]:
 def _oom_result(ph: _CudaPhases, exc: BaseException) -> Any:
     import torch
 
-    from .measure import MemoryMeasurement
+    from trainledger.verify.measure import MemoryMeasurement
 
     allocated = torch.cuda.max_memory_allocated()
     phase = ph.current or "forward"

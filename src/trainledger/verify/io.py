@@ -40,8 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
-from ..units import KIB, MIB, fmt_bytes, fmt_rate
+from trainledger.errors import VerifyError
+from trainledger.units import KIB, MIB, fmt_bytes, fmt_rate
 
 RANDOM_BLOCK = 4 * KIB
 SEQ_BLOCK = 1 * MIB

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
+from trainledger.errors import VerifyError
 
 FAULT_ENV = "TRAINLEDGER_FAULT"
 STATUS_ENV = "TRAINLEDGER_STATUS_DIR"

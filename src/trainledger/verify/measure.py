@@ -68,9 +68,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import VerifyError
-from ..recipe import Recipe
-from .build import build_model, fake_runtime, require
+from trainledger.errors import VerifyError
+from trainledger.spec.recipe import Recipe
+from trainledger.verify.build import build_model, fake_runtime, require
 
 DEVICES = ("cpu", "fake", "cuda")
 
@@ -154,7 +154,7 @@ def environment(device: str) -> dict[str, str]:
 def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0,
                    cuda_autocast: bool = True) -> MemoryMeasurement:
     """Measure the plan's per-GPU memory by running its model (see the module docstring)."""
-    from ..hfconfig import load_hf_config
+    from trainledger.load.hf import load_hf_config
 
     lay = plan.layout
     rt = getattr(plan, "runtime", None)
@@ -165,7 +165,7 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
         if device == "cuda":
             raise VerifyError("a sharded plan is measured on the fake process group (no GPU needed): use "
                               "--device fake; on GPUs run the job itself under torchrun")
-        from .sharded import measure_sharded
+        from trainledger.verify.sharded import measure_sharded
 
         m = measure_sharded(plan, steps=steps, seed=seed, cuda_autocast=cuda_autocast)
         if device == "cpu":
@@ -191,7 +191,7 @@ def measure_memory_from_config(hf_config: dict[str, Any], recipe: Recipe, device
     require("torch")
     built = build_model(hf_config, recipe, device=device, seed=seed)
     if device == "cuda":
-        from .cuda_run import run_cuda
+        from trainledger.verify.cuda_run import run_cuda
 
         m = run_cuda(built, recipe, steps, seed)
     else:
@@ -206,8 +206,8 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
     """CPU or fake: warm-up steps untracked, the last step under the MemoryTracker."""
     import contextlib
 
-    from .memtrace import MemoryTracker
-    from .train_step import StepRunner
+    from trainledger.verify.memtrace import MemoryTracker
+    from trainledger.verify.train_step import StepRunner
 
     fake = fake_runtime(built.fake_mode) if built.device == "fake" else contextlib.nullcontext()
     with fake:
@@ -239,7 +239,7 @@ def _run_tracked(built: Any, recipe: Recipe, steps: int, seed: int, cuda_autocas
 
 
 def _states(opt: Any) -> list[Any]:
-    from .train_step import host_step_counters, optimizer_state_tensors
+    from trainledger.verify.train_step import host_step_counters, optimizer_state_tensors
 
     host = {id(t) for t in host_step_counters(opt)}
     return [t for t in optimizer_state_tensors(opt) if id(t) not in host]
@@ -253,7 +253,7 @@ def register_state(tracker: Any, runner: Any) -> None:
     tracker.register(model.buffers(), "other")
     tracker.register([p.grad for p in params], "gradients")
     if runner.optimizer is not None:
-        from .train_step import host_step_counters
+        from trainledger.verify.train_step import host_step_counters
 
         tracker.register(_states(runner.optimizer), "optimizer_states")
         counters = host_step_counters(runner.optimizer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MissingDependency, SpecError
+from trainledger.errors import MissingDependency, SpecError
 
 _SKIP = {"model_type", "auto_map", "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype"}
 
@@ -93,7 +93,7 @@ def spec_from_transformers(cfg: dict[str, Any], name: str, source: str | None = 
     """A ModelSpec for ``cfg`` (a config.json mapping) whose model_type has no built-in reader.
 
     Every failure is one SpecError line naming the file (transformers' own errors included)."""
-    from ..errors import TrainledgerError
+    from trainledger.errors import TrainledgerError
 
     try:
         return _spec_from_transformers(cfg, name, source)
@@ -116,8 +116,8 @@ def _sane(cfg: dict[str, Any], name: str) -> None:
 
 def _spec_from_transformers(cfg: dict[str, Any], name: str, source: str | None = None) -> Any:
     torch, transformers = _imports()
-    from ..families import Cfg, generic
-    from ..model import ModelSpec
+    from trainledger.load.families import Cfg, generic
+    from trainledger.spec.model import ModelSpec
 
     mt = cfg.get("model_type")
     if mt not in transformers.CONFIG_MAPPING:

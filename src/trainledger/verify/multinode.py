@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import VerifyError
+from trainledger.errors import VerifyError
 
 #: the variables srun sets for each task of a job step
 #: (https://slurm.schedmd.com/srun.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES); SLURM_STEP_NUM_TASKS
@@ -65,7 +65,7 @@ def slurm_env(environ: Mapping[str, str] | None = None) -> dict[str, str] | None
 
 def apply_slurm_env() -> bool:
     """Under srun (and not already under torchrun): export the torch.distributed variables."""
-    from .launch import in_torchrun
+    from trainledger.verify.launch import in_torchrun
 
     if in_torchrun():
         return False
@@ -77,7 +77,7 @@ def apply_slurm_env() -> bool:
 
 
 def in_launcher() -> bool:
-    from .launch import in_torchrun
+    from trainledger.verify.launch import in_torchrun
 
     return in_torchrun() or slurm_env() is not None
 
@@ -90,7 +90,7 @@ def global_rank() -> int:
 def torchrun_nodes(module: str, args: list[str], nproc: int, timeout_s: float, env: dict[str, str] | None = None,
                    *, nnodes: int, endpoint: str, rdzv_id: str) -> Any:
     """This node's part of an ``nnodes``-node run: torchrun with the c10d rendezvous at ``endpoint``."""
-    from .launch import STATUS_ENV, LaunchResult, read_rank_status, run_bounded
+    from trainledger.verify.launch import STATUS_ENV, LaunchResult, read_rank_status, run_bounded
 
     if nnodes < 1 or nproc < 1:
         raise VerifyError(f"--nnodes and --nproc must be at least 1 (got {nnodes}, {nproc})")
@@ -140,8 +140,8 @@ def scaling_in_world(inputs: dict[str, Any], device: str, steps: int, warmup: in
     import torch
     import torch.distributed as dist
 
-    from ._trainloop import DistTrainer
-    from .launch import RankStatus, init_distributed
+    from trainledger.verify._trainloop import DistTrainer
+    from trainledger.verify.launch import RankStatus, init_distributed
 
     rank, world, dev = init_distributed(device, collective_timeout_s)
     status = RankStatus(rank)
@@ -225,7 +225,7 @@ def run_scaling_nodes(inputs: Any, device: str, nproc: int, launcher: Any, steps
     import json
     from pathlib import Path
 
-    from .scaling import finish
+    from trainledger.verify.scaling import finish
 
     with tempfile.TemporaryDirectory(prefix="trainledger-scaling-") as tmp:
         ip = Path(tmp) / "plan_inputs.json"
@@ -253,9 +253,9 @@ def accept_in_world(inputs: Any, device: str, steps_before: int, steps_after: in
 
     import torch.distributed as dist
 
-    from . import _accept_worker
-    from .accept import ACCUM_RTOL, _finish
-    from ..planfile import build_plan
+    from trainledger.verify import _accept_worker
+    from trainledger.verify.accept import ACCUM_RTOL, _finish
+    from trainledger.load.plan import build_plan
 
     plan = build_plan(inputs)
     work = Path(workdir or os.environ.get("TRAINLEDGER_ACCEPT_DIR") or tempfile.gettempdir()) / \
@@ -271,7 +271,7 @@ def accept_in_world(inputs: Any, device: str, steps_before: int, steps_after: in
                                   accum_rtol=ACCUM_RTOL.get(plan.recipe.precision, 5e-2), seed=0,
                                   timeout=collective_timeout_s, out="")
 
-    from .launch import init_distributed
+    from trainledger.verify.launch import init_distributed
 
     init_distributed(device, collective_timeout_s)
     dist.barrier()  # the inputs file exists before any rank reads it
@@ -302,8 +302,8 @@ def accept_nodes(inputs: Any, device: str, nproc: int, steps_before: int, steps_
     import json
     from pathlib import Path
 
-    from .accept import ACCUM_RTOL, _failure_text, _finish, _launch
-    from ..planfile import build_plan
+    from trainledger.verify.accept import ACCUM_RTOL, _failure_text, _finish, _launch
+    from trainledger.load.plan import build_plan
 
     plan = build_plan(inputs)
     work = Path(workdir)
@@ -340,7 +340,7 @@ def gather_nodes(fn: Any, collective_timeout_s: float = 600.0) -> list[dict[str,
 
     import torch.distributed as dist
 
-    from .launch import init_distributed
+    from trainledger.verify.launch import init_distributed
 
     rank, world, _ = init_distributed("cpu", collective_timeout_s)
     mine = None

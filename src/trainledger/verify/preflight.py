@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import VerifyError
-from ..units import fmt_bytes
+from trainledger.errors import VerifyError
+from trainledger.units import fmt_bytes
 
 
 def available_host_bytes() -> int | None:

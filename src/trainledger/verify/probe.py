@@ -26,7 +26,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from ..units import GIB, fmt_bytes
+from trainledger.units import GIB, fmt_bytes
 
 #: topology levels from closest to farthest.
 LEVELS = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -74,7 +74,7 @@ def _numa_nodes() -> list[dict[str, Any]]:
 
 def host_info() -> dict[str, Any]:
     """CPU cores (logical and physical), CPU model, NUMA nodes and host RAM."""
-    from ..ledger import _cpu_model
+    from trainledger.ledger import _cpu_model
 
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -89,7 +89,7 @@ def host_info() -> dict[str, Any]:
 
 def software_info() -> dict[str, Any]:
     """torch (with its CUDA build) and transformers versions — from metadata; torch only if loaded."""
-    from ..ledger import _dist_version
+    from trainledger.ledger import _dist_version
 
     info: dict[str, Any] = {"torch": _dist_version("torch"), "transformers": _dist_version("transformers"),
                             "nvidia_ml_py": _dist_version("nvidia-ml-py")}

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import LedgerError, TrainledgerError
+from trainledger.errors import LedgerError, TrainledgerError
 
 
 def _stamp() -> str:
@@ -62,7 +62,7 @@ def record(command: str, result: dict[str, Any], *, ledger_path: str | None, off
     """Store one measurement; a ledger that cannot take it leaves the result in a fallback file."""
     if off:
         return None
-    from ..ledger import Ledger
+    from trainledger.ledger import Ledger
 
     try:
         with Ledger(ledger_path) as led:
@@ -78,7 +78,7 @@ def record(command: str, result: dict[str, Any], *, ledger_path: str | None, off
 
 def write_out(out_path: str, text: str, command: str, say: Callable[[str], None]) -> bool:
     """Write ``--out`` atomically; when that fails, keep the text in a fallback file instead."""
-    from ..report.render import write_atomic
+    from trainledger.report.render import write_atomic
 
     try:
         write_atomic(out_path, text, what=f"{command} report")

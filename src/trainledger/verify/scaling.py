@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
+from trainledger.errors import VerifyError
 
 GOOD = 0.85
 NEEDS_WORK = 0.60
@@ -106,8 +106,8 @@ def judge_measured(eff: float, lo: float, hi: float, steps: int) -> tuple[str, s
 def run_scaling(inputs: Any, device: str, nproc: int, steps: int = MIN_STEPS, warmup: int = MIN_WARMUP,
                 timeout_s: float = 1800.0, collective_timeout_s: float = 120.0,
                 env: dict[str, str] | None = None, progress=None) -> dict[str, Any]:
-    from ..planfile import build_plan
-    from .launch import torchrun
+    from trainledger.load.plan import build_plan
+    from trainledger.verify.launch import torchrun
 
     plan = build_plan(inputs)
     lay = plan.layout
@@ -158,7 +158,7 @@ def finish(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    from ..format import table
+    from trainledger.format import table
 
     rows = [[r["world_size"], f"{r['step_time_s'] * 1e3:.1f}", f"{r['tokens_per_step']:,}",
              f"{r['tokens_per_s']:,.0f}", f"{r['efficiency']:.2f}",

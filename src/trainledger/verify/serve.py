@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..errors import VerifyError
+from trainledger.errors import VerifyError
 
 #: fields of vLLM's benchmark result file we read (vllm/benchmarks/serve.py ``result_json``)
 RESULT_FIELDS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
@@ -86,8 +86,8 @@ def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
 def run(plan: Any, concurrency: int, num_prompts: int, port: int = 8765, timeout_s: float = 900.0,
         log_dir: str | None = None) -> dict[str, Any]:
     """Start vLLM for ``plan``, run its benchmark client, stop the server; measured vs predicted."""
-    from ..estimate.serving import ServingPerf
-    from ..runconfig.serving import model_id, vllm_args
+    from trainledger.estimate.serving import ServingPerf
+    from trainledger.runconfig.serving import model_id, vllm_args
 
     reason = skip_reason()
     if reason:

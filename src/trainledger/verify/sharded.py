@@ -50,9 +50,9 @@ import time
 import weakref
 from typing import Any
 
-from ..errors import VerifyError
-from .build import build_model, fake_runtime, require
-from .measure import MemoryMeasurement, environment, tracked_notes
+from trainledger.errors import VerifyError
+from trainledger.verify.build import build_model, fake_runtime, require
+from trainledger.verify.measure import MemoryMeasurement, environment, tracked_notes
 
 #: runtimes this module can run on the fake process group
 MEASURABLE = ("hf", "fsdp2", "pytorch-fsdp")
@@ -107,7 +107,7 @@ def fsdp_shards(plan: Any) -> int:
 def _local_tracker_class() -> type:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from .memtrace import MemoryTracker, _op_name, _UNCOUNTED_OPS
+    from trainledger.verify.memtrace import MemoryTracker, _op_name, _UNCOUNTED_OPS
 
     class LocalTracker(MemoryTracker):
         """A MemoryTracker fed by the FakeTensorMode's dispatch: it sees the local shards of
@@ -250,7 +250,7 @@ def _process_group(world: int) -> None:
 
 
 def _decoder_layers(model: Any) -> list[Any]:
-    from .build import _decoder_layers as layers
+    from trainledger.verify.build import _decoder_layers as layers
 
     return layers(model)
 
@@ -462,7 +462,7 @@ def _train_step(s: _Setup, plan: Any, built: Any, phase: Any, on_grads: Any, opt
                 cuda_autocast: bool) -> None:
     import torch
 
-    from .train_step import autocast_context
+    from trainledger.verify.train_step import autocast_context
 
     r = plan.recipe
     for _ in range(r.grad_accum):
@@ -550,9 +550,9 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..hfconfig import load_hf_config
-    from .measure import _states
-    from .train_step import host_step_counters, make_optimizer
+    from trainledger.load.hf import load_hf_config
+    from trainledger.verify.measure import _states
+    from trainledger.verify.train_step import host_step_counters, make_optimizer
 
     lay, r = plan.layout, plan.recipe
     if lay.tp > 1:  # sub-meshes are sliced here: slicing under FakeTensorMode reads the mesh tensor

@@ -36,9 +36,9 @@ from typing import Any
 
 from pydantic import Field
 
-from .._spec import Spec
-from ..errors import VerifyError
-from .launch import free_port, run_bounded
+from trainledger.spec.base import Spec
+from trainledger.errors import VerifyError
+from trainledger.verify.launch import free_port, run_bounded
 
 #: samples dropped at the start of every attempt before judging step time (warm-up, allocator).
 WARMUP_SAMPLES = 2
@@ -95,7 +95,7 @@ def run_soak(inputs: Any, device: str = "cpu", nproc: int = 2, duration_s: float
              collective_timeout_s: float = 120.0, workdir: str | None = None,
              telemetry_fixture: str | None = None) -> dict[str, Any]:
     """Run the soak of ``inputs`` (a PlanInputs) and return the judged result."""
-    from ..planfile import build_plan
+    from trainledger.load.plan import build_plan
 
     plan = build_plan(inputs)
     if not plan.recipe.is_training:
@@ -320,7 +320,7 @@ def _telemetry_checks(series: dict[str, list[dict]], th: SoakThresholds) -> list
 
 
 def _slowdown() -> tuple[str, ...]:
-    from .telemetry import SLOWDOWN_REASONS
+    from trainledger.verify.telemetry import SLOWDOWN_REASONS
 
     return SLOWDOWN_REASONS
 

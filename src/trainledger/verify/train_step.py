@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import VerifyError
-from ..recipe import Recipe
-from .build import BuiltModel, require
+from trainledger.errors import VerifyError
+from trainledger.spec.recipe import Recipe
+from trainledger.verify.build import BuiltModel, require
 
 PhaseFn = Callable[[str], contextlib.AbstractContextManager]
 
@@ -165,7 +165,7 @@ def autocast_context(recipe: Recipe, device_type: str, cuda_policy: bool = False
     if dtype is None:
         return stack
     if cuda_policy and device_type == "cpu":
-        from .autocast_cuda import CudaAutocastPolicy
+        from trainledger.verify.autocast_cuda import CudaAutocastPolicy
 
         stack.enter_context(CudaAutocastPolicy(device_type))
     stack.enter_context(torch.autocast(device_type, dtype=dtype))

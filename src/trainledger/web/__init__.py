@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MissingDependency
+from trainledger.errors import MissingDependency
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -18,7 +18,7 @@ __all__ = ["create_app", "serve", "DEFAULT_HOST", "DEFAULT_PORT"]
 
 
 def create_app(**kwargs: Any) -> Any:
-    from .app import create_app as _create
+    from trainledger.web.app import create_app as _create
 
     return _create(**kwargs)
 
@@ -36,7 +36,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "
         import uvicorn
     except ImportError:
         raise MissingDependency("the web app needs fastapi and uvicorn: pip install 'trainledger[web]'") from None
-    from .conn import uvicorn_config
+    from trainledger.web.conn import uvicorn_config
 
     app = create_app(allowed_hosts=loopback_hosts(host, port))
     uvicorn.Server(uvicorn_config(app, host, port, log_level)).run()

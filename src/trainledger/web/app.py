@@ -18,7 +18,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from ..errors import MissingDependency, TrainledgerError
+from trainledger.errors import MissingDependency, TrainledgerError
 
 MAX_BODY_BYTES = 1 << 20
 REQUEST_TIMEOUT_S = 30.0
@@ -119,8 +119,8 @@ def _warm_caches() -> None:
     """Load the catalogs once in the server, so that every forked request child starts with them."""
     if _WARM:
         return
-    from . import service
-    from .schemas import EstimateRequest
+    from trainledger.web import service
+    from trainledger.web.schemas import EstimateRequest
 
     service.gpus(), service.presets(), service.options()
     try:
@@ -144,13 +144,13 @@ def create_app(allowed_hosts: list[str] | None = None, timeout_s: float = REQUES
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from . import service
-    from .schemas import ERROR_RESPONSES, EstimateRequest, ExportRequest, PlanRequest, ReportRequest
+    from trainledger.web import service
+    from trainledger.web.schemas import ERROR_RESPONSES, EstimateRequest, ExportRequest, PlanRequest, ReportRequest
 
     app = FastAPI(title="trainledger", version=_version(), docs_url=None, redoc_url=None,
                   description="What hardware an LLM training job needs: estimate, plan, report, export.",
                   responses=ERROR_RESPONSES)
-    from .isolate import Busy, Crashed, ProcessRunner, can_fork
+    from trainledger.web.isolate import Busy, Crashed, ProcessRunner, can_fork
 
     cheap = anyio.CapacityLimiter(CHEAP_WORKERS)
     threads = anyio.CapacityLimiter(workers)
@@ -315,6 +315,6 @@ async def _cancel(task: Any) -> None:
 
 
 def _version() -> str:
-    from .. import __version__
+    from trainledger import __version__
 
     return __version__

@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, create_model, model_validator
 from pydantic.fields import FieldInfo
 
-from .._spec import Spec
-from ..planfile import PlanInputs
-from ..search import Job
+from trainledger.spec.base import Spec
+from trainledger.load.plan import PlanInputs
+from trainledger.planner.search import Job
 
 #: longest pasted config.json accepted (characters); real ones are a few KB.
 MAX_CONFIG_CHARS = 200_000

@@ -11,20 +11,20 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from ..catalog import all_gpus, all_networks, names
-from ..errors import TrainledgerError, did_you_mean
-from ..estimate import EstimateOptions
-from ..estimate.options import CostOptions
-from ..hfconfig import from_hf_config, load_model, preset_names
-from ..layout import Offload
-from ..model import ModelSpec
-from ..planfile import PlanInputs, parse_inputs
-from ..recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
-from ..report import build_report, render
-from ..report.document import build_document, summary
-from ..report.sweeps import DEFAULT_COMPARE_GPUS
-from ..units import GIB, fmt_params
-from .schemas import EstimateRequest, ExportRequest, PlanRequest, ReportRequest, WebInputs
+from trainledger.load.catalog import all_gpus, all_networks, names
+from trainledger.errors import TrainledgerError, did_you_mean
+from trainledger.estimate import EstimateOptions
+from trainledger.estimate.options import CostOptions
+from trainledger.load.hf import from_hf_config, load_model, preset_names
+from trainledger.spec.layout import Offload
+from trainledger.spec.model import ModelSpec
+from trainledger.load.plan import PlanInputs, parse_inputs
+from trainledger.spec.recipe import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, RECOMPUTES
+from trainledger.report import build_report, render
+from trainledger.report.document import build_document, summary
+from trainledger.planner.sweeps import DEFAULT_COMPARE_GPUS
+from trainledger.units import GIB, fmt_params
+from trainledger.web.schemas import EstimateRequest, ExportRequest, PlanRequest, ReportRequest, WebInputs
 
 #: fields a library error message may name, in the words it uses, -> the form field.
 _FIELD_WORDS = (
@@ -61,7 +61,7 @@ def child_error(exc: BaseException) -> BaseException:
 
 def finite(obj: Any) -> Any:
     """JSON has no NaN or infinity: such values (e.g. a break-even that never comes) become null."""
-    from ..format import finite_json
+    from trainledger.format import finite_json
 
     return finite_json(obj)
 
@@ -101,12 +101,12 @@ def gpus() -> list[dict[str, Any]]:
              "link": g.link} for g in all_gpus()]
 
 
-from ..serving_spec import ENGINES, KV_CACHE_DTYPES, QUANTIZATIONS  # noqa: E402 - serving menus (issue 16)
+from trainledger.spec.serving import ENGINES, KV_CACHE_DTYPES, QUANTIZATIONS  # noqa: E402 - serving menus (issue 16)
 
 
 def options() -> dict[str, Any]:
     """Choices and defaults of every form field (the page builds its menus from this)."""
-    from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS
+    from trainledger.runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS
 
     return {"method": list(METHODS), "precision": list(PRECISIONS), "optimizer": list(OPTIMIZERS),
             "recompute": list(RECOMPUTES), "attention": list(ATTENTIONS), "offload": list(Offload.__args__),  # type: ignore[attr-defined]
@@ -175,7 +175,7 @@ def resolve(inputs: WebInputs, config_json: str | None) -> tuple[PlanInputs, Mod
 def estimate_options(req: EstimateRequest) -> EstimateOptions:
     p = req.prices
     if p.provider is not None:
-        from ..estimate.prices import load_prices
+        from trainledger.estimate.run.prices import load_prices
 
         providers = sorted({q.provider for g in names("gpus") for q in load_prices().quotes_for(g)})
         if p.provider not in providers:
@@ -234,8 +234,8 @@ def report_file(req: ReportRequest) -> tuple[str, str, str]:
 
 def plan_view(req: PlanRequest) -> dict[str, Any]:
     """Run the planner; ranked plans and rejected candidates, with their formatted rows."""
-    from ..report.document import plans_blocks
-    from ..search import Job, search
+    from trainledger.report.document import plans_blocks
+    from trainledger.planner.search import Job, search
 
     model = parse_config(req.config_json) if req.config_json and req.config_json.strip() else None
     if model is None and req.model.lower() not in preset_names():
@@ -246,8 +246,8 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
         raise WebError(f"ranking by {req.rank_by} needs a token budget: give one, or rank by GPU count", "tokens")
     job_data = req.model_dump(exclude={"gpus", "config_json"})
     if req.precision is None:  # the method's default, as the estimate panel uses it
-        from ..hfconfig import load_model
-        from ..precision import default_precision
+        from trainledger.load.hf import load_model
+        from trainledger.spec.precision import default_precision
 
         job_data["precision"] = default_precision(req.method, model or load_model(req.model.lower()), None)[0]
     job_data.update(model=PASTED_NAME if model is not None else req.model.lower(),
@@ -262,7 +262,7 @@ def plan_view(req: PlanRequest) -> dict[str, Any]:
 
 
 def export_files(req: ExportRequest) -> dict[str, Any]:
-    from ..runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
+    from trainledger.runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS, export_plan
 
     if req.format not in EXPORT_FORMATS + SERVING_EXPORT_FORMATS:
         raise WebError(f"unknown export format {req.format!r}; formats: "

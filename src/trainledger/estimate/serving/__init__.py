@@ -8,9 +8,9 @@
 * :mod:`.section` — the Estimate's ``serving`` section and the engine memory section.
 """
 
-from .memory import EngineMemory, engine_memory
-from .perf import ServingPerf
-from .section import NOT_MODELLED, ServingEstimate, memory_estimate, serving_section
+from trainledger.estimate.serving.memory import EngineMemory, engine_memory
+from trainledger.estimate.serving.perf import ServingPerf
+from trainledger.estimate.serving.section import NOT_MODELLED, ServingEstimate, memory_estimate, serving_section
 
 __all__ = ["EngineMemory", "engine_memory", "ServingPerf", "ServingEstimate", "serving_section",
            "memory_estimate", "NOT_MODELLED"]

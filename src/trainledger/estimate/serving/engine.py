@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from ...errors import CatalogError
-from ...plan import Plan
-from ...units import GIB
-from ..efficiency import for_gpu
+from trainledger.errors import CatalogError
+from trainledger.spec.plan import Plan
+from trainledger.units import GIB
+from trainledger.estimate.time.efficiency import for_gpu
 
 
 def _dir() -> Path:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...model import ModelSpec
-from ...units import DTYPE_BYTES
+from trainledger.spec.model import ModelSpec
+from trainledger.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True, slots=True)

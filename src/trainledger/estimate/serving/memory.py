@@ -33,13 +33,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...plan import Plan
-from ...units import DTYPE_BYTES
-from ..compute import layer_kinds
-from ..memory_runtime import runtime_defaults
-from .engine import EngineSettings, graph_capture_sizes, resolve
-from .kv import KvLayout, kv_dtype, kv_layout, stage_layers
-from .quant import WeightFormat, weight_format
+from trainledger.spec.plan import Plan
+from trainledger.units import DTYPE_BYTES
+from trainledger.estimate.time.compute import layer_kinds
+from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.serving.engine import EngineSettings, graph_capture_sizes, resolve
+from trainledger.estimate.serving.kv import KvLayout, kv_dtype, kv_layout, stage_layers
+from trainledger.estimate.serving.quant import WeightFormat, weight_format
 
 FP32 = 4.0
 #: sampler copies of the fp32 logits: the logits, the softmax probabilities, the top-k/top-p sort

@@ -17,7 +17,7 @@ One engine step on one GPU is the sum over the decoder layers of its pipeline st
   η_attn)); prefill runs flash attention over the causal half of the s×s scores (Dao 2023,
   arXiv:2307.08691) at the family's fused-attention efficiency (catalog/efficiency).
 * two TP all-reduces of M·h activations per layer on the node's link (Shoeybi et al. 2019,
-  arXiv:1909.08053, Fig. 3; alpha-beta model of :mod:`trainledger.estimate.comm`).
+  arXiv:1909.08053, Fig. 3; alpha-beta model of :mod:`trainledger.estimate.time.comm`).
 * per-kernel overhead (CUDA-graph replay in decode, eager launches in prefill), the lm_head over
   the sequences that sample, and the engine's CPU time per step.
 
@@ -35,13 +35,13 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ...plan import Plan
-from ..comm import all_reduce_s, group
-from ..compute import layer_kinds
-from ..efficiency import attention_efficiency, for_gpu
-from .engine import kernels_for, resolve
-from .kv import kv_dtype, kv_layout
-from .memory import act_bytes, served_format
+from trainledger.spec.plan import Plan
+from trainledger.estimate.time.comm import all_reduce_s, group
+from trainledger.estimate.time.compute import layer_kinds
+from trainledger.estimate.time.efficiency import attention_efficiency, for_gpu
+from trainledger.estimate.serving.engine import kernels_for, resolve
+from trainledger.estimate.serving.kv import kv_dtype, kv_layout
+from trainledger.estimate.serving.memory import act_bytes, served_format
 
 #: rows per expert block of the fused MoE kernel at small batch: the tokens routed to one expert
 #: are padded to a multiple of it (vllm/model_executor/layers/fused_moe/fused_moe.py

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...units import DTYPE_BYTES
+from trainledger.units import DTYPE_BYTES
 
 #: bytes per element of the quantized payload
 INT4_BYTES = 0.5

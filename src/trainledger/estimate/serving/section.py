@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...plan import Plan
-from ...units import gib
-from ..terms import Term
-from .memory import EngineMemory, engine_memory
-from .perf import ServingPerf
+from trainledger.spec.plan import Plan
+from trainledger.units import gib
+from trainledger.estimate.terms import Term
+from trainledger.estimate.serving.memory import EngineMemory, engine_memory
+from trainledger.estimate.serving.perf import ServingPerf
 
 #: not modelled (stated in every serving section)
 NOT_MODELLED = (
@@ -45,7 +45,7 @@ _SRC = {
 
 def memory_estimate(plan: Plan, opts: Any = None):
     """The memory section (a ``MemoryEstimate``) of an inference plan served by an engine."""
-    from ..memory import MemoryEstimate
+    from trainledger.estimate.memory import MemoryEstimate
 
     em = engine_memory(plan)
     total = plan.cluster.gpu.memory_bytes
@@ -113,7 +113,7 @@ def _suggestions(plan: Plan) -> list[dict[str, Any]]:
 
 
 def _variant(plan: Plan, serv: dict[str, Any], lay_change: dict[str, Any]) -> Plan:
-    from ...cluster import Cluster
+    from trainledger.spec.cluster import Cluster
 
     upd: dict[str, Any] = {}
     if serv:
@@ -197,15 +197,15 @@ def cost_per_million(plan: Plan, best: dict[str, float], prices: Any, cost_optio
 
     Cloud: the catalog's (or the user's) price per GPU-hour × GPUs per replica × hours per million
     tokens. Owned: write-off and maintenance per used GPU-hour, C·(1/L + m)/(8760·u)
-    (:func:`trainledger.estimate.cost.owned_fixed_usd_per_gpu_hour`), plus electricity. Power: the
+    (:func:`trainledger.estimate.run.cost.owned_fixed_usd_per_gpu_hour`), plus electricity. Power: the
     linear model P = idle + (busy·TDP − idle)·busy fraction (energy.py), GPUs busy all the time.
     """
-    from ...errors import CatalogError
-    from .._common import RunFigures
-    from ..cost import cloud_quote, owned_fixed_usd_per_gpu_hour
-    from ..energy import power_model
-    from ..options import CostOptions
-    from ..prices import load_prices
+    from trainledger.errors import CatalogError
+    from trainledger.estimate.run.common import RunFigures
+    from trainledger.estimate.run.cost import cloud_quote, owned_fixed_usd_per_gpu_hour
+    from trainledger.estimate.run.energy import power_model
+    from trainledger.estimate.options import CostOptions
+    from trainledger.estimate.run.prices import load_prices
 
     opts = cost_options or CostOptions()
     gpus = plan.layout.tp * plan.layout.pp

@@ -11,9 +11,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import ImportResult
-from . import axolotl, llamafactory, megatron, torchtitan, trl
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.importers import axolotl, llamafactory, megatron, torchtitan, trl
 
 TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo")
 

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import OPTIM_FROM_HF, ImportResult, _num
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import OPTIM_FROM_HF, ImportResult, _num
 
 __all__ = ["num", "truthy", "set_precision", "set_hf_optim", "set_lora_targets", "model_from_dims",
            "relevant_unknown"]
@@ -32,7 +32,7 @@ def set_precision(res: ImportResult, where: str, *, bf16: Any = None, fp16: Any 
     """bf16/fp16/fp8 switches -> the recipe's precision (fp8 runs with bf16 master compute)."""
     on = [name for name, v in (("bf16", bf16), ("fp16", fp16)) if v is not None and truthy(v)]
     if len(on) > 1:
-        from ...errors import PlanError
+        from trainledger.errors import PlanError
 
         raise PlanError(f"{where}: bf16 and fp16 are both on; set one")
     if fp8 is not None and truthy(fp8):
@@ -90,7 +90,7 @@ _DIM_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key
 
 
 def _preset_dims() -> dict[str, tuple]:
-    from ...hfconfig import load_model, preset_names
+    from trainledger.load.hf import load_model, preset_names
 
     out = {}
     for name in preset_names():

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import ImportResult, _read_accelerate
-from ._common import num, relevant_unknown, set_hf_optim, set_lora_targets, set_precision, truthy
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import ImportResult, _read_accelerate
+from trainledger.runconfig.importers._common import num, relevant_unknown, set_hf_optim, set_lora_targets, set_precision, truthy
 
 #: axolotl keys that identify the format (two or more of them)
 SIGNATURE = {"base_model", "sequence_len", "micro_batch_size", "adapter", "lora_r", "datasets",

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import ImportResult, _read_trainer_args, trainer_known as _trainer_fields
-from ._common import num, set_lora_targets
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import ImportResult, _read_trainer_args, trainer_known as _trainer_fields
+from trainledger.runconfig.importers._common import num, set_lora_targets
 
 OWN = {"model_name_or_path", "adapter_name_or_path", "trust_remote_code", "stage", "do_train",
        "finetuning_type", "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",

@@ -22,9 +22,9 @@ import re
 import shlex
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import ImportResult
-from ._common import model_from_dims, num
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.importers._common import model_from_dims, num
 
 #: NeMo 2 recipe (``--factory``) -> preset (nemo/collections/llm/recipes/*.py; same dimensions)
 NEMO_RECIPES = {"llama3_8b": "llama-3.1-8b", "llama31_8b": "llama-3.1-8b", "llama3_70b": "llama-3.1-70b",
@@ -330,7 +330,7 @@ def _global_batch(a: dict[str, Any], res: ImportResult, where: str, tp: int, pp:
         return
     dp = gpus // (tp * pp * cp)
     if gb % (mb * dp):
-        from ...errors import PlanError
+        from trainledger.errors import PlanError
 
         raise PlanError(f"{where}: --global-batch-size {gb} is not micro-batch × dp × grad-accum: "
                         f"{mb} × {dp} = {mb * dp} does not divide {gb}")
@@ -365,7 +365,7 @@ def _model(a: dict[str, Any], res: ImportResult, where: str, layers: int | None)
     if vocab is None and (tok == "GPT2BPETokenizer" or (not tok and a.get("merge_file"))):
         vocab = GPT2_VOCAB  # GPT-2 BPE: vocab file + merges file
     if vocab is None and a.get("tokenizer_model"):
-        from ...hfconfig import preset_sources
+        from trainledger.load.hf import preset_sources
 
         hit = preset_sources().get(str(a["tokenizer_model"]).lower())
         if hit:

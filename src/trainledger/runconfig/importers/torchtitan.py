@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SpecError
-from ..importer import ImportResult
-from ._common import num
+from trainledger.errors import SpecError
+from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.importers._common import num
 
 #: (torchtitan model name, flavor) -> preset; the dimensions of each flavor equal the preset's
 FLAVORS: dict[tuple[str, str], str] = {
@@ -162,7 +162,7 @@ def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, w
     if gb not in (None, -1) and mb and shard is not None:
         dp = rep * shard
         if gb % (mb * dp):
-            from ...errors import PlanError
+            from trainledger.errors import PlanError
 
             raise PlanError(f"{where}: global_batch_size {gb} is not local_batch_size × dp × grad-accum: "
                             f"{mb} × {dp} = {mb * dp} does not divide {gb}")

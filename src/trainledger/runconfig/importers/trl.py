@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..importer import ImportResult, _read_trainer_args
-from ._common import num, relevant_unknown, set_lora_targets
+from trainledger.runconfig.importer import ImportResult, _read_trainer_args
+from trainledger.runconfig.importers._common import num, relevant_unknown, set_lora_targets
 
 MODEL_CONFIG = {"model_name_or_path", "model_revision", "torch_dtype", "dtype", "trust_remote_code",
                 "attn_implementation", "use_peft", "lora_r", "lora_alpha", "lora_dropout",
@@ -96,6 +96,6 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
 
 
 def _trainer_known() -> set[str]:
-    from ..importer import trainer_known
+    from trainledger.runconfig.importer import trainer_known
 
     return trainer_known()

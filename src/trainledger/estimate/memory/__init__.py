@@ -1,0 +1,284 @@
+"""Per-GPU memory of a training or inference job, term by term, with its peak phase and fit verdict.
+
+``estimate_memory(plan, opts)`` predicts what ``torch.cuda.max_memory_allocated()`` reports in a
+steady-state step of the reference runtime (PyTorch + transformers + peft + torch.distributed,
+CUDA defaults), the allocator's reserved memory, and the device total with the CUDA context and
+library workspaces. The phase model is in :mod:`.memory_model`, activations in
+:mod:`.activations`, model states in :mod:`.memory_states`, suggestions in :mod:`.memory_suggest`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainledger.spec.plan import Plan
+from trainledger.units import gib
+from trainledger.estimate.memory.model import Parts, activations, inference, model_states
+from trainledger.estimate.memory import runtimes as RT
+from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.options import MemoryOptions
+from trainledger.estimate.terms import Term
+
+#: term -> (formula source, assumptions); shown with every breakdown entry.
+SOURCES: dict[str, tuple[str, str]] = {
+    "weights": ("P·bytes(weight dtype); QLoRA NF4 + double-quant constants (Dettmers et al. 2023, §3)",
+                "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d; per runtime "
+                "(FSDP dim-0 shards, DeepSpeed 16-bit): estimate/memory_runtimes.py"),
+    "master_weights": ("4·P_t fp32 master copy (Micikevicius et al. 2018; ZeRO Fig. 1 '2+2+12')", ""),
+    "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
+    "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
+                         "(see estimate/memory_states.py)", "ZeRO-1+ shard over d"),
+    "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes "
+                              "(torch/optim/adamw.py; measured on torch 2.13)", "fused AdamW: none"),
+    "autocast_weight_copies": ("c·(all Linear weights): autocast casts each weight once and backward "
+                               "keeps the copy (measured on torch 2.13)", "only when weights are fp32 "
+                               "and compute is 16-bit"),
+    "activations": ("saved tensors per layer and token, dtype-traced through the HF decoder layer "
+                    "(estimate/activations.py); cf. Korthikanti et al. 2022 Table 2",
+                    "recompute/PP in-flight micro-batches/TP/SP/CP applied"),
+    "logits": ("(c + 4 + 4)·V·b·s forward (logits, fp32 upcast, log-softmax), 12·V·b·s in backward "
+               "(transformers ForCausalLMLoss)", "all positions, no chunked loss"),
+    "dynamic_cache": ("fp32 K copies of transformers' DynamicCache during the training forward",
+                      "config use_cache=True; gone with gradient checkpointing"),
+    "kv_cache": ("b·ctx·L·2·k·d·c (GQA); MLA latent in paged engines (DeepSeek-V2 §2.1.2)", ""),
+    "ddp_buckets": ("DDP bucket copy of all gradients (torch DDP, gradient_as_bucket_view=False)", ""),
+    "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter; FSDP2: the "
+                     "root group's gathered embedding/head, gathered layers, reduce-dtype reduce-scatter "
+                     "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
+                     "largest wrapped unit = largest decoder layer or the embedding"),
+    "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
+}
+
+
+#: breakdown term -> the category ``trainledger.verify.memtrace`` files the same bytes under
+#: (used to compare an estimate with a measurement term by term).
+MEASURED_CATEGORY: dict[str, str] = {
+    "weights": "weights", "master_weights": "weights", "gradients": "gradients",
+    "optimizer_states": "optimizer_states", "optimizer_temporaries": "optimizer_temporaries",
+    "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
+    "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
+    "ddp_buckets": "sharding_buffers", "zero_buffers": "sharding_buffers", "other": "activations",
+}
+
+
+def by_measured_category(breakdown: dict[str, int]) -> dict[str, int]:
+    """Fold an estimate's breakdown into the measurement's categories."""
+    out: dict[str, int] = {}
+    for k, v in breakdown.items():
+        cat = MEASURED_CATEGORY.get(k, "other")
+        out[cat] = out.get(cat, 0) + v
+    return out
+
+
+@dataclass
+class MemoryEstimate:
+    """The memory section of an Estimate (bytes per GPU)."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_total_bytes: int
+    peak_phase: str
+    breakdown: dict[str, int]
+    phases: dict[str, int]
+    timeline: list[tuple[str, int]]
+    usable_bytes: int
+    headroom: float
+    host_bytes: int
+    terms: list[Term]
+    runtime_terms: dict[str, int]
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    framework: str = "hf"  # the runtime whose memory semantics were assumed
+
+    @property
+    def budget_bytes(self) -> int:
+        return int(self.usable_bytes * (1 - self.headroom))
+
+    @property
+    def fits(self) -> bool:
+        return self.device_total_bytes <= self.budget_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "peak_phase": self.peak_phase,
+            "breakdown": dict(self.breakdown),
+            "phases": dict(self.phases),
+            "timeline": [{"point": p, "bytes": b} for p, b in self.timeline],
+            "fits": self.fits,
+            "usable_bytes": self.usable_bytes,
+            "budget_bytes": self.budget_bytes,
+            "headroom": self.headroom,
+            "host_bytes": self.host_bytes,
+            "runtime": dict(self.runtime_terms),
+            "terms": [t.to_dict() for t in self.terms],
+            "suggestions": list(self.suggestions),
+            "notes": list(self.notes),
+            "framework": self.framework,
+        }
+
+    def summary(self) -> str:
+        verdict = "fits" if self.fits else "does not fit"
+        return (f"peak {gib(self.peak_allocated_bytes):.2f} GiB allocated ({self.peak_phase}), "
+                f"{gib(self.device_total_bytes):.2f} GiB on the device: {verdict} in "
+                f"{gib(self.budget_bytes):.2f} GiB usable under {self.framework}")
+
+
+def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
+    """The moments of a steady-state training step, each as term -> bytes.
+
+    Backward is walked at both ends of the layer loop: memory changes linearly with the number j
+    of layers done (activations and copies freed, gradients added), so the maximum is at j = 0 or
+    j = n-1; each layer's backward adds its working set (gradients of its widest tensors).
+    """
+    r = plan.recipe
+    ga = r.grad_accum > 1 or plan.layout.pp > 1
+    g_prev = x.grads if ga else 0.0
+    n = max(x.n_layers, 1)
+    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
+    recompute = r.recompute == "full"
+    # autocast copies alive at the end of forward: all (the autocast cache holds them even for
+    # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
+    copies_bwd = x.copies_head if recompute else x.copies
+    # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
+    # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
+    # saved for backward, i.e. not at all inside a checkpointed layer
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
+               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
+               dynamic_cache=x.cache, other=x.inputs)
+    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
+              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
+    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
+              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
+              logits=x.logits_grad, other=x.inputs)
+    points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
+              ("backward", "lm_head backward", b1)]
+    if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", dict(
+            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
+                                                                         else 0.0),
+            activations=x.acts + x.act_layer,
+            other=x.inputs)))
+
+    def grads_after(j: int) -> float:
+        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
+
+    for j in (0, n - 1):
+        keep = (n - j) / n
+        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
+        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
+        label = "last layer backward" if j == 0 else "first layer backward"
+        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
+                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
+    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
+    points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
+    return points
+
+
+def _bucket_view(d: dict[str, float]) -> dict[str, float]:
+    out = dict(d)
+    out["gradients"] = out.pop("ddp_buckets", 0.0)
+    return out
+
+
+def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
+    pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
+                                    "activations": x.infer_work, "other": x.inputs})]
+    if x.decode_work:
+        pts.append(("decode", "last decode step", {"weights": x.weights, "kv_cache": x.kv_cache,
+                                                   "activations": x.decode_work}))
+    return pts
+
+
+def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
+    """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
+    opts = opts or MemoryOptions()
+    if not plan.recipe.is_training and plan.serving.paged:  # a serving engine's own accounting
+        from trainledger.estimate.serving.section import memory_estimate
+
+        return memory_estimate(plan, opts)
+    rt = runtime_defaults()
+    x = Parts()
+    model_states(plan, x)
+    if plan.recipe.is_training:
+        activations(plan, opts, x)
+        if RT.fsdp_sharded(plan):
+            points = RT.fsdp_points(plan, x)
+        else:
+            points = _training_points(plan, x)
+            if x.grads_static:
+                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
+                          for ph, lb, d in points]
+            if plan.runtime.gradient_as_bucket_view and x.ddp:
+                # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
+                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
+    else:
+        inference(plan, opts, x, rt.paged_block_tokens)
+        points = _inference_points(x)
+    totals = [(ph, sum(d.values())) for ph, _, d in points]
+    i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
+    peak_phase = totals[i_peak][0]
+    breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
+    peak = sum(breakdown.values())
+    phases: dict[str, int] = {}
+    for ph, tot in totals:
+        phases[ph] = max(phases.get(ph, 0), int(tot))
+    reserve = opts.allocator_reserve_fraction
+    reserve = rt.reserve_fraction if reserve is None else reserve
+    reserved = int(peak * (1 + reserve))
+    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
+    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
+    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    if plan.recipe.is_training:
+        idle = int(sum(v for k, v in points[-1][2].items() if k not in ("gradients", "optimizer_temporaries")))
+    else:
+        idle = int(x.weights)
+    timeline = [("step start", idle)] + [(label, int(sum(d.values()))) for _, label, d in points]
+    if plan.recipe.is_training:
+        timeline.append(("after zero_grad", idle))
+    terms = [Term(name=k, value=v, unit="bytes", source=SOURCES[k][0], assumptions=SOURCES[k][1])
+             for k, v in breakdown.items()]
+    runtime_terms = {"allocator_reserve": reserved - peak, "cuda_context": context,
+                     "library_workspaces": workspace}
+    terms += [Term("allocator_reserve", reserved - peak, "bytes", rt.reserve_source),
+              Term("cuda_context", context, "bytes", rt.context_source),
+              Term("library_workspaces", workspace, "bytes", rt.workspace_source)]
+    est = MemoryEstimate(
+        peak_allocated_bytes=int(peak), peak_reserved_bytes=reserved,
+        device_total_bytes=reserved + context + workspace, peak_phase=peak_phase,
+        breakdown=breakdown, phases=phases, timeline=timeline,
+        usable_bytes=plan.cluster.gpu.usable_bytes, headroom=plan.headroom,
+        host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
+        notes=_notes(plan), framework=RT.framework(plan),
+    )
+    if suggest and opts.suggestions and not est.fits:
+        from trainledger.estimate.memory.suggest import suggestions
+
+        est.suggestions = suggestions(plan, opts, est)
+    return est
+
+
+def _notes(plan: Plan) -> list[str]:
+    r, lay = plan.recipe, plan.layout
+    out = []
+    if RT.framework(plan) != "hf" or lay.dp_size > 1 or lay.tp > 1:
+        out.append(RT.runtime_note(plan))
+    if r.recompute == "selective":
+        out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
+                   "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")
+    if r.dropout > 0 and r.method not in ("lora", "qlora"):
+        out.append("dropout > 0: dropout masks and (on CPU) SDPA's math fallback are not modeled")
+    if plan.model.model_type in ("gpt2", "gpt_neox", "phi", "phi3"):
+        out.append(f"{plan.model.model_type}: LayerNorm/Conv1D/fused-projection details are approximated "
+                   "by the Llama-style layer; expect a few percent")
+    if lay.pp > 1:
+        out.append("pipeline: the busiest stage (first for activations, last for logits) is shown")
+    if r.precision == "fp8-mixed":
+        out.append("fp8-mixed: activations modeled as bf16 (Transformer Engine keeps some in fp8)")
+    return out

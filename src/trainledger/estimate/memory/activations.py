@@ -1,0 +1,320 @@
+"""Activation memory of one decoder layer, per token, in the reference runtime (torch + transformers).
+
+The bytes a training step keeps for backward are the tensors autograd saves. We count them by
+following the dtype of every saved tensor through one Hugging Face decoder layer (Llama-style
+pre-norm block; Qwen2/Qwen3/Mistral/Mixtral/OLMoE/DeepSeek share it). The rules, each measured on
+torch 2.13 + transformers 5 with a saved-tensor hook (see tests/groundtruth/test_memory_accuracy.py):
+
+* RMSNorm (``x.float(); x * rsqrt(mean(x^2)); w * x.to(dtype)``) saves the fp32 view of its input
+  (4h), ``rsqrt`` (4 per token) and ``x.to(input_dtype)`` (R·h). Its output has dtype R.
+* Under autocast every ``nn.Linear`` casts its input to the compute dtype and saves the cast; a
+  tensor read by n linears is cast n times (q, k, v each cast the norm output). Without autocast,
+  or when the input already has the compute dtype, the input itself is saved once.
+* RoPE multiplies the c-byte projections by fp32 (autocast) cos/sin, so q_embed/k_embed have dtype
+  R; SDPA/flash then saves c-byte q, k, v, its c-byte output and the fp32 logsumexp (4a per token)
+  and never an s×s matrix. Eager attention saves q, the repeated k and v (c·a·d each), the fp32
+  softmax (4·a·s per token) and, if it differs, its c-byte copy (c·a·s per token).
+* A gated MLP saves gate, up, act(gate) and act·up (4·c·f); a plain MLP fc1 and act (2·c·f).
+* The residual stream has dtype R = max(embedding dtype, c): fp32 under autocast with fp32
+  weights, because ``nn.Embedding`` is not autocast.
+
+These agree with Korthikanti et al. 2022 (arXiv:2205.05198) §4.1, which counts the same saved
+inputs for a GPT layer in 16-bit (34·s·b·h + 5·a·s²·b); the differences (fp32 residual and norm
+saves, separate casts per linear, no dropout masks, flash attention) are the runtime's.
+
+Glossary: h hidden, a heads, k KV heads, d head dim, f FFN width, E experts, K top-k, V vocab,
+s sequence, b micro-batch, c compute-dtype bytes, R residual-dtype bytes, t TP degree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from trainledger.spec.model import ModelSpec
+
+FP32 = 4
+INT64 = 8
+#: Megatron-LM activation bytes per layer (Korthikanti et al. 2022, Table 2), 16-bit activations,
+#: 1-byte dropout masks, 4h GELU MLP, explicit attention scores.
+KORTHIKANTI_SOURCE = "Korthikanti et al. 2022, arXiv:2205.05198, Table 2 / Eq. 1-2"
+
+
+#: families whose RMSNorm multiplies the weight in fp32 and casts afterwards (saves fp32 x·rsqrt)
+NORM_WEIGHT_IN_FP32 = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3"})
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """Dtypes (bytes per element) that activations take under one precision policy."""
+
+    c: int  # compute dtype of matmul inputs/outputs
+    R: int  # residual stream (embedding output, residual adds, norm outputs)
+    autocast: bool  # linears cast their inputs (weights are not in the compute dtype)
+    #: bytes of peft's LoRA adapter weights: fp32 (peft's autocast_adapter_dtype=True upcasts them),
+    #: or the compute dtype when the runtime casts every parameter (FSDP MixedPrecisionPolicy,
+    #: DeepSpeed/Megatron 16-bit modules)
+    adapter: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LoraShape:
+    """What LoRA changes in the saved tensors: rank, wrapped modules, adapter dropout."""
+
+    rank: int
+    targets: tuple[str, ...]
+    dropout: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LayerBytes:
+    """Saved bytes per token of one decoder layer, split so TP/SP/CP/recompute can scale parts.
+
+    ``replicated`` is what Megatron TP without sequence parallelism keeps on every rank (norms,
+    residual, inputs of column-parallel linears); ``sharded`` is divided by t; ``per_s`` is
+    multiplied by the attended length (s×s scores, divided by t).
+    """
+
+    replicated: float
+    sharded: float
+    per_s: float
+    layer_input: float  # what full recomputation keeps: the layer input (R·h)
+    cache_extra: float  # fp32 K copy the DynamicCache keeps during forward (use_cache)
+    first_layer_saving: float  # LoRA: layer 0's first norm saves nothing (its input needs no grad)
+    per_layer_const: float = 0.0  # bytes per layer and micro-batch independent of tokens (LoRA experts)
+    first_layer_per_s: float = 0.0  # LoRA: layer 0's scores, not kept when q, k, v need no gradient
+    core_drop: float = 0.0  # selective recompute: what the checkpointed attention core no longer saves
+    core_keep: float = 0.0  # ... and the core inputs the checkpoint keeps instead (q, k after RoPE, v)
+    #: part of ``replicated``: the saved inputs of the column-parallel linears. Megatron's sequence
+    #: parallelism saves them sequence-sharded (and all-gathers again in backward); torch's
+    #: ``PrepareModuleInput`` hands the linears the gathered tensor, which they save whole.
+    linear_inputs: float = 0.0
+
+    def total(self, s_attended: float) -> float:
+        return self.replicated + self.sharded + self.per_s * s_attended
+
+
+class _Layer:
+    """Accumulates the saved bytes of one layer while walking its modules (see module docstring)."""
+
+    def __init__(self, m: ModelSpec, flow: Flow, lora: LoraShape | None, moe_layer: bool) -> None:
+        from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
+
+        self.m, self.flow, self.lora = m, flow, lora
+        self.trainable = lora is None
+        lin = layer_linears(m, 0 if not moe_layer else _first_moe(m))
+        # peft >= 0.21 converts gate/up/down targets of these MoE families to the expert stacks:
+        # they then wrap no nn.Linear (not even a dense layer's MLP or the shared expert)
+        names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if (lora and m.moe) else {}
+        roles, targets = _converted(tuple(lora.targets), names) if names else (set(), lora.targets if lora else ())
+        self.wrapped = {p for p, x in lin.items() if lora and x.count == 1
+                        and any(matches(p, t) for t in targets)}
+        self.lin = lin
+        self.lora_experts = moe_layer and bool(roles - {"router"})
+
+    def norm(self, width: int, src: int, groups: int = 1) -> float:
+        """RMSNorm: fp32 input (4w), rsqrt (4 per group) and, when its weight trains, what the
+        weight multiplies: x.to(src) (Llama style) or the fp32 x·rsqrt (Gemma/OLMo-2 style)."""
+        kept = FP32 if self.m.model_type in NORM_WEIGHT_IN_FP32 else src
+        return FP32 * width + FP32 * groups + (kept * width if self.trainable else 0)
+
+    def inputs(self, width: int, src: int, readers: tuple[str, ...], already_saved: bool = False) -> float:
+        """Saved inputs of the linears in ``readers`` (module paths) reading one tensor of
+        ``width`` elements of ``src`` bytes: under autocast each saver keeps its own cast; else the
+        tensor itself is kept once (nothing extra when another op saves it already). A frozen
+        base linear keeps only its weight; a LoRA-wrapped one's adapter keeps the input."""
+        f = self.flow
+        present = [r for r in readers if r in self.lin]
+        savers = present if self.trainable else [r for r in present if r in self.wrapped]
+        out = 0.0
+        if savers:
+            if f.autocast and (src != f.c or not self.trainable):
+                # peft casts x to the fp32 adapter dtype first, so lora_A always makes its own cast
+                out += len(savers) * f.c * width
+            elif not already_saved and (self.trainable or src == FP32 or src == f.adapter):
+                out += src * width
+        for _r in savers if not self.trainable else ():
+            out += self._lora(width, src)
+        return out
+
+    def _lora(self, width: int, src: int) -> float:
+        """peft LoRA (fp32 adapters): lora_A output, and without autocast an fp32 input copy."""
+        assert self.lora is not None
+        f, r = self.flow, self.lora.rank
+        out = (f.c if f.autocast else f.adapter) * r
+        if not f.autocast and src != f.adapter:
+            out += f.adapter * width  # peft casts x to the adapter dtype
+        if self.lora.dropout:
+            out += width + (0 if f.autocast else src * width)  # bool mask (+ the dropped copy)
+        return out
+
+
+def _first_moe(m: ModelSpec) -> int:
+    return next(i for i in range(m.num_layers) if m.is_moe_layer(i))
+
+
+def _attention(x: _Layer, attention: str, masked: bool) -> tuple[float, float, float, float, float]:
+    """(replicated, sharded, per attended position, core_drop, core_keep) bytes per token.
+
+    ``masked``: transformers passes SDPA an explicit mask (sliding window shorter than the
+    sequence): GQA then repeats k and v (``repeat_kv``) and every layer keeps a c-byte mask.
+    """
+    m, f = x.m, x.flow
+    c, R = f.c, f.R
+    a, q, kv = m.num_heads, m.q_dim, m.kv_dim
+    if m.mla is not None:
+        rep, sh, per_s = _mla(x, attention)
+        return rep, sh, per_s, 0.0, 0.0
+    if getattr(m, "fused_qkv", False):
+        rep = x.inputs(m.hidden_size, R, ("self_attn.qkv_proj",))
+    else:
+        rep = x.inputs(m.hidden_size, R, ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"))
+    sh = 0.0
+    if m.qk_norm != "none":
+        groups = (a + m.num_kv_heads) if m.qk_norm == "head" else 2
+        sh += x.norm(q + kv, c, groups)
+    sh += x.inputs(q, c, ("self_attn.o_proj",), already_saved=True)  # the SDPA/bmm output
+    out = c * q
+    grouped = a > m.num_kv_heads
+    rope = R if f.autocast else c  # q, k after RoPE with R-byte cos/sin
+    # Phi-3's fused qkv_proj: v is a view of the fused output, so saving v for the attention
+    # backward keeps the whole q|k|v buffer alive (transformers Phi3Attention slices qkv)
+    fused_rest = c * (q + kv) if m.model_type == "phi3" and m.fused_qkv else 0.0
+    keep = rope * (q + kv) + c * kv
+    if attention == "eager":
+        # eager: the bmm output is saved only by an o_proj that needs its input (trainable, or a
+        # LoRA adapter on it); a frozen o_proj keeps just its weight (matmul backward saves probs, v)
+        if not (x.trainable or "self_attn.o_proj" in x.wrapped):
+            out = 0.0
+        k_saved = c * q if grouped else c * kv
+        probs_copy = c * a if c != FP32 else 0
+        # Gemma-2 soft-capping, cap·tanh(scores/cap): tanh saves its c-byte output for backward
+        # (transformers gemma2 ``eager_attention_forward``); the division and the product save nothing
+        capped = c * a if getattr(m, "attn_softcap", None) else 0
+        core = c * q + 2 * k_saved + fused_rest
+        return rep, sh + core + out, FP32 * a + probs_copy + capped, core, keep
+    k_saved = c * q if (masked and grouped) else c * kv
+    core = c * q + 2 * k_saved + FP32 * a + fused_rest
+    per_s = c if masked else 0.0  # each layer's SDPA keeps its own c-byte copy of the mask
+    return rep, sh + core + out, per_s, core, keep
+
+
+def _mla(x: _Layer, attention: str) -> tuple[float, float, float]:
+    """DeepSeek MLA: low-rank q/kv projections with their norms; keys and queries carry
+    d_nope + d_rope per head, values d_v. With d_q != d_v torch's CPU SDPA falls back to its math
+    kernel, which saves fp32 scores (4·a·s per token) like eager attention."""
+    m, f = x.m, x.flow
+    ml = m.mla
+    assert ml is not None
+    c, R, a, h = f.c, f.R, m.num_heads, m.hidden_size
+    dq, dv = ml.qk_nope_head_dim + ml.qk_rope_head_dim, ml.v_head_dim
+    rep = x.inputs(h, R, ("self_attn.q_a_proj", "self_attn.q_proj", "self_attn.kv_a_proj_with_mqa"))
+    sh = 0.0
+    if ml.q_lora_rank:
+        sh += x.norm(ml.q_lora_rank, c) + x.inputs(ml.q_lora_rank, R, ("self_attn.q_b_proj",))
+    sh += x.norm(ml.kv_lora_rank, c) + x.inputs(ml.kv_lora_rank, R, ("self_attn.kv_b_proj",))
+    if attention == "eager" or dq != dv:
+        probs_copy = c * a if (attention == "eager" and c != FP32) else 0
+        sh += x.inputs(a * dv, R, ("self_attn.o_proj",))
+        return rep, sh + R * a * (2 * dq + dv), FP32 * a + probs_copy
+    sh += x.inputs(a * dv, c, ("self_attn.o_proj",), already_saved=True)
+    return rep, sh + c * a * (2 * dq + dv) + c * a * dv + FP32 * a, 0.0
+
+
+def _mlp(x: _Layer, prefix: str, width: int) -> tuple[float, float]:
+    """(replicated, sharded): input casts of gate/up and the 4·c·f (gated) or 2·c·f (plain) saves."""
+    m, f = x.m, x.flow
+    gated = m.mlp_type == "gated"
+    rep = x.inputs(m.hidden_size, f.R, (f"{prefix}.gate_proj", f"{prefix}.up_proj", f"{prefix}.gate_up_proj"))
+    # gate, up, act(gate) (gated) or fc1 output (plain) are saved by the activation and product;
+    # the down projection's input (act·up, or act) is saved by down_proj itself
+    sh = (3 if gated else 1) * f.c * width + x.inputs(width, f.c, (f"{prefix}.down_proj",))
+    return rep, sh
+
+
+def _moe(x: _Layer) -> tuple[float, float]:
+    """Routed experts with transformers' default ``grouped_mm`` experts (not autocast: they run in
+    the residual dtype R). Per routed token: gathered input (R·h), gate|up (2·R·f_e), act and
+    act·up (2·R·f_e), the down output kept by the routing-weight multiply (R·h), the routing
+    weight and three int64 indices; plus the router (c·h cast, fp32 softmax over E, top-k)."""
+    m, f = x.m, x.flow
+    mo = m.moe
+    assert mo is not None
+    R, h, fe = f.R, m.hidden_size, mo.expert_intermediate_size
+    grad_w = x.trainable or x.lora_experts  # the expert weights need gradients: inputs are saved
+    # frozen experts (LoRA elsewhere): neither the gathered input nor act·up is kept
+    per_routed = (4 * R * fe + 2 * R * h if grad_w else 3 * R * fe + R * h) + f.c + 3 * INT64
+    router = x.inputs(h, R, ("mlp.gate",)) + FP32 * mo.num_experts + 3 * FP32 * mo.top_k + FP32
+    rep, sh = 0.0, mo.top_k * per_routed
+    if mo.num_shared_experts and mo.shared_intermediate_size:
+        name = "mlp.shared_expert" if mo.shared_expert_gate else "mlp.shared_experts"
+        r2, s2 = _mlp(x, name, mo.shared_intermediate_size)
+        rep, sh = rep + r2, sh + s2
+    return rep + router, sh
+
+
+_ATTN_INPUTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj",
+                "self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
+                "self_attn.kv_b_proj")
+
+
+def _o_proj_part(x: _Layer, attention: str) -> float:
+    """What o_proj's savers keep of the attention output (see _attention/_mla)."""
+    m, f = x.m, x.flow
+    o = ("self_attn.o_proj",)
+    if m.mla is None:
+        return x.inputs(m.q_dim, f.c, o, already_saved=True)
+    ml = m.mla
+    a, dv = m.num_heads, ml.v_head_dim
+    if attention == "eager" or ml.qk_nope_head_dim + ml.qk_rope_head_dim != dv:
+        return x.inputs(a * dv, f.R, o)
+    return x.inputs(a * dv, f.c, o, already_saved=True)
+
+
+@lru_cache(maxsize=4096)
+def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
+                lora: LoraShape | None = None, masked: bool = False) -> LayerBytes:
+    """Saved activation bytes per token of one decoder layer (see module docstring)."""
+    x = _Layer(m, flow, lora, moe_layer)
+    h, R = m.hidden_size, flow.R
+    norms = m.norms_per_layer * x.norm(h, R)  # pre-norms, and post-norms (Gemma-2/3, OLMo-2)
+    rep_a, sh_a, per_s, drop, keep = _attention(x, attention, masked)
+    if moe_layer:
+        rep_m, sh_m = _moe(x)
+    else:
+        rep_m, sh_m = _mlp(x, "mlp", m.intermediate_size)
+    cache_extra = R * m.kv_dim if (flow.autocast and R != flow.c and m.mla is None) else 0.0
+    const = 0.0
+    if moe_layer and x.lora_experts:
+        # peft's ParamWrapper builds W + B·A for every expert stack each forward and grouped_mm
+        # saves the merged weights for backward (expert parameters in the residual dtype)
+        mo = m.moe
+        const = R * mo.num_experts * 3 * mo.expert_intermediate_size * h
+    first, first_per_s = 0.0, 0.0
+    if lora is not None:
+        first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
+        if not any(p in x.wrapped for p in _ATTN_INPUTS):
+            # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
+            first += rep_a + sh_a - _o_proj_part(x, attention)
+            first_per_s = per_s
+    return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
+                      layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,
+                      core_drop=drop, core_keep=keep, per_layer_const=const,
+                      first_layer_per_s=first_per_s, linear_inputs=rep_a + rep_m)
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                            recompute: str = "none") -> float:
+    """Megatron-LM activation bytes of one transformer layer (Korthikanti et al. 2022, Table 2).
+
+    none, no TP: s·b·h·(34 + 5·a·s/h); TP: s·b·h·(10 + 24/t + 5·a·s/(h·t)); TP+SP: s·b·h/t·(34 +
+    5·a·s/h); selective: drops the 5·a·s/h score term; full: 2·s·b·h (the layer input, /t with SP).
+    Assumes 16-bit activations, 1-byte dropout masks, a 4h GELU MLP and explicit attention scores.
+    """
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    scores = 0.0 if recompute == "selective" else 5 * a * s / h
+    if sp:
+        return sbh / t * (34 + scores)
+    return sbh * (10 + 24 / t + scores / t)

@@ -1,0 +1,461 @@
+"""The numbers behind the memory estimate: per-GPU bytes of every term in every phase of one step.
+
+A steady-state training step (optimizer states already exist) passes four moments; the peak of
+``torch.cuda.max_memory_allocated`` is the largest of them (symbols: W weights, M master copy,
+S optimizer states, G gradients, C autocast weight copies, A saved activations, T = b·s tokens):
+
+* forward end, inside the loss: W+M+S(+G with grad accumulation)+C+A + the logits path
+  (c-byte logits, their fp32 upcast and the fp32 log-softmax: (c+4+4)·V·T; transformers'
+  ``ForCausalLMLoss`` calls ``logits.float()`` before ``cross_entropy``) + the fp32 K copies of the
+  DynamicCache when the config has ``use_cache``;
+* backward start, inside log-softmax backward: the same without the forward-only tensors, with
+  the log-softmax output, its incoming and outgoing gradients (3·4·V·T);
+* backward end: W+M+S+G + the gradient of the embedding output;
+* optimizer step: W+M+S+G + the step's temporaries (foreach AdamW: one state-sized copy).
+
+During backward, layer by layer, saved activations and autocast copies are freed while gradients
+appear, so the backward curve between its two ends is monotone and its maximum is an end
+(with full recomputation, one layer's activations are rematerialized on top).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from trainledger.spec.plan import Plan
+from trainledger.estimate.stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
+from trainledger.units import DTYPE_BYTES
+from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes
+from trainledger.estimate.memory.states import (
+    model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
+)
+from trainledger.spec.layers import lora_params as _lora_params_uncached
+from trainledger.estimate.memory import runtimes as RT
+from trainledger.estimate.memory.runtimes import sixteen_bit_model, torch_tp
+from trainledger.estimate.options import MemoryOptions
+
+_COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+#: eager inference without autocast: bytes per (b, s, ctx) element of the attention mask's transients
+EAGER_MASK_BYTES_NO_AUTOCAST = 7
+
+
+@dataclass(slots=True)
+class Parts:
+    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage."""
+
+    weights: float = 0.0
+    master: float = 0.0
+    grads: float = 0.0
+    states: float = 0.0
+    opt_temp: float = 0.0
+    copies: float = 0.0  # autocast weight copies, all layers
+    copies_layer: float = 0.0  # one layer's copies (recompute)
+    copies_head: float = 0.0  # lm_head copy
+    acts: float = 0.0  # saved activations of all in-flight micro-batches
+    act_layer: float = 0.0  # one layer's full activations (recompute working set)
+    ckpt: float = 0.0  # checkpointed layer inputs (part of acts)
+    head_saves: float = 0.0  # final norm saves + lm_head input
+    head_out: float = 0.0  # final norm output held by the model output (forward only)
+    logits_fwd: float = 0.0
+    logits_bwd: float = 0.0
+    logits_grad: float = 0.0  # c-byte gradient of the logits entering lm_head backward
+    cache: float = 0.0  # DynamicCache fp32 K copies (forward only)
+    inputs: float = 0.0  # ids, labels, rotary tables
+    ddp: float = 0.0
+    zero_buf: float = 0.0
+    grad_flow: float = 0.0  # gradient of the residual stream during backward
+    grad_transient: float = 0.0  # c-byte weight grad before its fp32 cast (largest matrix)
+    kv_cache: float = 0.0  # inference, full context
+    kv_prefill: float = 0.0  # inference, after the prefill
+    decode_work: float = 0.0  # inference, one decode step's transient
+    infer_work: float = 0.0  # inference transient of one layer + logits
+    host: float = 0.0
+    grad_head: float = 0.0  # gradients of lm_head + final norm (first to appear in backward)
+    layer_grads: float = 0.0  # gradients of one decoder layer
+    bwd_work: float = 0.0  # working set of one layer's backward (gradients of its widest tensors)
+    n_layers: int = 0
+    emb_grad_transient: float = 0.0  # tied embeddings: the embedding's new gradient and the sum
+    mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
+    grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
+    copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
+
+
+def flow_of(plan: Plan) -> tuple[Flow, float, float]:
+    """(activation dtype flow, weight bytes, trainable-parameter bytes) of the plan's policy."""
+    r = plan.recipe
+    pol = r.policy
+    c = _COMPUTE[pol["compute"]]
+    w = DTYPE_BYTES[pol["weights"]]
+    if r.method == "qlora":  # bnb 4-bit base, other weights in the 16-bit compute dtype
+        w_emb = 2.0 if c == 2 else 4.0
+        return Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed")), w_emb, 4.0
+    if sixteen_bit_model(plan):  # DeepSpeed / Megatron / FSDP param_dtype=bf16: all in 16 bits
+        return Flow(c=c, R=c, autocast=False, adapter=c), float(c), 4.0 if r.method == "lora" else float(c)
+    autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
+    R = int(max(w, c))
+    train_w = 4.0 if r.method == "lora" else w
+    return Flow(c=c, R=R, autocast=autocast), w, train_w
+
+
+def _layers_on_stage(plan: Plan) -> tuple[int, int]:
+    """(decoder layers, MoE layers) on the busiest pipeline stage."""
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers
+
+
+def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
+    """Decoder layers on the busiest stage by (MoE layer, explicit SDPA mask)."""
+    m, r = plan.model, plan.recipe
+    n_layers, n_moe = _layers_on_stage(plan)
+    win = m.sliding_window
+    n_masked = 0
+    if win is not None and r.seq_len > win:
+        n_masked = _count_sliding(m) * n_layers // m.num_layers
+    kinds: dict[tuple[bool, bool], int] = {}
+    dense = n_layers - n_moe
+    # a stage's MoE and sliding layers are spread alike: split the masked ones proportionally
+    for moe_layer, count in ((False, dense), (True, n_moe)):
+        if count <= 0:
+            continue
+        masked = round(n_masked * count / n_layers)
+        if masked:
+            kinds[(moe_layer, True)] = masked
+        if count - masked:
+            kinds[(moe_layer, False)] = count - masked
+    return kinds
+
+
+@lru_cache(maxsize=1024)
+def _count_sliding(m) -> int:
+    return sum(1 for i in range(m.num_layers) if m.is_sliding_layer(i))
+
+
+def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
+    """(parameters, autocast-cast parameters, quantizable decoder parameters, lm_head, layers)
+    on the busiest GPU: decoder layers split over pp, matrices over tp, routed experts over ep."""
+    m, lay = plan.model, plan.layout
+    sh = model_shape(m)
+    t = lay.tp
+    n_layers, _ = _layers_on_stage(plan)
+    frac = n_layers / m.num_layers
+    experts = sh.experts * frac
+    other = sh.total - sh.layers - sh.embedding - sh.lm_head  # final norm
+    layer_norms = (sh.norms - other) * frac
+    # TP splits the projections; norm weights are replicated on every TP rank (Shoeybi et al. 2019
+    # §3; torch's parallelize_module leaves them whole or as SequenceParallel replicas)
+    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * t)
+    head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
+    emb_t = head_t = t
+    if torch_tp(plan):  # parallelize_module: replicated unless SP (row-wise embedding) / loss parallel
+        emb_t = t if lay.sp else 1
+        head_t = t if (lay.sp or plan.runtime.loss_parallel) else 1
+    if torch_tp(plan) and not sh.lm_head and (lay.sp or plan.runtime.loss_parallel):
+        head_linear = m.vocab_size * m.hidden_size  # parallelize_module replaces the tied head
+        sh_head = head_linear  # weight by its own DTensor: the tie is broken, both are held
+    else:
+        sh_head = sh.lm_head
+    if lay.pp == 1:
+        head = sh.embedding / emb_t + sh_head / head_t
+    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
+        head = max(sh.embedding / emb_t, head_linear / head_t)
+    P = layers + head + other
+    # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
+    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / head_t
+    return P, linear, layers - layer_norms, head_linear / head_t, n_layers
+
+
+@lru_cache(maxsize=4096)
+def lora_params(m, targets: tuple[str, ...], rank: int) -> int:
+    """Trainable LoRA parameters (trainledger.spec.layers.lora_params), cached per model."""
+    return _lora_params_uncached(m, targets, rank)
+
+
+@lru_cache(maxsize=4096)
+def _dense_lora_params(m, targets: tuple[str, ...], rank: int) -> int:
+    """LoRA parameters on nn.Linear modules only (peft's expert-stack adapters run in grouped_mm,
+    outside autocast, so autocast makes no copies of them)."""
+    from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted
+
+    names = PEFT_MOE_CONVERSION.get(m.model_type, {})
+    if not names or m.moe is None:
+        return lora_params(m, targets, rank)
+    _, module_targets = _converted(targets, names)
+    return _lora_params_uncached(m, tuple(module_targets), rank)
+
+
+@lru_cache(maxsize=1024)
+def _unsaved_first(m, targets: tuple[str, ...]) -> float:
+    """LoRA: layer 0's frozen projections that read tensors needing no gradient (the embedding
+    output) keep no autocast weight copy: q/k/v (q_a/kv_a for MLA), and the whole attention when
+    no attention input projection carries an adapter."""
+    from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
+    from trainledger.estimate.memory.activations import _ATTN_INPUTS
+
+    names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if m.moe else {}
+    module_targets = _converted(targets, names)[1] if names else targets
+    lin = {p: x for p, x in layer_linears(m, 0).items() if p.startswith("self_attn.")}
+    wrapped = any(p in _ATTN_INPUTS and any(matches(p, t) for t in module_targets) for p in lin)
+    first = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa")
+    return float(sum(x.params for p, x in lin.items() if not wrapped or p.split(".")[-1] in first))
+
+
+def model_states(plan: Plan, parts: Parts) -> None:
+    """Weights, master, gradients, optimizer states and temporaries, DDP/ZeRO buffers, host."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    sh = model_shape(m)
+    flow, w, tw = flow_of(plan)
+    t = lay.tp
+    P, linear, quantizable, head_lin, n_layers = _local_params(plan)
+    training = r.is_training
+    lora = r.method in ("lora", "qlora")
+    if lora:
+        P_t = lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
+    else:
+        P_t = P if training else 0.0
+    N = lay.zero_shards if lay.zero else 1
+    if lay.hybrid_shard and lay.zero:
+        N = min(N, plan.cluster.gpus_per_node)
+    base = qlora_weight_bytes(quantizable, P - quantizable, w) if r.method == "qlora" else P * w
+    pol = r.policy
+    g_bytes = tw if lora else DTYPE_BYTES[pol["grads"]]
+    s_bytes = FP32 if lora else DTYPE_BYTES[pol["states"]]
+    master = P_t * FP32 if pol["master"] != "none" and training and not lora else 0.0
+    grads = P_t * g_bytes if training else 0.0
+    states = 0.0
+    if training:
+        states = optimizer_state_bytes(r.optimizer, P_t, s_bytes, sh, (P_t / P if P else 0.0))
+    adapters = P_t * tw if lora else 0.0
+    parts.weights = (base + adapters) / N if lay.zero == 3 else base + adapters
+    parts.master = master / N if lay.zero >= 1 else master
+    parts.states = states / N if lay.zero >= 1 else states
+    parts.grads = grads / N if lay.zero >= 2 else grads
+    temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
+    parts.opt_temp = temp / N if lay.zero >= 1 else temp
+    if lay.zero == 3 and not RT.fsdp_sharded(plan):
+        pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
+    elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
+        parts.copies = P_t * flow.c
+        parts.copies_head = 0.0
+    elif flow.autocast:  # every Linear weight once, LoRA adapters included (not those on experts)
+        adapters = _dense_lora_params(m, tuple(r.lora_targets), r.lora_rank) * n_layers / m.num_layers / t
+        parts.copies = (linear + (adapters if lora else 0.0) - (_unsaved_first(m, tuple(r.lora_targets)) / t if lora else 0.0)) * flow.c
+        parts.copies_head = head_lin * flow.c
+        if lora:
+            parts.copies_cached = adapters * flow.c
+    if parts.copies:
+        parts.copies_layer = (parts.copies - parts.copies_head) / max(n_layers, 1)
+    if training and lay.dp_size > 1 and lay.zero <= 1:
+        parts.ddp = grads  # DDP buckets: a flat copy of every gradient (gradient_as_bucket_view=False)
+    if lay.zero == 3 or (lay.zero == 2 and lay.dp_size > 1):
+        unit = max(sh.max_layer / t, head_lin)
+        gather_b = DTYPE_BYTES["bf16"] if r.precision.endswith("-mixed") else w
+        parts.zero_buf = (2 * unit * gather_b if lay.zero == 3 else 0.0) + unit * g_bytes
+    if training and not lora:
+        parts.layer_grads = quantizable / max(n_layers, 1) * g_bytes  # decoder layers only
+        parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
+        if flow.autocast:
+            parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
+        if not sh.lm_head and lay.pp == 1:
+            # tied: lm_head's gradient is already in .grad when the embedding backward yields a
+            # second V×h gradient; AccumulateGrad adds them out of place (measured, torch 2.13)
+            parts.emb_grad_transient = 2 * head_lin * g_bytes / (N if lay.zero >= 2 else 1)
+    fw = RT.framework(plan)
+    if RT.fsdp_sharded(plan):
+        RT.fsdp_states(plan, parts, P_t, flow)
+        parts.emb_grad_transient = 0.0
+        if not training:
+            return
+    elif fw == "deepspeed":
+        RT.deepspeed_states(plan, parts, P, P_t, max(sh.max_layer / t, head_lin, sh.embedding / t))
+        if lay.offload != "none":
+            return
+    elif fw in ("megatron-core", "megatron-deepspeed"):
+        RT.megatron_states(plan, parts, P, P_t)
+    elif plan.runtime.gradient_as_bucket_view:
+        pass  # the buckets are the gradients: see estimate_memory
+    offload(plan, parts)
+
+
+def offload(plan: Plan, parts: Parts) -> None:
+    """CPU/NVMe offload: optimizer states + master (+ fp32 grads) or also the weights to the host
+    (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, arXiv:2104.07857)."""
+    lay = plan.layout
+    host = 0.0
+    if lay.offload in ("optimizer", "params"):
+        host += parts.states + parts.master + parts.opt_temp
+        parts.states = parts.master = parts.opt_temp = 0.0
+    if lay.offload == "params":
+        host += parts.weights
+        parts.weights = parts.zero_buf  # only the gathered unit lives on the GPU
+    parts.host = host
+
+
+def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
+    """Saved activations, logits path, caches and inputs (see module docstring)."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    flow, _, _ = flow_of(plan)
+    t = lay.tp
+    sp = lay.sp and t > 1
+    s_local = Stage.of(plan).seq_per_rank
+    T = r.micro_batch * s_local
+    n_layers, n_moe = _layers_on_stage(plan)
+    lora = None
+    if r.method in ("lora", "qlora"):
+        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0)
+    s_att = r.seq_len
+    per_layer = []
+    for (moe_layer, masked), count in _layer_kinds(plan).items():
+        lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
+        full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
+        if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
+            full += lb.linear_inputs * (1 - 1 / t)
+        sel = full - (lb.per_s * s_att + lb.core_drop - lb.core_keep) / t
+        per_layer.append((count, lb, full, sel))
+    inflight = inflight_microbatches(plan)
+    acts = 0.0
+    act_layer = 0.0
+    ckpt = 0.0
+    cache = 0.0
+    n_ckpt_left = n_layers if r.recompute_layers is None else min(r.recompute_layers, n_layers)
+    for count, lb, full, sel in per_layer:
+        act_layer = max(act_layer, full * T)
+        if r.recompute == "full":
+            k = min(count, n_ckpt_left)
+            n_ckpt_left -= k
+            inp = lb.layer_input / (t if sp else 1)
+            ckpt += k * inp * T
+            acts += (k * inp + (count - k) * full) * T
+        else:
+            acts += count * (sel if r.recompute == "selective" else full) * T + count * lb.per_layer_const
+            if opts.use_cache:
+                cache += count * lb.cache_extra / t * T
+    if lora is not None and per_layer and r.recompute != "full":
+        lb0 = per_layer[0][1]
+        # selective recompute already dropped every layer's per-position (score) tensors
+        per_s = 0.0 if r.recompute == "selective" else lb0.first_layer_per_s * s_att
+        # the first layer's saving is part of that layer's (TP-sharded) activations, never more
+        first = per_layer[0][3 if r.recompute == "selective" else 2]
+        acts -= min((lb0.first_layer_saving + per_s) / t, first) * T
+    parts.acts = acts * inflight
+    parts.ckpt = ckpt * inflight
+    if r.recompute == "selective":  # the attention core of one layer, rematerialized
+        act_layer = max(((lb.per_s * s_att + lb.core_drop - lb.core_keep) / t) * T for _, lb, _, _ in per_layer)
+    parts.act_layer = act_layer if r.recompute != "none" else 0.0
+    parts.n_layers = n_layers
+    width = m.moe.top_k * m.moe.expert_intermediate_size if (m.moe and n_moe) else m.intermediate_size
+    mlp_saved = 4 * flow.c * width / t  # freed by the time attention backward runs
+    eager = lb_eager_transient(plan, flow) - mlp_saved if r.attention == "eager" else 0.0
+    parts.bwd_work = max(T * (flow.c * width + flow.R * m.hidden_size) / t, eager * T)
+    sh = model_shape(m)
+    parts.mlp_share = sh.mlp_share
+    parts.cache = cache
+    _logits(plan, flow, T, parts)
+
+
+def lb_eager_transient(plan: Plan, flow: Flow) -> float:
+    """Eager attention backward, per token: the fp32 gradient of the probabilities and the
+    softmax-backward output (8·a·s), less the c-byte probabilities freed just before."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    c_probs = flow.c if flow.c != FP32 else 0
+    return (2 * FP32 - c_probs) * m.num_heads * r.seq_len / lay.tp
+
+
+def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
+    """Final norm, lm_head input and the loss path on the last stage (vocab-parallel over t)."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    t = lay.tp
+    h, V = m.hidden_size, m.vocab_size
+    R, c = flow.R, flow.c
+    parts.inputs = T * INT64 * 3 + 2 * r.seq_len * m.head_dim * R
+    parts.grad_flow = T * R * h
+    cast = flow.autocast and R != c
+    if r.method in ("lora", "qlora"):  # frozen final norm and lm_head: neither saves the input
+        parts.head_saves = (FP32 * h + FP32) * T
+    else:  # lm_head saves its (cast) input; the model output still holds the fp32 norm output
+        parts.head_saves = (FP32 * h + FP32 + R * h) * T + (c if cast else R) * h * T
+    parts.head_out = R * h * T if cast else 0.0
+    logit_b = c if c != FP32 else FP32
+    up = FP32 if logit_b != FP32 else 0.0
+    if torch_tp(plan):
+        # the head's output is replicated: every rank holds the whole vocabulary's logits. With
+        # loss_parallel the head output is vocab-sharded, but transformers' ForCausalLMLoss
+        # (logits.float().view(-1, V)) makes DTensor gather the whole vocabulary again (measured
+        # on the fake process group: full-vocabulary fp32 logits in forward, tp 2 and 4 alike)
+        t = 1
+    # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
+    # the tanh output is saved for backward until the loss gradient reaches it
+    capped = logit_b * V * T / t if m.logit_softcap else 0.0
+    parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
+    parts.logits_bwd = 3 * FP32 * V * T / t + capped
+    parts.logits_grad = logit_b * V * T / t
+
+
+def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:
+    """Weights + KV cache for batch × context + the working set of the prefill's widest layer.
+
+    KV cache per token and layer: 2·k·d elements (GQA, Ainslie et al. 2023); under autocast the
+    keys are cached after RoPE, i.e. in fp32 (transformers' DynamicCache, measured). MLA caches the
+    compressed latent kv_lora_rank + rope dim in a serving engine (DeepSeek-V2, arXiv:2405.04434,
+    §2.1.2), while transformers' DynamicCache stores the decompressed a·(d_nope+d_rope) keys and
+    a·d_v values. Sliding-window layers keep at most the window; ``paged`` rounds the context up
+    to whole blocks (vLLM). Prefill working set (measured, no_grad): the embedding output, the
+    layer input, the mid-layer residual and the norm output (4·R·h per token) and three c-byte
+    f-wide MLP tensors (routed experts: five per routed token in R bytes); eager attention adds the
+    b·a·s×ctx scores (masked c-byte scores, fp32 softmax and its c-byte copy) and the mask.
+    Generation computes logits for the last token only (``logits_to_keep=1``).
+    """
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    flow, _, _ = flow_of(plan)
+    c, R, t = flow.c, flow.R, lay.tp
+    ctx = r.seq_len + r.generate_len
+    b = r.micro_batch
+    n_layers, n_moe = _layers_on_stage(plan)
+    if opts.kv_cache == "paged":
+        ctx = -(-ctx // block_tokens) * block_tokens
+    k_bytes = R if flow.autocast else c
+    kv_set = plan.serving.kv_cache_dtype
+    if kv_set != "auto":  # an explicit KV dtype (e.g. fp8) stores keys and values in it
+        k_bytes = c = DTYPE_BYTES[kv_set]
+    latent = plan.serving.mla_latent_cache
+    latent = opts.kv_cache == "paged" if latent is None else latent
+    if m.mla is not None:
+        ml = m.mla
+        if latent:  # one shared latent per token: every TP rank holds all of it (DeepSeek-V2 §2.1.2)
+            per_tok = (ml.kv_lora_rank + ml.qk_rope_head_dim) * c
+        else:  # per-head K and V: the heads split over TP
+            heads = max(1, m.num_heads // t)
+            per_tok = heads * ((ml.qk_nope_head_dim + ml.qk_rope_head_dim) * k_bytes + ml.v_head_dim * c)
+    else:  # KV heads split over TP, replicated when fewer than t (vLLM get_num_kv_heads)
+        kv_local = max(1, m.num_kv_heads // t) * m.head_dim
+        per_tok = kv_local * (c if opts.kv_cache == "paged" else k_bytes) + kv_local * c
+    n_sliding = _count_sliding(m) * n_layers / m.num_layers
+    win = min(ctx, m.sliding_window or ctx)
+    tokens = (n_layers - n_sliding) * ctx + n_sliding * win
+    parts.kv_cache = b * tokens * per_tok
+    s_pre = -(-r.seq_len // block_tokens) * block_tokens if opts.kv_cache == "paged" else r.seq_len
+    tokens_pre = (n_layers - n_sliding) * s_pre + n_sliding * min(s_pre, win)
+    parts.kv_prefill = b * tokens_pre * per_tok
+    # decode: DynamicCache appends with torch.cat, so one layer's keys (the larger half under
+    # autocast: fp32) exist twice for a moment
+    k_part = per_tok * k_bytes / (k_bytes + c) if m.mla is None else per_tok / 2
+    parts.decode_work = b * ctx * k_part + b * m.vocab_size * (c + FP32) / t if r.generate_len else 0.0
+    T = b * r.seq_len
+    h = m.hidden_size
+    if m.moe and n_moe:  # grouped_mm experts in the residual dtype, per routed token: two gathered
+        mo = m.moe  # copies of the input, then gate|up, act, act·up — or the down output, weighted
+        fe = mo.expert_intermediate_size
+        mlp = mo.top_k * R * max(2 * h + 4 * fe, 4 * h) / t
+        mlp += FP32 * mo.num_experts + 4 * INT64 * mo.top_k  # router softmax, indices
+        if flow.autocast:  # autocast casts the router input
+            mlp += c * h
+    else:
+        mlp = 3 * c * m.intermediate_size / t
+    work = T * (4 * R * h + mlp)
+    if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
+        # without autocast the 4-D mask exists as a bool, its c-byte additive form and an fp32
+        # intermediate at once (transformers masking_utils; measured, torch 2.13: 7 bytes/element)
+        mask = c if flow.autocast else EAGER_MASK_BYTES_NO_AUTOCAST
+        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + mask)
+    parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
+    parts.inputs = T * INT64

@@ -1,0 +1,138 @@
+"""When a plan does not fit: the cheapest changes that make it fit, each with its new peak.
+
+Every suggestion is computed by re-running the memory estimate on a modified plan; the order is
+the usual order of cost (speed or quality given up): fused optimizer, smaller micro-batch with more
+accumulation, full recomputation, 16-bit weights, ZeRO stages, 8-bit optimizer states, optimizer
+offload, LoRA, QLoRA, then more GPUs with ZeRO-3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from trainledger.errors import TrainledgerError
+from trainledger.spec.plan import Plan
+from trainledger.units import gib
+from trainledger.estimate.options import MemoryOptions
+
+if TYPE_CHECKING:
+    from trainledger.estimate.memory import MemoryEstimate
+
+MAX_SUGGESTIONS = 6
+
+
+def _with(plan: Plan, recipe: dict[str, Any] | None = None, layout: dict[str, Any] | None = None,
+          gpus: int | None = None) -> Plan:
+    rec = plan.recipe.model_copy(update=recipe or {})
+    lay_upd = dict(layout or {})
+    cluster = plan.cluster
+    if gpus is not None:
+        per_node = min(gpus, cluster.gpus_per_node)
+        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
+        lay_upd["dp"] = None
+    lay = plan.layout.model_copy(update=lay_upd)
+    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, headroom=plan.headroom)
+
+
+def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
+    r, lay = plan.recipe, plan.layout
+    training = r.is_training
+    if training and r.optimizer == "adamw":
+        yield "fused AdamW (--optimizer adamw-fused): no step temporaries", lambda: _with(
+            plan, {"optimizer": "adamw-fused"})
+    b = r.micro_batch
+    while b > 1:
+        b //= 2
+        nb = b
+        yield f"micro-batch {nb} with grad-accum {r.grad_accum * (r.micro_batch // nb)}", (
+            lambda nb=nb: _with(plan, {"micro_batch": nb, "global_batch": None,
+                                       "grad_accum": r.grad_accum * (r.micro_batch // nb)}))
+    if training and r.recompute != "full":
+        yield "full recomputation (--recompute full)", lambda: _with(plan, {"recompute": "full"})
+    if training and r.precision in ("fp32", "bf16-mixed", "fp16-mixed") and r.method != "qlora":
+        yield "16-bit weights, no autocast copies (--precision bf16)", lambda: _with(plan, {"precision": "bf16"})
+    if training and lay.dp_size > 1:
+        for z in range(lay.zero + 1, 4):
+            yield f"ZeRO-{z} over {lay.zero_shards} ranks (--zero {z})", (
+                lambda z=z: _with(plan, layout={"zero": z}))
+    if training and r.optimizer in ("adamw", "adamw-fused"):
+        yield "8-bit AdamW states (--optimizer adamw-8bit)", lambda: _with(plan, {"optimizer": "adamw-8bit"})
+    if training and lay.offload == "none":
+        yield "CPU offload of optimizer states (--offload optimizer)", lambda: _with(
+            plan, layout={"offload": "optimizer"})
+    if r.method in ("full", "pretrain"):
+        yield f"LoRA rank {r.lora_rank} (--method lora)", lambda: _with(plan, {"method": "lora"})
+        yield "QLoRA (--method qlora)", lambda: _with(plan, {"method": "qlora"})
+    if training:
+        for k in (2, 4, 8, 16):
+            n = plan.cluster.world_size * k
+            yield f"{n} GPUs with ZeRO-3 (--gpus {n} --zero 3)", (
+                lambda n=n: _with(plan, layout={"zero": 3}, gpus=n))
+
+
+def suggestions(plan: Plan, opts: MemoryOptions, current: MemoryEstimate) -> list[dict[str, Any]]:
+    """The cheapest single changes that make ``plan`` fit (see module docstring)."""
+    from trainledger.estimate.memory import estimate_memory
+
+    out: list[dict[str, Any]] = []
+    seen_micro = seen_gpus = False
+    for label, build in _candidates(plan):
+        if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
+            continue
+        try:
+            new = build()
+        except (TrainledgerError, ValueError):
+            continue
+        est = estimate_memory(new, opts, suggest=False)
+        if not est.fits:
+            continue
+        seen_micro = seen_micro or label.startswith("micro-batch")
+        seen_gpus = seen_gpus or "GPUs with" in label
+        out.append({
+            "change": label,
+            "peak_allocated_bytes": est.peak_allocated_bytes,
+            "device_total_bytes": est.device_total_bytes,
+            "peak_allocated_gib": round(gib(est.peak_allocated_bytes), 2),
+            "saves_gib": round(gib(current.device_total_bytes - est.device_total_bytes), 2),
+            "fits": True,
+        })
+        if len(out) >= MAX_SUGGESTIONS:
+            break
+    if not out:
+        combo = _combined(plan, opts, current)
+        if combo:
+            out.append(combo)
+    return out
+
+
+def _combined(plan: Plan, opts: MemoryOptions, current: MemoryEstimate) -> dict[str, Any] | None:
+    """No single change fits: apply changes in cost order, each one that saves at least 10%,
+    until the plan fits (at most 8 rounds)."""
+    from trainledger.estimate.memory import estimate_memory
+
+    labels: list[str] = []
+    best = current
+    for _ in range(8):
+        step = None
+        for label, build in _candidates(plan):
+            try:
+                new = build()
+            except (TrainledgerError, ValueError):
+                continue
+            est = estimate_memory(new, opts, suggest=False)
+            if est.device_total_bytes <= 0.9 * best.device_total_bytes:
+                step = (label, new, est)
+                break
+        if step is None:
+            return None
+        labels.append(step[0])
+        plan, best = step[1], step[2]
+        if best.fits:
+            return {"change": " + ".join(labels),
+                    "peak_allocated_bytes": best.peak_allocated_bytes,
+                    "device_total_bytes": best.device_total_bytes,
+                    "peak_allocated_gib": round(gib(best.peak_allocated_bytes), 2),
+                    "saves_gib": round(gib(current.device_total_bytes - best.device_total_bytes), 2),
+                    "fits": True}
+    return None

@@ -1,0 +1,1 @@
+"""The run sections of the ledger: energy, cost, io, checkpoints, host, interconnect."""

@@ -1,0 +1,159 @@
+"""Achievable fractions of datasheet peaks: one parameter set per GPU family (catalog/efficiency/).
+
+The time model never uses a single fudge factor. Each kind of work runs at its own achievable
+rate, described by a documented function of the work's shape:
+
+* GEMM (M×K)·(K×N):  t = max(2MNK / (peak · η), bytes / (HBM · η_hbm)), with the shape penalty
+  η(M, N, K) = η_max · Π_x x / (x + d½) over x ∈ {M, N, K}. A GEMM whose dims are all ≫ d½ runs at
+  η_max; a thin one (small hidden size, a TP shard of 128 columns, a LoRA rank of 16, an expert fed
+  a few hundred tokens) runs slower, and a very thin one falls onto the memory roofline
+  (Williams et al. 2009, "Roofline", CACM 52(4)).
+* fused attention: executed FLOPs / (peak16 · η_attn · s/(s + s½) · d/(d + 16)) — FlashAttention
+  speed grows with sequence length and head dim (Dao 2023, arXiv:2307.08691, Fig. 4);
+  η_attn is quoted at head dim 128.
+* streaming kernels (norms, activations, softmax, optimizer): bytes / (HBM · η_hbm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainledger.spec.cluster import GpuSpec, NetworkSpec
+from trainledger.errors import CatalogError
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEfficiency:
+    """Efficiency parameters of one GPU family (see catalog/efficiency/README.md)."""
+
+    family: str
+    matmul: dict[str, float]
+    half_dim: float
+    attention: float
+    attention_half_seq: float
+    hbm: float
+    kernel_overhead_s: float
+    matmul_best: dict[str, float] | None = None   # measured best-shape GEMM rate: the stacks' cap
+
+    def matmul_max(self, dtype: str) -> float:
+        return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
+
+    def with_matmul(self, value: float) -> "GpuEfficiency":
+        """A copy whose η_max is ``value`` for every dtype (the user's override)."""
+        return GpuEfficiency(self.family, {k: value for k in self.matmul}, self.half_dim,
+                             self.attention, self.attention_half_seq, self.hbm,
+                             self.kernel_overhead_s, self.matmul_best)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEfficiency:
+    """Interconnect parameters: per-kind bandwidth efficiency and runtime overlap knobs."""
+
+    bandwidth: dict[str, float]
+    tp_overlap_fraction: float
+    dp_bucket_bytes: float
+    step_overhead_s: float
+    overlap_slowdown: float = 0.0
+
+    def bytes_per_s(self, net: NetworkSpec) -> float:
+        key = (net.name, net.kind, net.gb_per_s, net.gbit_per_s)
+        bw = _BW_CACHE.get(key)
+        if bw is None:
+            bw = _BW_CACHE[key] = net.bytes_per_s * self.bandwidth.get(net.kind, 0.7)
+        return bw
+
+
+_BW_CACHE: dict[tuple, float] = {}
+
+
+def _dir() -> Path:
+    return Path(str(resources.files("trainledger") / "catalog" / "efficiency"))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise CatalogError(f"{path}: expected a mapping of efficiency parameters")
+    return data
+
+
+@lru_cache(maxsize=None)
+def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
+    out = []
+    for p in sorted(_dir().glob("*.yaml")):
+        if p.stem in ("interconnect", "intervals"):
+            continue
+        d = _read(p)
+        try:
+            eff = GpuEfficiency(
+                family=str(d["family"]), matmul={k: float(v) for k, v in d["matmul_efficiency"].items()},
+                half_dim=float(d["matmul_half_dim"]), attention=float(d["attention_efficiency"]),
+                attention_half_seq=float(d["attention_half_seq"]), hbm=float(d["hbm_efficiency"]),
+                kernel_overhead_s=float(d["kernel_overhead_s"]),
+                matmul_best={k: float(v) for k, v in (d.get("matmul_best_shape") or {}).items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CatalogError(f"{p}: missing or invalid efficiency field ({exc})") from None
+        out.append((p.stem, eff, tuple(a.lower() for a in d.get("architectures") or ())))
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def family_names() -> tuple[str, ...]:
+    return tuple(f for f, _, _ in _families())
+
+
+@lru_cache(maxsize=256)
+def gpu_efficiency(architecture: str) -> GpuEfficiency:
+    """Efficiency parameters for a GPU architecture name ('Hopper', 'Ampere', 'CDNA3', ...)."""
+    arch = architecture.lower().strip()
+    fams = _families()
+    for _, eff, archs in fams:
+        if arch in archs:
+            return eff
+    for _, eff, archs in fams:  # 'NVIDIA Hopper', 'CDNA 3 (gfx942)'
+        if any(a and a in arch for a in archs):
+            return eff
+    for name, eff, _ in fams:
+        if name == "default":
+            return eff
+    raise CatalogError("catalog/efficiency/default.yaml is missing")
+
+
+def for_gpu(gpu: GpuSpec) -> GpuEfficiency:
+    return gpu_efficiency(gpu.architecture)
+
+
+@lru_cache(maxsize=None)
+def link_efficiency() -> LinkEfficiency:
+    d = _read(_dir() / "interconnect.yaml")
+    return LinkEfficiency(
+        bandwidth={k: float(v) for k, v in d["bandwidth_efficiency"].items()},
+        tp_overlap_fraction=float(d["tp_overlap_fraction"]),
+        dp_bucket_bytes=float(d["dp_bucket_bytes"]),
+        step_overhead_s=float(d["step_overhead_s"]),
+        overlap_slowdown=float(d.get("overlap_slowdown", 0.0)),
+    )
+
+
+def gemm_time_s(M: float, K: float, N: float, peak: float, hbm: float, eff: GpuEfficiency,
+                eta_max: float, bytes_per_el: float) -> float:
+    """Seconds for one (M×K)·(K×N) GEMM: compute at η(M,N,K)·peak or the memory roofline."""
+    if M <= 0 or K <= 0 or N <= 0:
+        return 0.0
+    d = eff.half_dim
+    eta = eta_max * (M / (M + d)) * (N / (N + d)) * (K / (K + d))
+    t_compute = 2.0 * M * N * K / (peak * eta)
+    t_memory = bytes_per_el * (M * K + K * N + M * N) / (hbm * eff.hbm)
+    return max(t_compute, t_memory)
+
+
+def attention_efficiency(eff: GpuEfficiency, s: float, d: float) -> float:
+    """η of a fused attention kernel at sequence length s (keys) and head dim d."""
+    return eff.attention * (s / (s + eff.attention_half_seq)) * (d / (d + 16.0)) / (128.0 / 144.0)

@@ -1,0 +1,53 @@
+"""Predicted scaling efficiency of a plan over GPU counts (strong scaling, same global batch)."""
+
+from __future__ import annotations
+
+from trainledger.spec.plan import Plan
+from trainledger.estimate.options import TimeOptions
+from trainledger.estimate.time import estimate_compute
+
+
+def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
+                  factors: tuple[float, ...] = (0.25, 0.5, 1, 2, 4, 8)) -> list[dict[str, float]]:
+    """Predicted strong scaling: the same global batch over dp·factor replicas.
+
+    Scaling efficiency = tokens/s per GPU relative to the smallest GPU count shown (1.0 = linear).
+    Points whose data-parallel degree does not divide the global batch are skipped.
+    """
+    from trainledger.load.catalog import load_network
+    from trainledger.errors import TrainledgerError
+
+    opts = opts or TimeOptions()
+    lay, r, cl = plan.layout, plan.recipe, plan.cluster
+    gb = plan.global_batch
+    mp = lay.tp * lay.pp * lay.cp
+    rows: list[dict[str, float]] = []
+    for f in factors:
+        dp = int(round(lay.dp_size * f))
+        if dp < 1 or dp * f < 0 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+            continue
+        world = dp * mp
+        per_node = min(cl.gpus_per_node, world)
+        if world % per_node:
+            continue
+        nodes = world // per_node
+        inter = cl.inter or (load_network("ib-ndr") if nodes > 1 else None)
+        try:
+            p = plan.model_copy(update={
+                "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
+                                                  "inter": inter}),
+                "layout": lay.model_copy(update={"dp": dp}),
+                "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch),
+                                               "global_batch": gb}),
+            })
+            c = estimate_compute(p, opts)
+        except TrainledgerError:
+            continue
+        rows.append({"gpus": world, "dp": dp, "step_time_s": c.step_time_s,
+                     "tokens_per_s": c.tokens_per_s, "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
+                     "mfu": c.mfu})
+    if rows:
+        base = rows[0]["tokens_per_s_per_gpu"]
+        for row in rows:
+            row["scaling_efficiency"] = row["tokens_per_s_per_gpu"] / base
+    return rows

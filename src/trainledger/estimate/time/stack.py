@@ -1,0 +1,179 @@
+"""Stack profiles: what the software stack (``--framework``) changes in the time of the same work.
+
+The same plan runs at a different speed under Megatron-Core + Transformer Engine, PyTorch FSDP2,
+DeepSpeed or a Hugging Face Trainer, on the same GPUs. A :class:`StackProfile` holds, for one
+framework on one GPU family (catalog/efficiency/stacks/<framework>.yaml):
+
+* GEMM efficiency per dtype, **capped by the family's measured best-shape GEMM rate**
+  (``matmul_best_shape`` in catalog/efficiency/<family>.yaml): no stack beats cuBLASLt's best tile
+  on a square GEMM;
+* attention efficiency of the stack's fused attention kernel;
+* fused (TE / Apex / torch.compile) or unfused (PyTorch eager modules) elementwise kernels, which
+  selects the streaming bytes per layer in :mod:`trainledger.estimate.time.work`;
+* which collectives overlap: the share of TP traffic hidden behind GEMMs, FSDP prefetch, DP bucket
+  overlap;
+* the fixed cost of each collective launched on the critical path (charged per layer collective:
+  TP all-reduces, FSDP all-gathers and reduce-scatters), and FSDP2's copy-in/copy-out passes;
+* the optimizer step's HBM passes (fused Adam = 1, foreach AdamW more);
+* a fixed host cost per optimizer step.
+
+The user's overrides (``TimeOptions``: ``--runtime`` for the kernels, ``--tp-comm-overlap``,
+``--no-grad-overlap``, ``--matmul-efficiency``) win over the profile. The power limit of the GPU
+(``--power-limit-w``) scales the compute-bound rates through :func:`clock_scale`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainledger.spec.cluster import GpuSpec
+from trainledger.errors import CatalogError
+from trainledger.estimate.time.efficiency import GpuEfficiency, for_gpu, link_efficiency
+from trainledger.estimate.options import TimeOptions
+
+#: Exponent of the DVFS power law: dynamic power P = C·V²·f with the voltage scaled along with the
+#: clock, so P ∝ f³ and f ∝ P^(1/3) (Mittal & Vetter 2014, "A survey of methods for analyzing and
+#: improving GPU energy efficiency", ACM Computing Surveys 47(2), §2.1). The static part (the
+#: GPU's idle power) does not scale with the clock.
+DVFS_EXPONENT = 1.0 / 3.0
+#: idle power as a share of TDP when the GPU file does not state it (same default as energy.py)
+IDLE_FRACTION = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class StackProfile:
+    """How one software stack runs on one GPU family (see the module docstring)."""
+
+    framework: str
+    family: str
+    eff: GpuEfficiency           # the family's parameters with the stack's GEMM/attention rates
+    kernels: str                 # 'megatron' (fused) | 'hf' (unfused): key of work.KERNEL_BYTES
+    tp_overlap: float
+    fsdp_prefetch: bool
+    fsdp_copy_passes: float
+    dp_overlap: bool
+    collective_launch_s: float
+    optimizer_passes: float
+    host_step_s: float
+    selective_gemms: float = 0.0
+    clock_scale: float = 1.0
+    overrides: tuple[str, ...] = ()
+    gpu: str = ""
+    power_limit_w: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "framework": self.framework, "gpu_family": self.family,
+            "file": f"catalog/efficiency/stacks/{self.framework}.yaml",
+            "matmul_efficiency": dict(self.eff.matmul), "attention_efficiency": self.eff.attention,
+            "kernels": "fused" if self.kernels == "megatron" else "unfused",
+            "tp_comm_overlap": self.tp_overlap, "fsdp_prefetch": self.fsdp_prefetch,
+            "fsdp_copy_passes": self.fsdp_copy_passes, "dp_overlap": self.dp_overlap,
+            "collective_launch_s": self.collective_launch_s,
+            "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
+            "selective_recompute_gemms": self.selective_gemms,
+            "clock_scale": self.clock_scale, "overrides": list(self.overrides),
+            "gpu": self.gpu, "power_limit_w": self.power_limit_w,
+        }
+
+
+def _dir() -> Path:
+    return Path(str(resources.files("trainledger") / "catalog" / "efficiency" / "stacks"))
+
+
+@lru_cache(maxsize=None)
+def _stack_file(framework: str) -> dict[str, Any]:
+    p = _dir() / f"{framework}.yaml"
+    if not p.exists():
+        raise CatalogError(f"no stack profile for framework {framework!r} "
+                           f"(catalog/efficiency/stacks/{framework}.yaml)")
+    d = yaml.safe_load(p.read_text(encoding="utf-8"))
+    if not isinstance(d, dict) or not isinstance(d.get("defaults"), dict):
+        raise CatalogError(f"{p}: expected a mapping with 'defaults'")
+    return d
+
+
+def stack_values(framework: str, family: str) -> dict[str, Any]:
+    """The profile's keys for ``family``: defaults, then the family's overrides."""
+    d = _stack_file(framework)
+    out = dict(d["defaults"])
+    fam = (d.get("families") or {}).get(family) or {}
+    for k, v in fam.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
+
+
+def clock_scale(gpu: GpuSpec) -> float:
+    """Sustained tensor-core clock under a power limit, relative to the TDP clock.
+
+    f/f₀ = ((P_limit − P_idle) / (TDP − P_idle))^(1/3) (DVFS cube law on the dynamic share of the
+    power); 1 when no limit is set or the limit is at or above TDP. Memory-bound kernels keep the
+    HBM clock and are not scaled.
+    """
+    lim = getattr(gpu, "power_limit_w", None)
+    if not lim or lim >= gpu.tdp_w:
+        return 1.0
+    idle = gpu.idle_w or IDLE_FRACTION * gpu.tdp_w
+    dyn = max(lim - idle, 0.05 * gpu.tdp_w) / (gpu.tdp_w - idle)
+    return min(1.0, dyn ** DVFS_EXPONENT)
+
+
+_CACHE: dict[tuple, StackProfile] = {}
+
+
+def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None) -> StackProfile:
+    """The profile of ``framework`` on ``gpu``'s family, with the user's overrides applied."""
+    opts = opts or TimeOptions()
+    key = (framework, gpu.name, gpu.architecture, getattr(gpu, "power_limit_w", None), gpu.tdp_w, gpu.idle_w,
+           opts.runtime, opts.tp_comm_overlap, opts.overlap_grad_reduce, opts.matmul_efficiency)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    fam = for_gpu(gpu)
+    v = stack_values(framework, fam.family)
+    best = fam.matmul_best or {}
+    try:
+        mm = {dt: min(float(x), float(best.get(dt, 1.0)))
+              for dt, x in {**fam.matmul, **(v.get("matmul_efficiency") or {})}.items()}
+        eff = replace(fam, matmul=mm, attention=float(v.get("attention_efficiency", fam.attention)),
+                      kernel_overhead_s=float(v.get("kernel_overhead_s", fam.kernel_overhead_s)))
+        kernels = {"fused": "megatron", "unfused": "hf"}[str(v.get("kernels", "unfused"))]
+        tp_overlap = float(v.get("tp_comm_overlap", 0.0))
+        prof = dict(fsdp_prefetch=bool(v.get("fsdp_prefetch", True)),
+                    fsdp_copy_passes=float(v.get("fsdp_copy_passes", 0.0)),
+                    dp_overlap=bool(v.get("dp_overlap", True)),
+                    collective_launch_s=float(v.get("collective_launch_s", 0.0)),
+                    optimizer_passes=float(v.get("optimizer_passes", 1.0)),
+                    host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
+                    selective_gemms=float(v.get("selective_recompute_gemms", 0.0)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CatalogError(f"catalog/efficiency/stacks/{framework}.yaml: invalid value ({exc})") from None
+    over = []
+    if opts.matmul_efficiency is not None:
+        eff = eff.with_matmul(opts.matmul_efficiency)
+        over.append("matmul_efficiency")
+    if opts.runtime is not None:
+        kernels = opts.runtime
+        over.append("runtime")
+    if opts.tp_comm_overlap is not None:
+        tp_overlap = link_efficiency().tp_overlap_fraction if opts.tp_comm_overlap else 0.0
+        over.append("tp_comm_overlap")
+    if not opts.overlap_grad_reduce:
+        prof["dp_overlap"] = False
+        over.append("overlap_grad_reduce")
+    out = StackProfile(framework=framework, family=fam.family, eff=eff, kernels=kernels,
+                       tp_overlap=tp_overlap, clock_scale=clock_scale(gpu), overrides=tuple(over),
+                       gpu=gpu.name, power_limit_w=getattr(gpu, "power_limit_w", None), **prof)
+    if len(_CACHE) > 512:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out

@@ -1,0 +1,216 @@
+"""Per-GPU work of one micro-batch on one pipeline stage: GEMMs, attention, streaming kernels.
+
+Everything here is the *compute* side of the step; communication and overlap are in
+:mod:`trainledger.estimate.time`. Times are seconds on one GPU for one micro-batch (b sequences of
+s tokens, split s/c by context parallelism) through the layers of the busiest pipeline stage.
+
+Streaming-kernel bytes per token per layer (16-bit activations, 2 bytes/element; counted from the
+kernels a layer launches, Korthikanti et al. 2022, arXiv:2205.05198, §4.1 lists the same tensors
+for memory). With fused kernels (runtime "megatron"; "hf" see KERNEL_BYTES):
+    forward : norms 4h each, 2 residual adds 6h each, activation 6f (gated) / 4f (plain),
+              RoPE 4(q+kv), dropout 5h per dropout when p > 0
+    backward: norms 6h each, residual grads 6h each, activation 10f / 6f, RoPE, dropout 3h each
+    eager attention: scale-mask-softmax 4 bytes per score fwd, 6 bwd (+5/+3 with dropout)
+    cross-entropy: 32 bytes per vocabulary entry per token: up-cast of the 16-bit logits (read 2,
+              write 4), log-softmax (read 4, write 4), its gradient (read 4, write 4), down-cast
+              (read 4, write 2), plus the loss reduction — the unfused PyTorch path
+Hidden-sized tensors are sharded over TP only with sequence parallelism; FFN and attention tensors
+are always sharded over TP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from trainledger.spec.plan import Plan
+from trainledger.units import DTYPE_BYTES
+from trainledger.estimate.time.compute import (Gemm, layer_kinds, lm_head_gemm, lora_gemms, recompute_fraction,
+                      skips_masked_blocks, uses_flash)
+from trainledger.estimate.time.efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
+
+#: Streaming bytes per element of the layer's small ops, (forward, backward), by runtime.
+#: "megatron": fused kernels (Transformer Engine / Apex: one pass per norm, fused RoPE, fused
+#: bias-SwiGLU). "hf": PyTorch eager with transformers' modules — RMSNorm composed of up-cast,
+#: pow, mean, rsqrt, mul, down-cast and weight-mul kernels (~40 bytes per element forward), RoPE
+#: from mul/rotate_half/cat/add (~20), SiLU and the gate product as separate kernels (10); torch's
+#: LayerNorm and GELU are single kernels in both.
+KERNEL_BYTES: dict[str, dict[str, tuple[float, float]]] = {
+    "megatron": {"rmsnorm": (4, 6), "layernorm": (4, 6), "gated": (6, 10), "plain": (4, 6),
+                 "rope": (4, 4)},
+    "hf": {"rmsnorm": (40, 60), "layernorm": (4, 6), "gated": (10, 16), "plain": (4, 6),
+           "rope": (20, 20)},
+}
+#: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
+#: backward launches about twice as many. Fixed cost per kernel from the family file.
+KERNELS_PER_LAYER_FWD = {"megatron": 20, "hf": 40}
+XENT_BYTES_PER_VOCAB = 32.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """Seconds of one micro-batch's forward+backward on the busiest pipeline stage."""
+
+    matmul_s: float
+    attention_s: float
+    elementwise_s: float
+    overhead_s: float
+    layers: float  # decoder layers on the busiest stage (incl. recomputed share as a count)
+
+    @property
+    def total_s(self) -> float:
+        return self.matmul_s + self.attention_s + self.elementwise_s + self.overhead_s
+
+
+def routing_imbalance(routed_tokens: float, ep: int) -> float:
+    """Load of the busiest of ``ep`` expert-parallel ranks relative to the mean (≥ 1).
+
+    Each of the ``routed_tokens`` (tokens × top-k) lands on a rank with probability 1/ep even when
+    the router is balanced in expectation, so a rank's load is Binomial(n, 1/ep) with relative
+    standard deviation √((1 − 1/ep)·ep/n); the largest of ep such loads sits about √(2 ln ep)
+    standard deviations above the mean (expected maximum of ep near-Gaussian variables; Cramér
+    1946, Mathematical Methods of Statistics, §28.6). Every EP rank waits for the busiest one in
+    the all-to-all, so expert GEMMs and the all-to-all run at this factor. A learned router's own
+    imbalance comes on top of this statistical floor.
+    """
+    if ep <= 1 or routed_tokens <= 0:
+        return 1.0
+    rel_sd = math.sqrt((1.0 - 1.0 / ep) * ep / routed_tokens)
+    return 1.0 + math.sqrt(2.0 * math.log(ep)) * rel_sd
+
+
+def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
+                hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
+    """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
+    busiest EP rank's share, see :func:`routing_imbalance`)."""
+    t = 0.0
+    for g in gemms:
+        k, n = g.k, g.n
+        if g.split == "col":
+            n = max(1, n // tp) if n >= tp else n / tp
+        elif g.split == "row":
+            k = max(1, k // tp) if k >= tp else k / tp
+        if g.experts:
+            local = max(1.0, g.experts / ep)
+            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep)
+            t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
+        else:
+            t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
+    return t
+
+
+@lru_cache(maxsize=1024)
+def _split_router(gemms: tuple[Gemm, ...]) -> tuple[tuple[Gemm, ...], tuple[Gemm, ...]]:
+    return (tuple(g for g in gemms if g.name != "router"),
+            tuple(g for g in gemms if g.name == "router"))
+
+
+def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
+                       runtime: str = "hf") -> tuple[float, float]:
+    """Streaming bytes per token of one layer, forward and backward, on one GPU."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    tp = lay.tp
+    h_sh = m.hidden_size / tp if (lay.sp and tp > 1) else m.hidden_size
+    f = kind_ffn / tp
+    gated = m.mlp_type == "gated"
+    k = KERNEL_BYTES[runtime]
+    norm = k["rmsnorm"] if m.norm_type == "rmsnorm" else k["layernorm"]
+    act = k["gated"] if gated else k["plain"]
+    fwd = m.norms_per_layer * norm[0] * h_sh + 12 * h_sh + act[0] * f * moe_k
+    bwd = m.norms_per_layer * norm[1] * h_sh + 12 * h_sh + act[1] * f * moe_k
+    if m.position_embedding == "rope":
+        fwd += k["rope"][0] * (m.q_dim + m.kv_dim) / tp
+        bwd += k["rope"][1] * (m.q_dim + m.kv_dim) / tp
+    if r.dropout > 0:
+        fwd += 2 * 5 * h_sh
+        bwd += 2 * 3 * h_sh
+    if moe_k > 1:  # token permutation and un-permutation around the experts
+        fwd += 8 * m.hidden_size * moe_k
+        bwd += 8 * m.hidden_size * moe_k
+    if r.precision == "fp8-mixed":  # quantize GEMM inputs: read 2 bytes, write 1
+        fwd += 3 * (3 * h_sh + 2 * f * moe_k)
+        bwd += 3 * (3 * h_sh + 2 * f * moe_k)
+    return fwd, bwd
+
+
+def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
+               matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0) -> StageWork:
+    """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
+
+    ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
+    the share of the layer's GEMM forwards recomputed, with all its elementwise ops (torchtitan's
+    op-level SAC saves every matmul output except every second one; see stacks/fsdp2.yaml).
+    """
+    m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
+    s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
+    tokens = b * s / cp
+    hbm = gpu.hbm_bytes_per_s
+    bpe16 = 2.0
+    bpe_mm = DTYPE_BYTES.get(matmul_dtype, 2.0)
+    eta_mm = eff.matmul_max(matmul_dtype)
+    eta16 = eff.matmul_max("bf16")
+    training = r.is_training
+    frozen = r.method in ("lora", "qlora")
+    bwd_w = (1.0 if frozen else 2.0) if training else 0.0
+    rc = recompute_fraction(plan) if training else 0.0
+    sel = selective_gemms if (training and r.recompute == "selective") else 0.0
+    flash = uses_flash(r.attention)
+    stage_layers = math.ceil(m.num_layers / pp)
+    share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
+    mm = att = ew = 0.0
+    for kind in layer_kinds(m):
+        nl = kind.count * share
+        base, router = _split_router(kind.gemms)
+        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+        t_lora = 0.0
+        if frozen:
+            t_lora = _gemm_set_s(lora_gemms(m, kind, r.lora_targets, r.lora_rank), tokens, tp, ep,
+                                 peak16, hbm, eff, eta16, bpe16)
+        if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
+            nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
+            t_main += nparams * 2.5 / (hbm * eff.hbm)
+        mm += nl * (t_main * (1 + bwd_w + rc + sel) + t_lora * ((3.0 + rc) if training else 1.0))
+        att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
+        moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
+        ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
+        fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k, runtime)
+        ew_rc = rc if not sel else max(rc, 1.0)
+        ew += nl * tokens * (fwd_b * (1 + ew_rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
+    # lm_head + loss on the last stage (the first holds only an embedding lookup)
+    head = lm_head_gemm(m)
+    head_w = (1.0 if frozen else 2.0) if training else 0.0
+    mm += _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) * (1 + head_w)
+    ew += tokens * XENT_BYTES_PER_VOCAB * m.vocab_size / tp / (hbm * eff.hbm)
+    kernels = stage_layers * KERNELS_PER_LAYER_FWD[runtime] * (1 + (2 if training else 0) + rc)
+    return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
+
+
+def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff: GpuEfficiency,
+                 flash: bool, training: bool, rc: float) -> float:
+    """Seconds of the attention core (scores, softmax, ·V) of one layer, fwd + bwd + recompute."""
+    r, lay = plan.recipe, plan.layout
+    s = r.seq_len
+    heads = kind.heads / lay.tp
+    d = 0.5 * (kind.d_qk + kind.d_v)
+    if flash:
+        keys = kind.attn_keys(s, causal=skips_masked_blocks(plan.model, r.attention))
+        fwd = tokens * 2.0 * heads * (kind.d_qk + kind.d_v) * keys
+        eta = attention_efficiency(eff, min(s, kind.window or s), d)
+        mult = 1.0 + (2.5 if training else 0.0) + rc
+        return fwd * mult / (peak16 * eta)
+    keys = kind.attn_keys(s, causal=False)
+    b_seqs = tokens / s
+    per_head = 2 * gemm_time_s(s, d, keys, peak16, hbm, eff, eff.matmul_max("bf16"), 2.0)
+    t_mm = b_seqs * heads * per_head
+    p = r.dropout > 0
+    scores = tokens * heads * keys
+    fwd_b = scores * (4 + (5 if p else 0))
+    bwd_b = scores * (6 + (3 if p else 0))
+    t_sm_f = fwd_b / (hbm * eff.hbm)
+    t_sm_b = bwd_b / (hbm * eff.hbm)
+    sel = 1.0 if (r.recompute == "selective" and training) else rc
+    if not training:
+        return t_mm + t_sm_f
+    return t_mm * (3 + sel) + t_sm_f * (1 + sel) + t_sm_b

@@ -1,0 +1,253 @@
+"""Flat, user-facing plan inputs (CLI flags, plan files, web form) -> a validated Plan.
+
+A plan file (YAML, TOML or JSON) holds the same keys as the ``estimate`` flags, with
+underscores: ``model``, ``gpu``, ``gpus``, ``method``, ``precision``, ``seq_len`` ...
+Flags given on the command line override the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from trainledger.spec.base import Spec, spec_error
+from trainledger.load.catalog import load_gpu, load_network, read_data_file
+from trainledger.spec.cluster import Cluster
+from trainledger.errors import LayoutError, SpecError
+from trainledger.load.hf import load_model
+from trainledger.spec.layout import Layout, Offload, PipelineSchedule
+from trainledger.spec.model import ModelSpec
+from trainledger.spec.plan import Plan
+from trainledger.spec.precision import default_precision
+from trainledger.spec.runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
+from trainledger.units import GIB
+from trainledger.safety import check_tree, clip, path_exists, read_text, shorten
+from trainledger.spec.serving import Engine, KvCacheDtype, Quantization, Serving
+
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_GPU = "h100-sxm"
+#: largest token budget accepted: 1e15 is ~65x the 15T tokens Llama 3 trained on (Meta, "The Llama 3
+#: Herd of Models", arXiv:2407.21783, §3.1) and beyond any text corpus; larger is a typo (1e30)
+MAX_TOKENS = 1e15
+
+
+#: fields declared by the parts a plan is validated into; PlanInputs takes them as they are
+_RECIPE, _LAYOUT, _RUNTIME = Recipe.model_fields, Layout.model_fields, Runtime.model_fields
+_SERVING = Serving.model_fields
+
+
+class PlanInputs(Spec):
+    """Everything a user states about one job, flat: the one declaration of a job's fields.
+
+    Every field is written here once, with its unit, bounds, default and help text; the CLI flags
+    (``--seq-len`` for ``seq_len``), plan-file keys and the web API schema are generated from it.
+    ``Recipe``, ``Layout``, ``Cluster`` and ``Runtime`` are validated out of it by ``build_plan``.
+    """
+
+    # -- model and hardware
+    model: str = Field(DEFAULT_MODEL, description="preset name, config.json path/folder, or cached Hub id")
+    gpu: str = Field(DEFAULT_GPU, description="catalog GPU (see `trainledger gpus`) or a GPU spec file")
+    gpus: int = Field(1, gt=0, le=1_000_000, description="total number of GPUs (world size)")
+    gpus_per_node: int | None = Field(None, gt=0, le=1024, description="GPUs per node [min(gpus, 8)]")
+    intra: str | None = Field(None, description="intra-node link, e.g. nvlink4, pcie5-x16 [the GPU's own link]")
+    network: str | None = Field(None, description="inter-node network, e.g. ib-ndr, roce-400 [ib-ndr when multi-node]")
+    nics_per_node: int | None = Field(None, gt=0, le=64, description="inter-node NICs per node [the network's default]")
+    power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
+    # -- the software stack
+    framework: Framework = _RUNTIME["framework"]
+    reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
+    param_dtype: ParamDtype = _RUNTIME["param_dtype"]
+    reduce_dtype: ReduceDtype = _RUNTIME["reduce_dtype"]
+    wrap: Wrap = _RUNTIME["wrap"]
+    loss_parallel: bool = _RUNTIME["loss_parallel"]
+    gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
+    ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
+    ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
+    ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
+    ds_stage3_param_persistence_threshold: int | None = _RUNTIME["ds_stage3_param_persistence_threshold"]
+    ds_stage3_max_live_parameters: int | None = _RUNTIME["ds_stage3_max_live_parameters"]
+    ds_overlap_comm: bool | None = _RUNTIME["ds_overlap_comm"]
+    # -- the recipe
+    method: Method = _RECIPE["method"]
+    precision: Precision | None = Field(
+        None, description="precision policy [by method: bf16-mixed for pretrain/full; the checkpoint's dtype "
+        "with fp32 adapters for lora/qlora; the checkpoint's dtype for inference; fp16 on GPUs without bf16]")
+    optimizer: Optimizer = _RECIPE["optimizer"]
+    seq_len: int = _RECIPE["seq_len"]
+    micro_batch: int = _RECIPE["micro_batch"]
+    grad_accum: int = _RECIPE["grad_accum"]
+    global_batch: int | None = _RECIPE["global_batch"]
+    recompute: Recompute = _RECIPE["recompute"]
+    recompute_layers: int | None = _RECIPE["recompute_layers"]
+    attention: Attention = _RECIPE["attention"]
+    lora_rank: int = _RECIPE["lora_rank"]
+    lora_alpha: float = _RECIPE["lora_alpha"]
+    lora_targets: tuple[str, ...] = _RECIPE["lora_targets"]
+    dropout: float = _RECIPE["dropout"]
+    grad_clip: float | None = Field(1.0, ge=0.0, description="max gradient norm; 0 = no clipping")
+    tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, allow_inf_nan=False,
+                                 description="token budget of the run, e.g. 2B")
+    generate_len: int = _RECIPE["generate_len"]
+    # -- serving (method inference; declared in serving_spec.Serving)
+    serving_engine: Engine = _SERVING["engine"]
+    quantization: Quantization = _SERVING["quantization"]
+    quant_group_size: int = _SERVING["quant_group_size"]
+    kv_cache_dtype: KvCacheDtype = _SERVING["kv_cache_dtype"]
+    mla_latent_cache: bool | None = _SERVING["mla_latent_cache"]
+    block_size: int | None = _SERVING["block_size"]
+    gpu_memory_utilization: float = _SERVING["gpu_memory_utilization"]
+    max_num_seqs: int | None = _SERVING["max_num_seqs"]
+    max_num_batched_tokens: int | None = _SERVING["max_num_batched_tokens"]
+    max_model_len: int | None = _SERVING["max_model_len"]
+    cuda_graphs: bool = _SERVING["cuda_graphs"]
+    requests_per_s: float | None = _SERVING["requests_per_s"]
+    ttft_p50_s: float | None = _SERVING["ttft_p50_s"]
+    ttft_p99_s: float | None = _SERVING["ttft_p99_s"]
+    tpot_p50_s: float | None = _SERVING["tpot_p50_s"]
+    tpot_p99_s: float | None = _SERVING["tpot_p99_s"]
+    # -- the layout
+    dp: int | None = _LAYOUT["dp"]
+    tp: int = _LAYOUT["tp"]
+    pp: int = _LAYOUT["pp"]
+    cp: int = _LAYOUT["cp"]
+    ep: int = _LAYOUT["ep"]
+    sp: bool = _LAYOUT["sp"]
+    vp: int = _LAYOUT["vp"]
+    pp_schedule: PipelineSchedule | None = Field(None, description="pipeline schedule [1f1b, interleaved when --vp > 1]")
+    zero: int = Field(0, ge=0, le=3, description="ZeRO stage; 3 = full shard (FSDP)")
+    hybrid_shard: bool = _LAYOUT["hybrid_shard"]
+    offload: Offload = _LAYOUT["offload"]
+    host_ram_gib: float | None = Field(
+        None, gt=0, le=1_048_576, description="host RAM per node in GiB [2048 = a DGX-class node for GPUs in an "
+        "NVLink domain (DGX H100: 2 TB); not known, so not judged, for PCIe cards]")
+    headroom: float = Plan.model_fields["headroom"]
+    corpus: str | None = Field(None, description="stats JSON of `trainledger corpus --json`: sets seq_len "
+                               "and tokens (padding included) unless they are given")
+
+
+def load_plan_file(path: str | Path) -> dict[str, Any]:
+    """Read a plan file (YAML, TOML or JSON) into a flat dict of PlanInputs keys."""
+    p = Path(path)
+    if not path_exists(p):
+        raise SpecError(f"{shorten(str(p))}: no such plan file")
+    if p.suffix == ".toml":
+        try:
+            data = check_tree(tomllib.loads(read_text(p, what="plan file")), str(p))
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise SpecError(f"{p}: not valid TOML ({exc})") from None
+    else:
+        data = read_data_file(p)
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: a plan file holds a mapping of keys such as model, gpu, method")
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - set(PlanInputs.model_fields))
+    if unknown:
+        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)}; accepted: {', '.join(PlanInputs.model_fields)}")
+    return data
+
+
+def apply_corpus(data: dict[str, Any]) -> dict[str, Any]:
+    """``corpus: stats.json`` fills seq_len and tokens (padded tokens per epoch) when not given."""
+    if not data.get("corpus"):
+        return data
+    from trainledger.corpus import plan_hints
+
+    hints = plan_hints(str(data["corpus"]))
+    out = dict(data)
+    if out.get("seq_len") is None:
+        out["seq_len"] = hints["seq_len"]
+    if out.get("tokens") is None:
+        out["tokens"] = float(hints["tokens"])
+    return out
+
+
+def parse_inputs(data: dict[str, Any], where: str = "plan") -> PlanInputs:
+    data = apply_corpus(data)
+    try:
+        return PlanInputs.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc, where) from None
+
+
+def _default_intra(gpu: Any, per_node: int) -> str:
+    """The GPU's own link, or its NVLink bridge when a node is exactly one bridged pair (H100 NVL)."""
+    if gpu.nvlink_bridge_gb_per_s and per_node == 2 and gpu.nvlink_generation == 4:
+        return "nvlink4-bridge"
+    return gpu.link
+
+
+def build_cluster(inputs: PlanInputs) -> Cluster:
+    gpu = load_gpu(inputs.gpu)
+    if inputs.power_limit_w:
+        gpu = gpu.model_copy(update={"power_limit_w": inputs.power_limit_w})
+    per_node = inputs.gpus_per_node or min(inputs.gpus, 8)
+    if inputs.gpus % per_node:
+        raise LayoutError(
+            f"{inputs.gpus} GPUs do not fill whole nodes of {per_node}; use a multiple of {per_node} "
+            f"or set --gpus-per-node"
+        )
+    limit = max(filter(None, (gpu.max_gpus_per_node, gpu.nvlink_domain_size)), default=None)
+    if limit is not None and per_node > limit:
+        raise LayoutError(
+            f"{gpu.display_name}: a node holds at most {limit} GPUs in one NVLink domain, not {per_node}; "
+            f"use --gpus-per-node {limit} (the nodes talk over --network)"
+        )
+    nodes = inputs.gpus // per_node
+    intra = load_network(inputs.intra or _default_intra(gpu, per_node))
+    inter = None
+    if nodes > 1 or inputs.network:
+        inter = load_network(inputs.network or "ib-ndr")
+    extra: dict[str, Any] = {}
+    if inputs.nics_per_node:
+        extra["nics_per_node"] = inputs.nics_per_node
+    if inputs.host_ram_gib:
+        extra["host_ram_bytes"] = int(inputs.host_ram_gib * GIB)
+    elif not (gpu.max_gpus_per_node or gpu.nvlink_domain_size):  # a PCIe card: any workstation or server
+        extra["host_ram_bytes"] = None
+    return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
+
+
+def serving_of(inputs: PlanInputs) -> Serving:
+    """The serving settings of ``inputs`` (read by inference plans only)."""
+    keys = {k: k for k in Serving.model_fields if k != "engine"}
+    return Serving(engine=inputs.serving_engine, **{k: getattr(inputs, v) for k, v in keys.items()})
+
+
+def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
+    """Resolve names (model preset, GPU, links) and validate the whole plan.
+
+    ``model`` replaces ``inputs.model`` (e.g. a config.json the web app parsed from a request body).
+    """
+    model = model or load_model(inputs.model)
+    try:
+        cluster = build_cluster(inputs)
+        precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
+        recipe = Recipe(
+            method=inputs.method, precision=precision, optimizer=inputs.optimizer,
+            seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
+            global_batch=inputs.global_batch, recompute=inputs.recompute,
+            recompute_layers=inputs.recompute_layers, attention=inputs.attention,
+            lora_rank=inputs.lora_rank, lora_alpha=inputs.lora_alpha, lora_targets=inputs.lora_targets,
+            train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
+            grad_clip=inputs.grad_clip or None,
+        )
+        runtime = Runtime(
+            framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
+            param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
+            loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
+            **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
+        )
+        schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
+        layout = Layout(
+            dp=inputs.dp, tp=inputs.tp, pp=inputs.pp, cp=inputs.cp, ep=inputs.ep, sp=inputs.sp,
+            vp=inputs.vp, pp_schedule=schedule, zero=inputs.zero, hybrid_shard=inputs.hybrid_shard,
+            offload=inputs.offload,
+        )
+        return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
+                    headroom=inputs.headroom, serving=serving_of(inputs))
+    except ValidationError as exc:
+        raise spec_error(exc, "plan") from None

@@ -1,0 +1,1 @@
+"""The planner: search space, candidates and rejections, ranking."""

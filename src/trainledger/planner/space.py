@@ -1,0 +1,307 @@
+"""The planner's enumeration with pruning (see :mod:`trainledger.planner.search` for the rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainledger.spec.cluster import GpuSpec, NetworkSpec
+from trainledger.errors import TrainledgerError
+from trainledger.estimate.memory import estimate_memory
+from trainledger.spec.model import ModelSpec
+from trainledger.spec.plan import Plan
+from trainledger.spec.recipe import Recipe
+from trainledger.spec.runtime import Runtime
+from trainledger.units import GIB
+
+_PP = (1, 2, 4, 8, 16, 32, 64, 128)
+_TP = (1, 2, 4, 8)
+_MB = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class Space:
+    """What stays fixed during one search."""
+
+    job: Any
+    model: ModelSpec
+    recipe: Recipe
+    global_batch: int
+    lower_bound: float
+    framework: str = ""   # the stack searched ('' = the job's framework)
+
+
+@dataclass
+class _State:
+    evaluated: int = 0
+
+
+def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus: int) -> list[int]:
+    from trainledger.load.catalog import load_network
+    from trainledger.planner.search import Rejected
+
+    m = space.model
+    out = []
+    pcie = load_network(gpu.link).kind == "pcie"
+    for tp in _TP:
+        if m.num_heads % tp or tp > n_gpus:
+            continue
+        if tp > per_node:
+            rejected.append(Rejected(None, f"TP={tp} would span nodes of {per_node} GPUs",
+                                     gpu.name, n_gpus, space.framework or space.job.framework))
+            continue
+        if pcie and tp >= 4:
+            rejected.append(Rejected(None, f"TP={tp} across PCIe without NVLink ({gpu.link}): "
+                                     "per-layer all-reduces through the host bridge", gpu.name, n_gpus, space.framework or space.job.framework))
+            continue
+        out.append(tp)
+    return out
+
+
+def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, recompute: str,
+               offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
+    from trainledger.planner.search import _layout
+
+    gb = _global_batch(space.global_batch, mb * dp, _tolerance(space))
+    if gb is None:
+        return None
+    rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
+                                          "grad_accum": gb // (mb * dp), "global_batch": gb})
+    try:
+        return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
+                    cluster=cluster, headroom=space.job.headroom,
+                    runtime=Runtime(framework=space.framework or space.job.framework))
+    except TrainledgerError:
+        return None
+
+
+def _global_batch(gb: int, unit: int, tolerance: float = 0.0) -> int | None:
+    """``gb`` if ``unit`` divides it, else the nearest multiple of ``unit`` within ``tolerance``.
+
+    A GPU count whose DP degree does not divide the global batch may round the batch to the nearest
+    multiple of micro-batch × DP (``Job.batch_rounding``): any whole-node GPU count, not only powers
+    of two, can then run the job; the token budget is unchanged and the plan states the batch used.
+    """
+    if gb % unit == 0:
+        return gb
+    near = max(unit, round(gb / unit) * unit)
+    return near if abs(near - gb) <= tolerance * gb else None
+
+
+def _tolerance(space: "Space") -> float:
+    return float(getattr(space.job, "batch_rounding", 0.0))
+
+
+def _cp_values(space: Space, room: int) -> list[int]:
+    """Context parallelism only for long sequences (>= 32k tokens), where activations dominate."""
+    if space.recipe.seq_len < 32768:
+        return [1]
+    return [c for c in (1, 2, 4, 8) if c <= room and space.recipe.seq_len % c == 0]
+
+
+def _ep_values(space: Space, dp_cp: int) -> list[int]:
+    """No EP, and the widest power-of-two EP (<= 64) that divides the experts and DP·CP."""
+    moe = space.model.moe
+    if moe is None:
+        return [1]
+    wide = [e for e in (2, 4, 8, 16, 32, 64) if moe.num_experts % e == 0 and dp_cp % e == 0]
+    return [1] + wide[-1:]
+
+
+def _fits(plan: Plan, st: _State):
+    from trainledger.planner.search import memory_options
+
+    st.evaluated += 1
+    mem = estimate_memory(plan, memory_options(), suggest=False)
+    return mem.fits, mem
+
+
+def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
+              last_fail: list, cp: int = 1, ep: int = 1) -> list:
+    """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch."""
+    from trainledger.planner.search import _KNOBS, evaluate
+
+    gb = space.global_batch
+    mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
+    if not mbs:
+        return []
+    z, rc, off = _KNOBS[-1]
+    probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
+    if probe is None:
+        return []
+    ok, mem = _fits(probe, st)
+    if not ok:
+        last_fail.append((probe, mem))
+        return []
+    out = []
+    for zero, recompute, offload in _KNOBS:
+        zero = zero if dp * cp > 1 else 0
+        lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
+        if lo_plan is None:
+            continue
+        ok, mem = _fits(lo_plan, st)
+        if not ok:
+            continue
+        best_plan, best_mem = lo_plan, mem
+        for b in mbs[1:]:
+            p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, b, 1, cp, ep)
+            if p is None:
+                break
+            ok, mem = _fits(p, st)
+            if not ok:
+                break
+            best_plan, best_mem = p, mem
+        out.append(evaluate(best_plan, space.job, best_mem))
+        if pp > 1 and best_plan is not lo_plan:  # more, smaller micro-batches shrink the bubble
+            out.append(evaluate(lo_plan, space.job, mem if best_plan is lo_plan else None))
+        if recompute == "none" and offload == "none":
+            break  # the cheapest knobs fit: the costlier ones only add time
+    return out
+
+
+def cheapest(cands: list) -> bool:
+    """Whether a candidate list holds a plan without ZeRO-3 or offload (deeper PP won't beat it)."""
+    return any(c.plan.layout.zero <= 1 and c.plan.layout.offload == "none" for c in cands)
+
+
+def _interleaved(space: Space, cand, st: _State):
+    """The same layout with an interleaved schedule (v = 2, 4, 8 virtual stages), best of them."""
+    from trainledger.planner.search import evaluate
+
+    p = cand.plan
+    lay = p.layout
+    L = space.model.num_layers
+    best = None
+    for v in (2, 4, 8):
+        if lay.pp == 1 or L < lay.pp * v or p.recipe.grad_accum % lay.pp:
+            break
+        q = _make_plan(space, p.cluster, lay.tp, lay.pp, lay.dp_size, lay.zero, p.recipe.recompute,
+                       lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
+        if q is None:
+            break
+        ok, mem = _fits(q, st)
+        if not ok:
+            break
+        c = evaluate(q, space.job, mem)
+        if best is not None and c.compute.step_time_s >= best.compute.step_time_s:
+            break
+        best = c
+    return best
+
+
+def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n: int,
+                  st: _State, rejected: list) -> list:
+    from trainledger.planner.search import Rejected, _cluster
+
+    budget = gpu.usable_bytes * (1 - space.job.headroom)
+    if space.lower_bound / n > budget:
+        rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of weights "
+                                 f"and optimizer states per GPU even fully sharded over {n}, has "
+                                 f"{budget / GIB:.0f}", gpu.name, n, space.framework or space.job.framework))
+        return []
+    cluster = _cluster(gpu, per_node, n, net)
+    found: list = []
+    fails: list = []
+    shapes = [(tp, cp) for tp in _tp_values(space, gpu, per_node, rejected if n == per_node else [], n)
+              for cp in _cp_values(space, n // tp)]
+    for tp, cp in shapes:
+        fitted = 0
+        for pp in _PP:
+            if tp * pp * cp > n or n % (tp * pp * cp) or pp > space.model.num_layers:
+                continue
+            dp = n // (tp * pp * cp)
+            got = []
+            for ep in _ep_values(space, dp * cp):
+                got += _best_for(space, cluster, tp, pp, dp, st, fails, cp, ep)
+            if got:
+                found += got
+                best = min(got, key=lambda c: c.compute.step_time_s)
+                inter = _interleaved(space, best, st) if pp > 1 else None
+                if inter is not None:
+                    found.append(inter)
+                fitted += 1
+                if cheapest(got) or fitted >= 5:
+                    break  # deeper pipelines only add bubble from here on
+    if not found:
+        if fails:
+            plan, mem = min(fails, key=lambda f: f[1].device_total_bytes)
+            rejected.append(Rejected(plan, f"needs {mem.device_total_bytes / GIB:.1f} GiB per GPU "
+                                     f"with the most memory-saving layout tried, has "
+                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
+        else:
+            rejected.append(Rejected(None, f"no layout divides global batch {space.global_batch} "
+                                     f"over {n} GPUs", gpu.name, n, space.framework or space.job.framework))
+    return found
+
+
+def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
+               progress: Callable[[int, int], None] | None = None):
+    """Search every hardware config; return (candidates, rejected, evaluated, gpu-count bounds)."""
+    from trainledger.planner.search import Rejected, _deadline_s, gpu_counts
+
+    import dataclasses
+
+    st = _State()
+    cands: list = []
+    rejected: list = []
+    bounds: list[dict[str, Any]] = []
+    deadline = _deadline_s(space.job)
+    base_space = space
+    for i, (gpu, per_node, net, *fw) in enumerate(configs):
+        space = dataclasses.replace(base_space, framework=fw[0] if fw else base_space.framework)
+        mem_bound = time_bound = None
+        missed = 0  # largest whole-node count tried that ran but missed the deadline
+        for n in gpu_counts(per_node, space.job.max_gpus):
+            found = _count_search(space, gpu, per_node, net, n, st, rejected)
+            if not found:
+                continue
+            mem_bound = mem_bound or n
+            best = min(found, key=lambda c: c.compute.step_time_s)
+            wall = best.wall_s(space.job.cost_options) if deadline else None
+            if deadline and wall is not None and wall > deadline:
+                rejected.append(Rejected(best.plan, f"misses the {space.job.deadline_days:g}-day "
+                                         f"deadline: {wall / 86400:.1f} days with interruptions "
+                                         f"({best.total_s / 86400:.1f} without)", gpu.name, n,
+                                         space.framework))
+                missed = max(missed, n)
+                continue
+            if deadline and time_bound is None and missed >= per_node and n - missed > per_node:
+                hit = _refine(space, gpu, per_node, net, missed, n, deadline, st, rejected)
+                if hit is not None:
+                    cands.append(hit)
+                    time_bound = hit.plan.cluster.world_size
+            time_bound = time_bound or n
+            cands.append(best)
+        bounds.append(_bound_row(gpu, per_node, net, mem_bound, time_bound, deadline))
+        bounds[-1]["framework"] = space.framework
+        if progress:
+            progress(i + 1, len(configs))
+    return cands, rejected, st.evaluated, bounds
+
+
+def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
+            deadline: float, st: _State, rejected: list):
+    """Smallest whole-node count in (lo, hi) that meets the deadline with interruptions (bisection on
+    node counts; time falls as nodes are added). ``lo`` missed it, ``hi`` met it. None if only ``hi`` does."""
+    best = None
+    a, b = lo // per_node, hi // per_node
+    while b - a > 1:
+        mid = (a + b) // 2
+        found = _count_search(space, gpu, per_node, net, mid * per_node, st, [])
+        opts = space.job.cost_options
+        ok = [c for c in found if c.wall_s(opts) is not None and c.wall_s(opts) <= deadline]
+        if ok:
+            best, b = min(ok, key=lambda c: c.wall_s(opts)), mid
+        else:
+            a = mid
+    return best
+
+
+def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:
+    need = None
+    if mem_bound is not None and (time_bound is not None or not deadline):
+        need = max(mem_bound, time_bound or mem_bound)
+    return {"gpu": gpu.name, "gpus_per_node": per_node, "network": net.name,
+            "memory_bound_gpus": mem_bound, "deadline_bound_gpus": time_bound if deadline else None,
+            "gpus_needed": need}

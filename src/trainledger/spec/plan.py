@@ -1,0 +1,86 @@
+"""Plan = ModelSpec × Recipe × Layout × Cluster: the one argument every estimator takes."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from trainledger.spec.base import Spec
+from trainledger.spec.cluster import Cluster
+from trainledger.errors import LayoutError, PlanError
+from trainledger.spec.layout import Layout
+from trainledger.spec.model import ModelSpec
+from trainledger.spec.precision import check_precision
+from trainledger.spec.recipe import Recipe
+from trainledger.spec.runtime import Runtime
+from trainledger.spec.serving import Serving
+
+
+class Plan(Spec):
+    """One concrete job on one concrete cluster under one software stack. The layout is resolved."""
+
+    model: ModelSpec
+    recipe: Recipe
+    layout: Layout
+    cluster: Cluster
+    runtime: Runtime = Runtime()
+    serving: Serving = Serving()
+    headroom: float = Field(0.10, ge=0.0, lt=0.9, description="fraction of memory kept free for the fit verdict")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "Plan":
+        lay = self.layout.resolve(self.cluster.world_size)
+        lay.validate_world(self.cluster.world_size)
+        if lay is not self.layout:
+            object.__setattr__(self, "layout", lay)
+        m, lay = self.model, self.layout
+        if m.num_heads % lay.tp:
+            raise LayoutError(field="tp", message=
+                f"tp={lay.tp} must divide the {m.num_heads} attention heads of {m.name}"
+            )
+        if lay.pp > m.num_layers:
+            raise LayoutError(f"pp={lay.pp} exceeds the {m.num_layers} layers of {m.name}", field="pp")
+        if lay.ep > 1 and (m.moe is None or m.moe.num_experts % lay.ep):
+            n = m.moe.num_experts if m.moe else 0
+            raise LayoutError(field="ep", message=
+                f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
+            )
+        r = self.recipe
+        check_precision(r.precision, self.cluster.gpu)
+        if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
+            names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
+            raise PlanError(field="lora_targets", message=
+                f"LoRA targets {', '.join(r.lora_targets)} match no module of {m.name} (as in peft, that "
+                f"is an error); its linear modules are: {', '.join(names)} — pass --lora-targets"
+            )
+        if r.global_batch is not None:
+            per_step = r.micro_batch * lay.dp_size
+            if r.global_batch % per_step:
+                raise PlanError(field="global_batch", message=
+                    f"global batch {r.global_batch} is not a multiple of micro-batch × dp = "
+                    f"{r.micro_batch} × {lay.dp_size} = {per_step}; choose a global batch that is a "
+                    f"multiple of {per_step} (e.g. {max(per_step, r.global_batch // per_step * per_step)} or "
+                    f"{(r.global_batch // per_step + 1) * per_step})"
+                )
+            ga = r.global_batch // per_step
+            if r.grad_accum not in (1, ga):
+                raise PlanError(field="grad_accum", message=
+                    f"global batch {r.global_batch} != micro-batch × grad-accum × dp = {r.micro_batch} × "
+                    f"{r.grad_accum} × {lay.dp_size} = {r.micro_batch * r.grad_accum * lay.dp_size}"
+                )
+            if ga != r.grad_accum:
+                object.__setattr__(self, "recipe", r.model_copy(update={"grad_accum": ga}))
+        if self.recipe.seq_len % lay.cp:
+            raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}", field="cp")
+        return self
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all data-parallel replicas."""
+        r = self.recipe
+        if r.global_batch is not None:
+            return r.global_batch
+        return r.micro_batch * r.grad_accum * self.layout.dp_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.recipe.seq_len

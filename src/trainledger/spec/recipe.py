@@ -1,0 +1,94 @@
+"""Recipe: how a job trains — method, precision policy, optimizer, batch and recomputation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from trainledger.spec.base import Spec
+
+Method = Literal["pretrain", "full", "lora", "qlora", "inference"]
+Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "bf16", "fp16"]
+Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["sdpa", "flash", "eager"]
+
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
+RECOMPUTES: tuple[str, ...] = Recompute.__args__  # type: ignore[attr-defined]
+ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+
+#: What each precision policy keeps in which dtype.
+#: ``bf16-mixed`` is ``Trainer(bf16=True)``: fp32 weights, grads and optimizer states, bf16 autocast.
+#: ``bf16`` is pure bf16: weights, gradients and optimizer states all bf16.
+#: ``fp8-mixed`` is Transformer-Engine style: fp8 matmuls, bf16 elsewhere, fp32 master + states.
+PRECISION_POLICY: dict[str, dict[str, str]] = {
+    "fp32": {"weights": "fp32", "compute": "fp32", "grads": "fp32", "master": "none", "states": "fp32"},
+    "bf16-mixed": {"weights": "fp32", "compute": "bf16", "grads": "fp32", "master": "none", "states": "fp32"},
+    "fp16-mixed": {"weights": "fp32", "compute": "fp16", "grads": "fp32", "master": "none", "states": "fp32"},
+    "fp8-mixed": {"weights": "bf16", "compute": "fp8", "grads": "bf16", "master": "fp32", "states": "fp32"},
+    "bf16": {"weights": "bf16", "compute": "bf16", "grads": "bf16", "master": "none", "states": "bf16"},
+    "fp16": {"weights": "fp16", "compute": "fp16", "grads": "fp16", "master": "none", "states": "fp16"},
+}
+
+#: Inference serves in the policy's 16-bit (or 8-bit) dtype: nobody serves fp32 weights under
+#: autocast. ``bf16-mixed`` loads bf16 weights (vLLM ``--dtype auto`` takes the checkpoint's bf16;
+#: transformers ``from_pretrained(torch_dtype="auto")``), ``fp8-mixed`` fp8 weights (vLLM
+#: ``--quantization fp8``: W8A8, docs/features/quantization/fp8.md), ``fp32`` stays fp32 when asked.
+INFERENCE_POLICY: dict[str, dict[str, str]] = {
+    "fp32": PRECISION_POLICY["fp32"],
+    "bf16-mixed": PRECISION_POLICY["bf16"], "bf16": PRECISION_POLICY["bf16"],
+    "fp16-mixed": PRECISION_POLICY["fp16"], "fp16": PRECISION_POLICY["fp16"],
+    "fp8-mixed": {"weights": "fp8", "compute": "fp8", "grads": "bf16", "master": "none", "states": "bf16"},
+}
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class Recipe(Spec):
+    """How the job trains. Sizes are per GPU unless named global."""
+
+    method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
+    precision: Precision = Field("bf16-mixed", description="precision policy (recipe.PRECISION_POLICY)")
+    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
+    seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens (s)")
+    micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass (b)")
+    grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
+    global_batch: int | None = Field(
+        None, gt=0, description="samples per optimizer step over all DP ranks (derived when None)"
+    )
+    recompute: Recompute = Field("none", description="activation recomputation (full = HF gradient checkpointing)")
+    recompute_layers: int | None = Field(
+        None, ge=0, description="with --recompute full: only this many layers are checkpointed [all]"
+    )
+    attention: Attention = Field("sdpa", description="attention kernel (sdpa/flash keep no s×s scores)")
+    lora_rank: int = Field(16, gt=0, le=65536, description="LoRA rank")
+    lora_alpha: float = Field(32.0, gt=0, allow_inf_nan=False, description="LoRA alpha (scaling only; no memory effect)")
+    lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")
+    train_tokens: float | None = Field(None, gt=0, allow_inf_nan=False, description="token budget of the whole run")
+    generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
+    grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets_as_set(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """LoRA targets are a set of module names: sorted and de-duplicated, so equal sets compare equal."""
+        if not v:
+            raise ValueError("name at least one module for LoRA to wrap")
+        return tuple(sorted(set(v)))
+
+    @property
+    def policy(self) -> dict[str, str]:
+        """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes)."""
+        return (INFERENCE_POLICY if self.method == "inference" else PRECISION_POLICY)[self.precision]
+
+    @property
+    def is_training(self) -> bool:
+        return self.method != "inference"
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.seq_len * self.micro_batch

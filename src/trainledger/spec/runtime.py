@@ -1,0 +1,107 @@
+"""Runtime: the software stack that runs a job, and the options of that stack.
+
+The same job holds different memory and runs at a different speed under each stack, so the
+runtime is part of every plan (DESIGN.md §1). ``framework`` names the stack:
+
+* ``hf`` — Hugging Face Trainer / accelerate on one GPU or DDP (torch AMP: fp32 weights, autocast);
+  with ``zero`` > 0 the Trainer's integrated sharding (the behaviour of trainledger <= 0.1).
+* ``pytorch-fsdp`` — FSDP1 (flat parameters) as Trainer / accelerate / Composer drive it.
+* ``fsdp2`` — ``fully_shard`` (per-parameter DTensor sharding), e.g. torchtitan or accelerate's FSDP2;
+  tensor parallelism means torch's ``parallelize_module`` / DTensor.
+* ``deepspeed`` — ZeRO stages 0-3 as DeepSpeed implements them (16-bit model weights, fp32 master).
+* ``megatron-core`` — Megatron-LM core / NeMo / Megatron-Bridge with Transformer Engine; tensor
+  parallelism means Megatron's (vocab-parallel embedding and cross-entropy, distributed optimizer).
+* ``megatron-deepspeed`` — Megatron-DeepSpeed (Megatron TP/PP with DeepSpeed ZeRO).
+
+The options below are what those stacks expose; each is read only by the stacks that have it
+(``fsdp2``: reshard / param and reduce dtypes / wrapping; DDP: gradient-as-bucket-view; torch TP:
+loss parallel). Which semantics an estimate assumed is stated in its JSON (``plan.runtime``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trainledger.spec.base import Spec
+
+Framework = Literal["hf", "pytorch-fsdp", "fsdp2", "deepspeed", "megatron-core", "megatron-deepspeed"]
+FRAMEWORKS: tuple[str, ...] = Framework.__args__  # type: ignore[attr-defined]
+ParamDtype = Literal["bf16", "fp32"]
+ReduceDtype = Literal["fp32", "bf16"]
+Wrap = Literal["layers", "layers+embed+head"]
+
+#: one line per stack, shown in text outputs
+FRAMEWORK_TEXT: dict[str, str] = {
+    "hf": "Hugging Face Trainer/accelerate (torch AMP, DDP)",
+    "pytorch-fsdp": "PyTorch FSDP1 (flat parameters) via Trainer/accelerate",
+    "fsdp2": "PyTorch FSDP2 (fully_shard, DTensor TP)",
+    "deepspeed": "DeepSpeed ZeRO",
+    "megatron-core": "Megatron-Core + Transformer Engine",
+    "megatron-deepspeed": "Megatron-DeepSpeed",
+}
+
+
+#: DeepSpeed ZeRO defaults (elements), deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig,
+#: v0.19): reduce_bucket_size 5e8, allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
+#: stage3_param_persistence_threshold 1e5, stage3_max_live_parameters 1e9; overlap_comm defaults
+#: to True for stage 3 only (``overlap_comm_valid``). Also https://www.deepspeed.ai/docs/config-json/.
+DS_DEFAULTS: dict[str, int] = {
+    "reduce_bucket_size": 500_000_000,
+    "allgather_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+}
+
+
+class Runtime(Spec):
+    """The software stack of a job and its memory/time-relevant options."""
+
+    framework: Framework = Field("hf", description="software stack that runs the job")
+    reshard_after_forward: bool = Field(
+        True, description="fsdp2: free the gathered parameters after forward (re-gather in backward)")
+    param_dtype: ParamDtype = Field(
+        "bf16", description="fsdp2 MixedPrecisionPolicy.param_dtype: dtype the shards are gathered in")
+    reduce_dtype: ReduceDtype = Field(
+        "fp32", description="fsdp2 MixedPrecisionPolicy.reduce_dtype: dtype gradients are reduced in")
+    wrap: Wrap = Field(
+        "layers", description="fsdp2 wrapping: each decoder layer, or the embedding and head separately too")
+    loss_parallel: bool = Field(
+        False, description="torch TP loss_parallel: cross-entropy on the vocab-sharded logits")
+    gradient_as_bucket_view: bool = Field(
+        False, description="DDP gradient_as_bucket_view: gradients are views into the reduction buckets")
+    # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (DS_DEFAULTS above)
+    ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
+    ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
+    ds_stage3_prefetch_bucket_size: int | None = Field(
+        None, ge=0, description="deepspeed stage3_prefetch_bucket_size [5e7]")
+    ds_stage3_param_persistence_threshold: int | None = Field(
+        None, ge=0, description="deepspeed stage3_param_persistence_threshold [1e5]")
+    ds_stage3_max_live_parameters: int | None = Field(
+        None, ge=0, description="deepspeed stage3_max_live_parameters [1e9]")
+    ds_overlap_comm: bool | None = Field(None, description="deepspeed overlap_comm [True for stage 3 only]")
+
+    @property
+    def is_fsdp(self) -> bool:
+        return self.framework in ("pytorch-fsdp", "fsdp2")
+
+    @property
+    def is_megatron(self) -> bool:
+        return self.framework in ("megatron-core", "megatron-deepspeed")
+
+    def summary(self) -> dict[str, object]:
+        """The semantics assumed, for JSON output (only the options the stack reads)."""
+        d: dict[str, object] = {"framework": self.framework, "text": FRAMEWORK_TEXT[self.framework]}
+        if self.framework == "fsdp2":
+            d.update(reshard_after_forward=self.reshard_after_forward, param_dtype=self.param_dtype,
+                     reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
+        if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
+            d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
+        if self.framework in ("deepspeed", "megatron-deepspeed"):
+            for k, dflt in DS_DEFAULTS.items():
+                v = getattr(self, "ds_" + k)
+                d["ds_" + k] = dflt if v is None else v
+            d["ds_overlap_comm"] = self.ds_overlap_comm
+        return d
