@@ -52,3 +52,10 @@ def test_framework_flag_reaches_the_planned_layouts():
     res = _plan("--framework", "fsdp2", "--top", "1", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["job"]["framework"] == "fsdp2"
+
+
+def test_inference_is_pointed_to_the_serving_planner():
+    # plan sizes training (weights + optimizer states); a serving question goes to serve-plan
+    res = _plan("--method", "inference")
+    assert res.exit_code == 2
+    assert "serve-plan" in res.output

@@ -46,6 +46,11 @@ def _job(kw: dict[str, Any]):
 
     from trainledger.spec.base import spec_error
 
+    if data.get("method") == "inference":
+        from trainledger.errors import SpecError
+
+        raise SpecError("plan ranks training layouts; to size a serving deployment (GPU type, TP, replicas for a "
+                        "load and latency targets) use `trainledger serve-plan --model ...`", field="method")
     try:
         return Job.model_validate(data), sorted({*given, *time_flags})
     except ValidationError as exc:
