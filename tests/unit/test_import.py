@@ -51,6 +51,6 @@ def test_trainer_field_names_match_the_installed_transformers():
     import pytest
 
     tr = pytest.importorskip("transformers")
-    from trainledger.runconfig.importer import _trainer_fields
+    from trainledger.runconfig.formats import _trainer_fields
 
     assert _trainer_fields() == {f.name for f in dataclasses.fields(tr.TrainingArguments)}

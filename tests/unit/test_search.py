@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from trainledger.cli import main
-from trainledger.planner.search import EXAMPLE_JOB, Job, gpu_counts, search
+from trainledger.planner.candidates import gpu_counts
+from trainledger.planner.search import EXAMPLE_JOB, Job, search
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,7 @@ def single_rank_group():
 
 
 def test_check_reports_unsupported_and_wrong(single_rank_group, monkeypatch):
-    from trainledger.verify import _comm_worker as W
+    from trainledger.verify import comm_worker as W
 
     dev = torch.device("cpu")
     assert W.check("all_gather", 1, 0, dev)["status"] == "ok"

@@ -307,9 +307,9 @@ def comm_cmd(nproc: int, device: str, max_size: str | None, min_size: str, link:
     max_size = max_size or ("1GiB" if device == "cuda" else "64MiB")
     top, bottom = parse_bytes(max_size), parse_bytes(min_size)
     if in_torchrun():  # started by the user's torchrun (multi-node): be one rank
-        from trainledger.verify import _comm_worker
+        from trainledger.verify import comm_worker
 
-        raw = _comm_worker.run(device, top, bottom, collective_timeout)
+        raw = comm_worker.run(device, top, bottom, collective_timeout)
         import torch.distributed as dist
 
         if dist.is_initialized():  # tear the group down before exit, or gloo's threads abort the process

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainledger.corpus.readers import RecordError
+from trainledger.corpus.streams import RecordError
 
 CHAT_KEYS = ("messages", "conversations", "conversation", "chat", "dialog")
 PROMPT_KEYS = ("prompt", "instruction", "question", "query")

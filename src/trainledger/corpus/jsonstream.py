@@ -20,6 +20,7 @@ from typing import Any
 from trainledger.errors import CorpusError
 from trainledger.corpus.options import CorpusOptions
 from trainledger.corpus.sources import Source
+from trainledger.corpus.streams import Giant, RecordError, open_binary, stream_error
 
 _CHUNK = 1 << 20
 _WS = b" \t\r\n"
@@ -34,8 +35,6 @@ _PREFIX = re.compile(rb'\s*(\[|\{\s*"(?:[^"\\]|\\.){0,200}"\s*:\s*\[)\s*', re.S)
 
 def _opening(source: Source, opts: CorpusOptions) -> tuple[bytes, bool] | None:
     """(bytes before the first record, is it a one-key object) or None for another shape."""
-    from trainledger.corpus.readers import open_binary
-
     with open_binary(source, opts) as f:
         head = f.read(4096)
     m = _PREFIX.match(head)
@@ -59,8 +58,6 @@ def array_items(source: Source, opts: CorpusOptions) -> Iterator[Any] | None:
 
 
 def _stream(source: Source, opts: CorpusOptions, skip: int, in_object: bool) -> Iterator[Any]:
-    from trainledger.corpus.readers import Giant, RecordError, open_binary, stream_error
-
     cap = opts.max_line_bytes
     depth = 0               # nesting inside the current record
     in_string = escape = False

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainledger.errors import CorpusError
 from trainledger.corpus.options import CorpusOptions
+from trainledger.corpus.streams import Giant, pyarrow_modules
 
 #: rows per streamed batch
 BATCH_ROWS = 256
@@ -43,8 +44,6 @@ def _row_bytes(pa: Any, pc: Any, col: Any) -> list[int]:
 
 def iter_parquet(unit: Any, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
     """(row index, record dict) of the row groups ``unit`` owns; a giant row yields Giant."""
-    from trainledger.corpus.readers import Giant, pyarrow_modules
-
     pa, pq = pyarrow_modules()
     import pyarrow.compute as pc
 

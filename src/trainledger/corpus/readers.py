@@ -11,31 +11,23 @@ cap (zip-bomb guard).
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from trainledger.errors import CorpusError, MissingDependency
+from trainledger.errors import CorpusError
 from trainledger.corpus.options import CorpusOptions
 from trainledger.corpus.sources import Source
+from trainledger.corpus.streams import (
+    READ_BUFFER, Giant, RecordError, open_binary, pyarrow_modules, stream_error, truncated, truncation_errors,
+)
+from trainledger.corpus.jsonstream import array_items
+from trainledger.corpus.parquet import iter_parquet
 
-_READ_BUFFER = 1 << 20
-_DECOMPRESS_STEP = 1 << 15
-#: a compressed file may always expand to this many bytes, whatever its ratio
-_DECOMPRESS_FLOOR = 16 << 20
 LINE_FORMATS = ("jsonl", "txt")
 
-
-@dataclass(frozen=True)
-class RecordError:
-    """A record that could not be read; ``kind`` is one of the counted error kinds."""
-
-    kind: str  # malformed | encoding | binary | giant | missing_field | not_text | truncated | unreadable
-    message: str
 
 
 @dataclass(frozen=True)
@@ -65,110 +57,17 @@ class Unit:
         return self.source.size // self.stride
 
 
-def pyarrow_modules():
-    """Import pyarrow lazily; a MissingDependency names the pip command."""
-    try:
-        import pyarrow as pa
-        import pyarrow.ipc  # noqa: F401
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingDependency("reading Parquet/Arrow needs pyarrow: pip install 'trainledger[corpus]'") from None
-    return pa, pq
-
-
-# ---------------------------------------------------------------- opening with caps
-
-
-class _CappedStream(io.RawIOBase):
-    """A decompressed stream that raises CorpusError past ``limit`` bytes (zip-bomb guard)."""
-
-    def __init__(self, inner: Any, limit: int, where: str) -> None:
-        self.inner, self.limit, self.where, self.total = inner, limit, where, 0
-        #: the decompression error that ended the stream (truncation, trailing garbage), or None.
-        #: Kept instead of raised: raising from here dropped the lines already decompressed into
-        #: the reader's buffer (issue 20: 42 of 500 records lost to trailing garbage).
-        self.error: BaseException | None = None
-        self._read = getattr(inner, "read1", None) or inner.read
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        if self.error is not None:
-            return 0
-        try:
-            # read1: at most one read of the decompressor, so that an error on the next one cannot
-            # discard bytes GzipFile had already decompressed into its own buffer
-            data = self._read(min(len(buf), _DECOMPRESS_STEP))
-        except _truncation_errors() as exc:
-            self.error = exc
-            return 0
-        n = len(data)
-        self.total += n
-        if self.total > self.limit:
-            raise CorpusError(
-                f"{self.where}: decompressed more than {self.limit:,} bytes (over the "
-                "--max-decompression-ratio); refusing a possible zip bomb — raise the ratio if the file is real")
-        buf[:n] = data
-        return n
-
-
-def open_binary(source: Source, opts: CorpusOptions) -> io.BufferedReader:
-    """The file's bytes, decompressed (and capped) when it is .gz or .zst."""
-    raw = open(source.path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - closed by the caller
-    if source.compression is None:
-        return raw
-    limit = int(max(opts.max_decompression_ratio * source.size, _DECOMPRESS_FLOOR))
-    if source.compression == "gzip":
-        inner: Any = gzip.GzipFile(fileobj=raw, mode="rb")
-    else:
-        try:
-            import zstandard
-        except ImportError:
-            raw.close()
-            raise MissingDependency(f"{source.path}: reading .zst needs zstandard: pip install zstandard") from None
-        inner = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    return io.BufferedReader(_CappedStream(inner, limit, source.path), buffer_size=_READ_BUFFER)
-
-
-_TRUNCATION_ERRORS: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, OSError, zlib.error)
-
-
-def stream_error(f: Any) -> BaseException | None:
-    """The decompression error that ended ``f`` early (see :class:`_CappedStream`), or None."""
-    return getattr(getattr(f, "raw", None), "error", None)
-
-
-def _truncated(exc: BaseException) -> RecordError:
-    return RecordError("truncated", f"file ends early, is corrupt or has trailing data ({exc}); "
-                       "the records before this point are counted")
-
-
-def _truncation_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import zstandard
-    except ImportError:
-        return _TRUNCATION_ERRORS
-    return (*_TRUNCATION_ERRORS, zstandard.ZstdError)
-
 
 # ---------------------------------------------------------------- line files
 
 
-class Giant:
-    """Marker for a line longer than the cap; ``size`` bytes were skipped."""
-
-    __slots__ = ("size",)
-
-    def __init__(self, size: int) -> None:
-        self.size = size
 
 
 def _skip_rest(f: io.BufferedReader, first: bytes, limit: int | None = None) -> int:
     """Bytes up to and including the next newline (or EOF); stops early after ``limit`` bytes."""
     skipped = len(first)
     while limit is None or skipped < limit:
-        more = f.readline(_READ_BUFFER if limit is None else min(_READ_BUFFER, limit - skipped))
+        more = f.readline(READ_BUFFER if limit is None else min(READ_BUFFER, limit - skipped))
         skipped += len(more)
         if not more or more.endswith(b"\n"):
             return skipped
@@ -211,12 +110,12 @@ def _iter_lines(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
                     continue
                 yield index, line
                 index += 1
-        except _truncation_errors() as exc:
-            yield index, _truncated(exc)
+        except truncation_errors() as exc:
+            yield index, truncated(exc)
             return
         err = stream_error(f)
         if err is not None:
-            yield index, _truncated(err)
+            yield index, truncated(err)
 
 
 def decode_line(raw: bytes, opts: CorpusOptions, whole: bool = False) -> tuple[str | None, RecordError | None, bool]:
@@ -273,8 +172,6 @@ def json_records(data: Any, where: str) -> list[Any]:
 
 
 def _iter_json(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
-    from trainledger.corpus.jsonstream import array_items
-
     streamed = array_items(unit.source, opts)
     if streamed is not None:  # an array of records (or {"key": [records]}): one record in memory at a time
         for i, rec in enumerate(streamed):
@@ -307,7 +204,7 @@ def _iter_csv(unit: Unit, opts: CorpusOptions) -> Iterator[tuple[int, Any]]:
             except StopIteration:
                 err = stream_error(fb)
                 if err is not None:
-                    yield i, _truncated(err)
+                    yield i, truncated(err)
                 return
             except csv.Error as exc:
                 row = RecordError("malformed", f"bad CSV ({exc})")
@@ -365,8 +262,6 @@ def _batches(source: Source) -> Iterator[Any]:
 
 def _iter_columnar(unit: Unit, opts: CorpusOptions, columns: Any) -> Iterator[tuple[int, Any]]:
     if unit.source.fmt == "parquet":
-        from trainledger.corpus.parquet import iter_parquet
-
         yield from iter_parquet(unit, opts, columns)
         return
     row = 0

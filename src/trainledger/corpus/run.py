@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from trainledger.errors import CorpusError
 from trainledger.corpus.options import CorpusOptions
-from trainledger.corpus.readers import LINE_FORMATS, Unit, open_binary, pyarrow_modules
+from trainledger.corpus.readers import LINE_FORMATS, Unit
+from trainledger.corpus.streams import open_binary, pyarrow_modules
 from trainledger.corpus.report import build_stats
 from trainledger.corpus.sources import Source, discover
 from trainledger.corpus.tokenizer import TokenCounter, load_counter

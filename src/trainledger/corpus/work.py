@@ -17,7 +17,8 @@ from typing import Any
 from trainledger.errors import CorpusError
 from trainledger.corpus.fields import TextExtractor
 from trainledger.corpus.options import CorpusOptions
-from trainledger.corpus.readers import Giant, RecordError, Unit, decode_line, iter_raw, parse_json_line
+from trainledger.corpus.readers import Unit, decode_line, iter_raw, parse_json_line
+from trainledger.corpus.streams import Giant, RecordError
 from trainledger.corpus.tokenizer import TokenCounter
 
 MAX_EXAMPLES = 5

@@ -384,7 +384,7 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _dist_version(name: str) -> str | None:
+def dist_version(name: str) -> str | None:
     from importlib import metadata
 
     try:
@@ -393,7 +393,7 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -416,8 +416,8 @@ def fingerprint() -> dict[str, Any]:
     env: dict[str, Any] = {"gpu_name": None, "gpu_count": 0, "driver": None, "cuda": None}
     env.update(_nvml_gpus())
     env.update({
-        "torch": _dist_version("torch"), "transformers": _dist_version("transformers"),
-        "python": platform.python_version(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+        "torch": dist_version("torch"), "transformers": dist_version("transformers"),
+        "python": platform.python_version(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "host": socket.gethostname(), "platform": platform.platform(),
     })
     env["env_id"] = env_id_of(env)

@@ -25,7 +25,7 @@ LINK_BANDWIDTH_SLACK = 1.001
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a catalog or config file larger than this is not a config
 
 
-def _catalog_dir(kind: str) -> Path:
+def catalog_dir(kind: str) -> Path:
     return Path(str(resources.files("trainledger") / "catalog" / kind))
 
 
@@ -50,8 +50,8 @@ def read_data_file(path: Path) -> Any:
 
 
 @lru_cache(maxsize=None)
-def _entries(kind: str) -> dict[str, Path]:
-    d = _catalog_dir(kind)
+def entries(kind: str) -> dict[str, Path]:
+    d = catalog_dir(kind)
     out: dict[str, Path] = {}
     for p in sorted(d.glob("*")):
         if p.suffix in (".yaml", ".yml", ".json"):
@@ -61,7 +61,7 @@ def _entries(kind: str) -> dict[str, Path]:
 
 def names(kind: str) -> list[str]:
     """Catalog names of one kind ('gpus', 'networks', 'models', 'prices')."""
-    return list(_entries(kind))
+    return list(entries(kind))
 
 
 def suggest(name: str, choices: list[str], n: int = 4) -> str:
@@ -84,12 +84,12 @@ def _resolve(kind: str, name_or_path: str | Path) -> Path:
             raise CatalogError(f"{p}: no such file (a {kind.rstrip('s')} is a catalog name or a "
                                f".yaml/.json file)")
         return p
-    entries = _entries(kind)
+    known = entries(kind)
     key = s.lower()
-    if key in entries:
-        return entries[key]
+    if key in known:
+        return known[key]
     singular = kind.rstrip("s")
-    raise CatalogError(f"unknown {singular} {clip(s, 80)}.{suggest(s[:200], list(entries))} "
+    raise CatalogError(f"unknown {singular} {clip(s, 80)}.{suggest(s[:200], list(known))} "
                        f"(`trainledger {kind}` lists them; a .yaml file path works too)")
 
 
@@ -125,7 +125,7 @@ def _check_link(gpu: GpuSpec, path: Path) -> GpuSpec:
     """
     link = gpu.link
     local = path.parent / link
-    is_local = path.parent != _catalog_dir("gpus") and local.is_file()
+    is_local = path.parent != catalog_dir("gpus") and local.is_file()
     ref = str(local.resolve()) if is_local else link
     try:
         net = load_network(ref)

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainledger.spec.base import spec_error
-from trainledger.load.catalog import _entries, read_data_file
+from trainledger.load.catalog import entries, read_data_file
 from trainledger.errors import CatalogError, SpecError, did_you_mean
 from trainledger.load.families import FAMILIES, FAMILY_DEFAULTS, Cfg
 from trainledger.spec.model import ModelSpec
@@ -30,7 +30,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]
 HUB_TIMEOUT_S = 5.0  # an unreachable Hub must not stall the CLI
 
 
-def _text_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+def text_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """gemma3 (multimodal): the language model is ``text_config``; the vision tower is not counted."""
     text = cfg.get("text_config")
     if text is None:
@@ -61,7 +61,7 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
     mt = cfg.get("model_type")
     notes: tuple[str, ...] = ()
     if mt == "gemma3":
-        cfg, mt = _text_config(cfg, name), "gemma3_text"
+        cfg, mt = text_config(cfg, name), "gemma3_text"
         notes = ("text model only: the vision tower and projector of gemma3 are not counted",)
     if isinstance(mt, str) and mt and mt not in FAMILIES:
         return _from_transformers(cfg, name, source, mt)
@@ -96,14 +96,14 @@ def _from_transformers(cfg: dict[str, Any], name: str, source: str | None, mt: s
 
 def preset_names() -> list[str]:
     """Names of the bundled model presets."""
-    return list(_entries("models"))
+    return list(entries("models"))
 
 
 @lru_cache(maxsize=None)
 def preset_sources() -> dict[str, str]:
     """Hub id (lower case) -> preset name, for presets whose ``_source`` is a Hub id."""
     out: dict[str, str] = {}
-    for name, path in _entries("models").items():
+    for name, path in entries("models").items():
         data = read_data_file(path)
         src = data.get("_source") if isinstance(data, dict) else None
         if isinstance(src, str) and HUB_ID.match(src):
@@ -192,7 +192,7 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
     """
     s = str(ref).strip()
     p = Path(s)
-    presets = _entries("models")
+    presets = entries("models")
     if p.suffix == ".json" or path_exists(p):
         data, name = _read_config(p)
         source = None

@@ -14,7 +14,7 @@ from trainledger.errors import TrainledgerError
 from trainledger.estimate import EstimateOptions, estimate
 from trainledger.spec.model import ModelSpec
 from trainledger.load.plan import PlanInputs
-from trainledger.planner.search import RISK_BUBBLE, RISK_EXPOSED_COMM, RISK_HEADROOM
+from trainledger.planner.candidates import RISK_BUBBLE, RISK_EXPOSED_COMM, RISK_HEADROOM
 from trainledger.units import fmt_bytes, fmt_seconds
 from trainledger.planner.sweeps import max_fitting, memory_row, quiet_options, variant
 

@@ -14,6 +14,9 @@ from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import Runtime
 from trainledger.units import GIB
+from trainledger.planner.candidates import (
+    KNOBS, Rejected, cluster_for, deadline_s, evaluate, gpu_counts, layout_for, memory_options,
+)
 
 _PP = (1, 2, 4, 8, 16, 32, 64, 128)
 _TP = (1, 2, 4, 8)
@@ -39,8 +42,6 @@ class _State:
 
 def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus: int) -> list[int]:
     from trainledger.load.catalog import load_network
-    from trainledger.planner.search import Rejected
-
     m = space.model
     out = []
     pcie = load_network(gpu.link).kind == "pcie"
@@ -61,15 +62,13 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
 
 def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, recompute: str,
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
-    from trainledger.planner.search import _layout
-
     gb = _global_batch(space.global_batch, mb * dp, _tolerance(space))
     if gb is None:
         return None
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
                                           "grad_accum": gb // (mb * dp), "global_batch": gb})
     try:
-        return Plan(model=space.model, recipe=rec, layout=_layout(tp, pp, dp, zero, offload, vp, cp, ep),
+        return Plan(model=space.model, recipe=rec, layout=layout_for(tp, pp, dp, zero, offload, vp, cp, ep),
                     cluster=cluster, headroom=space.job.headroom,
                     runtime=Runtime(framework=space.framework or space.job.framework))
     except TrainledgerError:
@@ -110,8 +109,6 @@ def _ep_values(space: Space, dp_cp: int) -> list[int]:
 
 
 def _fits(plan: Plan, st: _State):
-    from trainledger.planner.search import memory_options
-
     st.evaluated += 1
     mem = estimate_memory(plan, memory_options(), suggest=False)
     return mem.fits, mem
@@ -120,13 +117,11 @@ def _fits(plan: Plan, st: _State):
 def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
               last_fail: list, cp: int = 1, ep: int = 1) -> list:
     """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch."""
-    from trainledger.planner.search import _KNOBS, evaluate
-
     gb = space.global_batch
     mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
         return []
-    z, rc, off = _KNOBS[-1]
+    z, rc, off = KNOBS[-1]
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
@@ -135,7 +130,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         last_fail.append((probe, mem))
         return []
     out = []
-    for zero, recompute, offload in _KNOBS:
+    for zero, recompute, offload in KNOBS:
         zero = zero if dp * cp > 1 else 0
         lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
         if lo_plan is None:
@@ -167,8 +162,6 @@ def cheapest(cands: list) -> bool:
 
 def _interleaved(space: Space, cand, st: _State):
     """The same layout with an interleaved schedule (v = 2, 4, 8 virtual stages), best of them."""
-    from trainledger.planner.search import evaluate
-
     p = cand.plan
     lay = p.layout
     L = space.model.num_layers
@@ -192,15 +185,13 @@ def _interleaved(space: Space, cand, st: _State):
 
 def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n: int,
                   st: _State, rejected: list) -> list:
-    from trainledger.planner.search import Rejected, _cluster
-
     budget = gpu.usable_bytes * (1 - space.job.headroom)
     if space.lower_bound / n > budget:
         rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of weights "
                                  f"and optimizer states per GPU even fully sharded over {n}, has "
                                  f"{budget / GIB:.0f}", gpu.name, n, space.framework or space.job.framework))
         return []
-    cluster = _cluster(gpu, per_node, n, net)
+    cluster = cluster_for(gpu, per_node, n, net)
     found: list = []
     fails: list = []
     shapes = [(tp, cp) for tp in _tp_values(space, gpu, per_node, rejected if n == per_node else [], n)
@@ -238,15 +229,13 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
 def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
                progress: Callable[[int, int], None] | None = None):
     """Search every hardware config; return (candidates, rejected, evaluated, gpu-count bounds)."""
-    from trainledger.planner.search import Rejected, _deadline_s, gpu_counts
-
     import dataclasses
 
     st = _State()
     cands: list = []
     rejected: list = []
     bounds: list[dict[str, Any]] = []
-    deadline = _deadline_s(space.job)
+    deadline = deadline_s(space.job)
     base_space = space
     for i, (gpu, per_node, net, *fw) in enumerate(configs):
         space = dataclasses.replace(base_space, framework=fw[0] if fw else base_space.framework)

@@ -51,15 +51,20 @@ def run(a: argparse.Namespace) -> dict:
         raise
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trainledger.verify._scaling_worker")
+def worker_args(prog: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments of a scaling worker (this module's, and ``verify.multinode``'s over nodes)."""
+    p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--inputs", required=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--out", required=True)
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = worker_args("trainledger.verify._scaling_worker", argv)
     import torch.distributed as dist
 
     result = run(a)

@@ -85,9 +85,9 @@ def make_config(hf_config: dict[str, Any], recipe: Recipe) -> Any:
     transformers = require("transformers")
     cfg = {k: v for k, v in hf_config.items() if not str(k).startswith("_") and k != "auto_map"}
     if cfg.get("model_type") == "gemma3":  # multimodal: measure the language model, as ModelSpec counts it
-        from trainledger.load.hf import _text_config
+        from trainledger.load.hf import text_config
 
-        cfg = _text_config(cfg, "config")
+        cfg = text_config(cfg, "config")
     mt = cfg.pop("model_type", None)
     if not mt:
         raise VerifyError("config has no model_type; cannot build the model")

@@ -105,10 +105,10 @@ def _catalog_gpu() -> str | None:
     torch = _torch()
     if not torch.cuda.is_available():
         return None
-    from trainledger.load.catalog import _entries
+    from trainledger.load.catalog import entries
     from trainledger.verify.probe import catalog_gpu_for
 
-    return catalog_gpu_for(torch.cuda.get_device_name(), list(_entries("gpus")))
+    return catalog_gpu_for(torch.cuda.get_device_name(), list(entries("gpus")))
 
 
 class RunRecorder:
@@ -339,7 +339,7 @@ def _trainer_callback_base() -> type:
 
 def _hf_hints(args: Any) -> dict[str, Any]:
     optim = str(getattr(args, "optim", "adamw_torch")).split(".")[-1].lower()
-    from trainledger.runconfig.importer import OPTIM_FROM_HF
+    from trainledger.runconfig.formats import OPTIM_FROM_HF
 
     gc = getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
     return {"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,

@@ -157,7 +157,7 @@ def run_comm(nproc: int, device: str, max_size: int, timeout_s: float = 600.0,
         out = Path(tmp) / "comm.json"
         args = ["--device", device, "--max-size", str(max_size), "--min-size", str(min_size),
                 "--timeout", str(collective_timeout_s), "--out", str(out)]
-        res = (launcher or torchrun)("trainledger.verify._comm_worker", args, nproc, timeout_s, env=env)
+        res = (launcher or torchrun)("trainledger.verify.comm_worker", args, nproc, timeout_s, env=env)
         if res.ok and not out.exists() and launcher is not None:
             return None
         if not res.ok or not out.exists():

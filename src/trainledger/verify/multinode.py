@@ -196,20 +196,14 @@ def scaling_in_world(inputs: dict[str, Any], device: str, steps: int, warmup: in
 
 
 def _scaling_worker_main(argv: list[str] | None = None) -> int:
-    import argparse
     import json
     from pathlib import Path
 
     import torch.distributed as dist
 
-    p = argparse.ArgumentParser(prog="trainledger.verify.multinode")
-    p.add_argument("--inputs", required=True)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--out", required=True)
-    a = p.parse_args(argv)
+    from trainledger.verify._scaling_worker import worker_args
+
+    a = worker_args("trainledger.verify.multinode", argv)
     res = scaling_in_world(json.loads(Path(a.inputs).read_text()), a.device, a.steps, a.warmup, a.timeout)
     if res is not None:
         Path(a.out + ".tmp").write_text(json.dumps(res))

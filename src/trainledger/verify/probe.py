@@ -74,14 +74,14 @@ def _numa_nodes() -> list[dict[str, Any]]:
 
 def host_info() -> dict[str, Any]:
     """CPU cores (logical and physical), CPU model, NUMA nodes and host RAM."""
-    from trainledger.ledger import _cpu_model
+    from trainledger.ledger import cpu_model
 
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         ram = None
     return {
-        "hostname": platform.node(), "cpu_model": _cpu_model(), "logical_cpus": os.cpu_count(),
+        "hostname": platform.node(), "cpu_model": cpu_model(), "logical_cpus": os.cpu_count(),
         "physical_cores": _physical_cores(), "numa_nodes": _numa_nodes(), "ram_bytes": ram,
         "python": platform.python_version(),
     }
@@ -89,10 +89,10 @@ def host_info() -> dict[str, Any]:
 
 def software_info() -> dict[str, Any]:
     """torch (with its CUDA build) and transformers versions — from metadata; torch only if loaded."""
-    from trainledger.ledger import _dist_version
+    from trainledger.ledger import dist_version
 
-    info: dict[str, Any] = {"torch": _dist_version("torch"), "transformers": _dist_version("transformers"),
-                            "nvidia_ml_py": _dist_version("nvidia-ml-py")}
+    info: dict[str, Any] = {"torch": dist_version("torch"), "transformers": dist_version("transformers"),
+                            "nvidia_ml_py": dist_version("nvidia-ml-py")}
     try:
         import torch
 

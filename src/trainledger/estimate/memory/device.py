@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from trainledger.load.catalog import _catalog_dir, read_data_file
+from trainledger.load.catalog import catalog_dir, read_data_file
 from trainledger.errors import CatalogError
 from trainledger.units import MIB
 
@@ -32,7 +32,7 @@ class RuntimeDefaults:
 @lru_cache(maxsize=1)
 def runtime_defaults() -> RuntimeDefaults:
     """Load ``catalog/runtime/cuda.yaml`` once."""
-    path = _catalog_dir("runtime") / "cuda.yaml"
+    path = catalog_dir("runtime") / "cuda.yaml"
     data = read_data_file(path)
     try:
         return RuntimeDefaults(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.formats import ImportResult
 from trainledger.runconfig.importers import axolotl, llamafactory, megatron, torchtitan, trl
 
 TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo")

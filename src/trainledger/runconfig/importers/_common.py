@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import OPTIM_FROM_HF, ImportResult, _num
+from trainledger.runconfig.formats import OPTIM_FROM_HF, ImportResult, num_value
 
 __all__ = ["num", "truthy", "set_precision", "set_hf_optim", "set_lora_targets", "model_from_dims",
            "relevant_unknown"]
 
-num = _num
+num = num_value
 
 
 def truthy(v: Any) -> bool:

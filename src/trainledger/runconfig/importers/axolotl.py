@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import ImportResult, _read_accelerate
+from trainledger.runconfig.formats import ImportResult, read_accelerate
 from trainledger.runconfig.importers._common import num, relevant_unknown, set_hf_optim, set_lora_targets, set_precision, truthy
 
 #: axolotl keys that identify the format (two or more of them)
@@ -123,7 +123,7 @@ def _read_parallel(d: dict[str, Any], res: ImportResult, where: str) -> None:
             cfg.setdefault("fsdp_sharding_strategy", "FULL_SHARD")
         if "offload" in words:
             cfg["fsdp_offload_params"] = True
-        _read_accelerate({"distributed_type": "FSDP", "fsdp_config": cfg}, res, where)
+        read_accelerate({"distributed_type": "FSDP", "fsdp_config": cfg}, res, where)
         res.set("framework", "fsdp2" if str(version) == "2" else "pytorch-fsdp", where)
     if rep is not None and shard is not None and num(rep, where, "dp_replicate_size") > 1 \
             and num(shard, where, "dp_shard_size") > 1:

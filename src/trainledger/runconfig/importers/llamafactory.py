@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import ImportResult, _read_trainer_args, trainer_known as _trainer_fields
+from trainledger.runconfig.formats import ImportResult, read_trainer_args, trainer_known as _trainer_fields
 from trainledger.runconfig.importers._common import num, set_lora_targets
 
 OWN = {"model_name_or_path", "adapter_name_or_path", "trust_remote_code", "stage", "do_train",
@@ -77,7 +77,7 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if stage in ("ppo", "rm", "kto") or (stage == "dpo" and ft == "full"):
         res.unknown_keys.append(f"{where}: stage {stage} (reference/reward/value models are not modeled)")
     trainer.setdefault("gradient_checkpointing", not d.get("disable_gradient_checkpointing", False))
-    _read_trainer_args(trainer, res, where)
+    read_trainer_args(trainer, res, where)
     fa = str(d.get("flash_attn", "auto")).lower()
     if fa == "fa2":
         res.set("attention", "flash", where)

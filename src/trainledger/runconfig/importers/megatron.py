@@ -23,7 +23,7 @@ import shlex
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.formats import ImportResult
 from trainledger.runconfig.importers._common import model_from_dims, num
 
 #: NeMo 2 recipe (``--factory``) -> preset (nemo/collections/llm/recipes/*.py; same dimensions)

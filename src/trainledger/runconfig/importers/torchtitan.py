@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainledger.errors import SpecError
-from trainledger.runconfig.importer import ImportResult
+from trainledger.runconfig.formats import ImportResult
 from trainledger.runconfig.importers._common import num
 
 #: (torchtitan model name, flavor) -> preset; the dimensions of each flavor equal the preset's

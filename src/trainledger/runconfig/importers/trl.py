@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainledger.runconfig.importer import ImportResult, _read_trainer_args
+from trainledger.runconfig.formats import ImportResult, read_trainer_args
 from trainledger.runconfig.importers._common import num, relevant_unknown, set_lora_targets
 
 MODEL_CONFIG = {"model_name_or_path", "model_revision", "torch_dtype", "dtype", "trust_remote_code",
@@ -62,7 +62,7 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("micro_batch", 2 * num(pdb, where, "per_device_train_batch_size"), where)
         res.notes.append(f"{where}: DPO runs chosen + rejected as one batch: micro-batch "
                          f"2 × {pdb} = {2 * int(pdb)} sequences (trl DPOTrainer.concatenated_forward)")
-    _read_trainer_args(trainer_part, res, where)
+    read_trainer_args(trainer_part, res, where)
     if d.get("packing") is not None:
         res.notes.append(f"{where}: packing {d['packing']} — every sequence is "
                          f"{'filled to' if d['packing'] else 'padded to at most'} max_length tokens")
@@ -96,6 +96,6 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
 
 
 def _trainer_known() -> set[str]:
-    from trainledger.runconfig.importer import trainer_known
+    from trainledger.runconfig.formats import trainer_known
 
     return trainer_known()

@@ -1,7 +1,7 @@
 """Worker of ``verify comm``, one process per rank under torchrun.
 
 Usage (torchrun sets RANK/WORLD_SIZE):
-    python -m torch.distributed.run --nproc-per-node N -m trainledger.verify._comm_worker \
+    python -m torch.distributed.run --nproc-per-node N -m trainledger.verify.comm_worker \
         --device cpu --max-size 1MiB --out result.json
 
 Every check fills buffers with small integers so the expected result is exact in fp32, then
@@ -198,7 +198,7 @@ def run(device: str, max_size: int, min_size: int, timeout_s: float) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     from trainledger.units import parse_bytes
 
-    p = argparse.ArgumentParser(prog="trainledger.verify._comm_worker")
+    p = argparse.ArgumentParser(prog="trainledger.verify.comm_worker")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--max-size", default="1MiB")
     p.add_argument("--min-size", default="1KiB")
