@@ -11,9 +11,12 @@ bounds what one input can cost before the domain code sees it:
 * messages: values shown in an error are cut with :func:`clip` (a bounded ``reprlib`` repr), so a
   megabyte string or a deep list never becomes a megabyte error line;
 * names that may be paths: :func:`path_exists` / :func:`is_file` answer False instead of raising
-  for names the OS refuses (too long, NUL bytes, loops).
+  for names the OS refuses (too long, NUL bytes, loops);
+* files we write (reports, exports, measurements): :func:`write_atomic` (temporary file + rename),
+  so a reader never sees half a file and a failed write leaves the previous one intact.
 
-Nothing here imports anything heavy; every error is a :class:`~trainledger.errors.SpecError`.
+Nothing here imports anything heavy; every error is a :class:`~trainledger.errors.SpecError`
+(a failed write: :class:`~trainledger.errors.TrainledgerError`).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from __future__ import annotations
 import os
 import reprlib
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainledger.errors import SpecError
+from trainledger.errors import SpecError, TrainledgerError
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES", "MAX_STRING_CHARS", "read_text", "check_tree",
-           "clip", "shorten", "path_exists", "is_file", "is_dir"]
+           "clip", "shorten", "path_exists", "is_file", "is_dir", "write_atomic"]
 
 #: a config, plan, catalog or price file larger than this is not a config (the largest bundled
 #: file, a model preset with its layer list, is under 10 KiB)
@@ -165,3 +169,35 @@ def check_tree(data: Any, where: str, max_depth: int = MAX_DEPTH, max_nodes: int
             raise SpecError(f"{where}: nested more than {max_depth} levels deep; a config file is flat")
         stack.extend((c, depth + 1) for c in children)
     return data
+
+
+def write_atomic(path: str | Path, text: str, what: str = "report") -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and an atomic rename.
+
+    A reader never sees a half-written report; a crash leaves the previous file intact.
+    """
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise SpecError(f"{p}: folder {folder} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:  # a read-only folder
+        raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):  # a full disk or a read-only folder: one clear line, file intact
+            raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc}); "
+                                   "any previous file there is unchanged") from None
+        raise
+    return p

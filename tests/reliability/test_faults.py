@@ -95,7 +95,7 @@ def test_report_on_a_full_disk(tmp_path):
 
 CRASH_BEFORE_RENAME = textwrap.dedent("""
     import os, signal, sys
-    from trainledger.report.render import write_atomic
+    from trainledger.safety import write_atomic
     real = os.replace
     def crash(src, dst):
         os.kill(os.getpid(), signal.SIGKILL)  # power cut between the write and the rename

@@ -45,7 +45,7 @@ def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, fo
                 click.echo(f"skipped {fmt}: {exc}", err=True)
                 continue
             raise
-    from trainledger.report.render import write_atomic
+    from trainledger.safety import write_atomic
 
     out = Path(out_dir)
     try:

@@ -126,7 +126,7 @@ def export_cmd(path: str | None, fmt: str, kind: str | None, out_path: str | Non
     with Ledger(path) as led:
         text = led.export(fmt, kind=kind)
     if out_path:
-        from trainledger.report.render import write_atomic
+        from trainledger.safety import write_atomic
 
         write_atomic(out_path, text, what="ledger export")
         click.echo(f"wrote {out_path}", err=True)

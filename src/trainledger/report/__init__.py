@@ -7,7 +7,8 @@ Renderers never compute: they format and draw what the library returned.
 """
 
 from trainledger.report.data import ReportData, build_report, inputs_from_plan_result, read_json, verify_section
-from trainledger.report.render import FORMATS, format_for, render, write_atomic
+from trainledger.report.render import FORMATS, format_for, render
+from trainledger.safety import write_atomic
 from trainledger.planner.sweeps import DEFAULT_COMPARE_GPUS
 
 __all__ = ["ReportData", "build_report", "inputs_from_plan_result", "read_json", "verify_section",

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from trainledger.errors import SpecError, TrainledgerError
+from trainledger.errors import SpecError
 from trainledger.report.document import build_document
 
 FORMATS = ("html", "md", "txt", "json")
@@ -175,33 +173,3 @@ def format_for(path: str | Path) -> str:
     return fmt
 
 
-def write_atomic(path: str | Path, text: str, what: str = "report") -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and an atomic rename.
-
-    A reader never sees a half-written report; a crash leaves the previous file intact.
-    """
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise SpecError(f"{p}: folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:  # a read-only folder
-        raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, p)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):  # a full disk or a read-only folder: one clear line, file intact
-            raise TrainledgerError(f"{p}: cannot write the {what} ({exc.strerror or exc}); "
-                                   "any previous file there is unchanged") from None
-        raise
-    return p

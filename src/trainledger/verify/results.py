@@ -78,7 +78,7 @@ def record(command: str, result: dict[str, Any], *, ledger_path: str | None, off
 
 def write_out(out_path: str, text: str, command: str, say: Callable[[str], None]) -> bool:
     """Write ``--out`` atomically; when that fails, keep the text in a fallback file instead."""
-    from trainledger.report.render import write_atomic
+    from trainledger.safety import write_atomic
 
     try:
         write_atomic(out_path, text, what=f"{command} report")

@@ -1,0 +1,168 @@
+"""The package's floor plan, checked from the code's own imports (issue 13, item 7).
+
+Read with ``ast`` (nothing is imported): every ``import`` / ``from ... import`` of a trainledger
+module, at module level or inside a function (both run), except those under ``if TYPE_CHECKING:``.
+Rules: imports point down the layer list of README "Package layout"; no two modules import each
+other; no module imports another package's ``_private`` name; every subpackage is in the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "src" / "trainledger"
+
+#: lowest first; a module may import its own layer and the layers below it. Layers of equal rank
+#: (planner, ledger, runconfig) never import each other (checked by the rank test: not allowed either way).
+LAYERS: dict[str, int] = {
+    "errors": 0, "units": 1, "safety": 1, "format": 1, "spec": 2, "corpus": 3, "load": 4, "estimate": 5,
+    "planner": 6, "ledger": 6, "runconfig": 6, "verify": 7, "report": 8, "web": 9, "cli": 10, "__main__": 11,
+}
+
+#: upward imports kept on purpose, each inside the one function that needs it (lazily: the lower
+#: layer never loads the upper one unless that function runs), with the reason
+UPWARD_ALLOWED = {
+    # notebook views of the result objects (``_repr_html_`` / ``to_pandas``): rendering lives in report/
+    ("trainledger.estimate", "trainledger.report.notebook"),
+    ("trainledger.planner.search", "trainledger.report.notebook"),
+    # an architecture without a built-in reader is built by transformers on the meta device; that
+    # needs torch, which only verify/ imports
+    ("trainledger.load.hf", "trainledger.verify.meta_model"),
+}
+
+#: two-module cycles still to break (this list only shrinks)
+CYCLES_LEFT: set[tuple[str, str]] = {
+    ("trainledger.estimate.memory", "trainledger.estimate.memory.suggest"),
+    ("trainledger.estimate.memory", "trainledger.estimate.serving.section"),
+    ("trainledger.estimate.memory.model", "trainledger.estimate.memory.runtimes"),
+    ("trainledger.estimate.time", "trainledger.estimate.time.scaling"),
+    ("trainledger.verify.cuda_run", "trainledger.verify.measure"),
+    ("trainledger.verify.measure", "trainledger.verify.sharded"),
+}
+
+#: cross-package private imports still to remove (this list only shrinks)
+PRIVATE_LEFT: set[tuple[str, str, str]] = {
+    ("trainledger.estimate.memory.model", "trainledger.spec.layers", "_converted"),
+    ("trainledger.estimate.memory.activations", "trainledger.spec.layers", "_converted"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        name = ".".join(p.relative_to(PKG.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> list[tuple[str, str | None]]:
+    """(imported module, imported name or None) of every run-time import in module ``name``."""
+    tree = ast.parse(MODULES[name].read_text())
+    skip: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            skip |= {id(x) for b in n.body for x in ast.walk(b)}
+    pkg = name if MODULES[name].name == "__init__.py" else name.rsplit(".", 1)[0]
+    out: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, None) for a in node.names if a.name.startswith("trainledger")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            if not base.startswith("trainledger"):
+                continue
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                out.append((full, None) if full in MODULES else (base, a.name))
+    return out
+
+
+def _edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name in MODULES:
+        for target, _ in _imports(name):
+            while target not in MODULES and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target != name:
+                edges.setdefault(name, set()).add(target)
+    return edges
+
+
+EDGES = _edges()
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None  # None: the top-level package (``__version__``)
+
+
+def test_every_module_belongs_to_a_layer():
+    unknown = sorted({_layer(m) for m in MODULES} - set(LAYERS) - {None, "catalog"})
+    assert not unknown, f"add these to LAYERS (and README 'Package layout'): {unknown}"
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for a, targets in EDGES.items():
+        for b in targets:
+            la, lb = _layer(a), _layer(b)
+            if la is None or lb is None or la == lb:
+                continue
+            if LAYERS[lb] >= LAYERS[la] and (a, b) not in UPWARD_ALLOWED:
+                upward.append(f"{a} -> {b}")
+    assert not upward, "imports that point up (or sideways between peers):\n" + "\n".join(sorted(upward))
+
+
+def test_allowed_upward_imports_are_still_needed():
+    stale = [pair for pair in UPWARD_ALLOWED if pair[1] not in EDGES.get(pair[0], set())]
+    assert not stale, f"no longer imported, remove from UPWARD_ALLOWED: {stale}"
+
+
+def test_no_new_two_module_cycles():
+    cycles = {tuple(sorted((a, b))) for a in EDGES for b in EDGES[a] if a in EDGES.get(b, set())}
+    assert cycles - CYCLES_LEFT == set(), f"new import cycles: {sorted(cycles - CYCLES_LEFT)}"
+    assert CYCLES_LEFT - cycles == set(), f"broken (remove from CYCLES_LEFT): {sorted(CYCLES_LEFT - cycles)}"
+
+
+def test_no_new_private_imports_across_packages():
+    found = set()
+    for name in MODULES:
+        for target, imported in _imports(name):
+            if imported and imported.startswith("_") and not imported.startswith("__"):
+                if target.rsplit(".", 1)[0] != name.rsplit(".", 1)[0] and target != name.rsplit(".", 1)[0]:
+                    found.add((name, target, imported))
+    assert found - PRIVATE_LEFT == set(), f"new private imports: {sorted(found - PRIVATE_LEFT)}"
+    assert PRIVATE_LEFT - found == set(), f"gone (remove from PRIVATE_LEFT): {sorted(PRIVATE_LEFT - found)}"
+
+
+def _readme_layout() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"## Package layout\n\n```\n(.*?)```", text, re.S)
+    assert m, "README.md has no 'Package layout' block"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("package", sorted(p.name for p in PKG.iterdir()
+                                           if p.is_dir() and (p / "__init__.py").exists()))
+def test_readme_layout_names_every_package(package):
+    assert re.search(rf"^\s+{re.escape(package)}/", _readme_layout(), re.M), \
+        f"README 'Package layout' does not describe {package}/"
+
+
+def test_checker_sees_a_known_edge_and_a_function_level_import():
+    # guards the checker itself: a module-level import and one inside a function are both edges
+    assert "trainledger.planner.candidates" in EDGES["trainledger.planner.search"]
+    assert "trainledger.verify.meta_model" in EDGES["trainledger.load.hf"]  # imported inside a function
