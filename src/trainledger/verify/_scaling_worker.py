@@ -12,12 +12,51 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from trainledger.verify.launch import RankStatus, init_distributed
 
 
-def run(a: argparse.Namespace) -> dict:
+def timed_steps(tr: Any, dev: Any, status: RankStatus, warmup: int, steps: int,
+                sync_world: bool = True) -> tuple[list[float], int]:
+    """Train ``warmup`` untimed then ``steps`` timed steps; (step times, tokens of one rank's step).
+
+    With ``sync_world`` the ranks start each step together (barrier) and a step's time is the
+    slowest rank's (all_reduce MAX); without it one rank times itself alone.
+    """
     import torch
+    import torch.distributed as dist
+
+    times, out = [], {"tokens": 0}
+    for s in range(warmup + steps):
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        if sync_world:
+            dist.barrier()
+        t0 = time.perf_counter()
+        out = tr.step(s, status)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
+        if sync_world:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if s >= warmup:
+            times.append(float(t.item()))
+    return times, out["tokens"]
+
+
+def scaling_row(world: int, times: list[float], tokens_per_rank: int, sharded: bool, backend: str | None) -> dict:
+    """One row of ``verify scaling``: the median step time of ``world`` ranks and its throughput."""
+    import torch
+
+    step_time = statistics.median(times)
+    tokens = tokens_per_rank * world
+    return {"world_size": world, "step_time_s": step_time, "step_times_s": times, "tokens_per_step": tokens,
+            "tokens_per_s": tokens / step_time, "sharded": sharded, "backend": backend,
+            "threads_per_rank": torch.get_num_threads()}
+
+
+def run(a: argparse.Namespace) -> dict:
     import torch.distributed as dist
 
     from trainledger.verify._trainloop import DistTrainer
@@ -27,25 +66,9 @@ def run(a: argparse.Namespace) -> dict:
     try:
         status.enter("load")
         tr = DistTrainer(json.loads(Path(a.inputs).read_text()), a.device, rank, world)
-        times = []
-        for s in range(a.warmup + a.steps):
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            dist.barrier()
-            t0 = time.perf_counter()
-            out = tr.step(s, status)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            if s >= a.warmup:
-                times.append(float(t.item()))
+        times, tokens = timed_steps(tr, dev, status, a.warmup, a.steps)
         status.done()
-        step_time = statistics.median(times)
-        tokens = out["tokens"] * world
-        return {"world_size": world, "step_time_s": step_time, "step_times_s": times,
-                "tokens_per_step": tokens, "tokens_per_s": tokens / step_time, "sharded": tr.sharded,
-                "backend": dist.get_backend(), "threads_per_rank": torch.get_num_threads()}
+        return scaling_row(world, times, tokens, tr.sharded, dist.get_backend())
     except BaseException as exc:
         status.error(exc)
         raise

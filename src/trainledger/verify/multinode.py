@@ -134,59 +134,31 @@ def scaling_in_world(inputs: dict[str, Any], device: str, steps: int, warmup: in
                      collective_timeout_s: float) -> dict[str, Any] | None:
     """``verify scaling`` inside a launcher's world of W ranks: rank 0 times the plan alone (the
     baseline, the others wait), then all W ranks train together. Rank 0 returns both rows."""
-    import statistics
-    import time
+    import socket
 
-    import torch
     import torch.distributed as dist
 
+    from trainledger.verify._scaling_worker import scaling_row, timed_steps
     from trainledger.verify._trainloop import DistTrainer
     from trainledger.verify.launch import RankStatus, init_distributed
 
     rank, world, dev = init_distributed(device, collective_timeout_s)
     status = RankStatus(rank)
-
-    def timed(tr: Any, sync_world: bool) -> tuple[list[float], int]:
-        times, out = [], {"tokens": 0}
-        for s in range(warmup + steps):
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            if sync_world:
-                dist.barrier()
-            t0 = time.perf_counter()
-            out = tr.step(s, status)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
-            if sync_world:
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            if s >= warmup:
-                times.append(float(t.item()))
-        return times, out["tokens"]
-
     rows = []
     try:
         status.enter("baseline (rank 0 alone)")
         if rank == 0:
             solo = DistTrainer(inputs, device, 0, 1)
-            times, tokens = timed(solo, False)
-            st = statistics.median(times)
-            rows.append({"world_size": 1, "step_time_s": st, "step_times_s": times, "tokens_per_step": tokens,
-                         "tokens_per_s": tokens / st, "sharded": False, "backend": None,
-                         "threads_per_rank": torch.get_num_threads()})
+            times, tokens = timed_steps(solo, dev, status, warmup, steps, sync_world=False)
+            rows.append(scaling_row(1, times, tokens, False, None))
             del solo
         dist.barrier()
         status.enter("load")
         tr = DistTrainer(inputs, device, rank, world)
-        times, tokens = timed(tr, True)
-        st = statistics.median(times)
+        times, tokens = timed_steps(tr, dev, status, warmup, steps)
         hosts: list[Any] = [None] * world
-        import socket
-
         dist.all_gather_object(hosts, socket.gethostname())
-        rows.append({"world_size": world, "step_time_s": st, "step_times_s": times, "tokens_per_step": tokens * world,
-                     "tokens_per_s": tokens * world / st, "sharded": tr.sharded, "backend": dist.get_backend(),
-                     "threads_per_rank": torch.get_num_threads(), "nodes": len(set(hosts)),
+        rows.append({**scaling_row(world, times, tokens, tr.sharded, dist.get_backend()), "nodes": len(set(hosts)),
                      "ranks_per_host": {h: hosts.count(h) for h in sorted(set(hosts))}})
         status.done()
     except BaseException as exc:
