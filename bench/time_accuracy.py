@@ -271,6 +271,12 @@ def _titan_recompute(text: str, layers: int) -> tuple[str, int | None]:
     return "none", None
 
 
+#: techniques a torchtitan table states in its caption but the case rows do not repeat
+#: (benchmarks/llama3_h100_202412_torchtitan.md @ 9dec370: "Table 6 4D parallelism (FSDP + TP + PP
+#: + CP) + torch.compile + Float8 + AsyncTP + 1F1B"); the other tables' captions are in ``table``.
+TITAN_CAPTIONS = {"Table 6": "torch.compile float8 asynctp"}
+
+
 def torchtitan_cases() -> list[Case]:
     out = []
     for c in _load("torchtitan_throughput.yaml"):
@@ -282,7 +288,11 @@ def torchtitan_cases() -> list[Case]:
             {"Llama 3.1 405B": "llama-3.1-405b", "Llama 3.1 70B": "llama-3.1-70b",
              "Llama 3 70B": "llama-3.1-70b", "Llama 3 8B": "llama-3.1-8b",
              "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}[c["model"]])
-        text = " ".join(str(x) for x in (s.get("framework"), s.get("techniques"), c["id"])).lower()
+        # the 2024-12 benchmark's "Table N (...)" captions state compile / Float8 / AsyncTP for
+        # the whole table (other sources' table names are titles, e.g. "Async TP benchmark")
+        table = str(c.get("table", "")) if str(c.get("table", "")).startswith("Table ") else ""
+        text = " ".join(str(x) for x in (s.get("framework"), s.get("techniques"), c["id"], table,
+                                         TITAN_CAPTIONS.get(table.split(" (")[0], ""))).lower()
         prec = str(s.get("precision", "bf16")).lower()
         fp8 = "float8" in prec and ("float8" in text or "float8" in prec.split("(")[0])
         if "rowwise" in text:

@@ -205,6 +205,7 @@ class _Comm:
     ep_hidden: float = 0.0
     offload: float = 0.0
     fsdp_copy: float = 0.0     # FSDP2 copy-in/copy-out passes (compute stream)
+    cp_merge: float = 0.0      # CP per-step output merge / gradient accumulation (compute stream)
 
 
 def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
@@ -238,6 +239,62 @@ def _trainable_stage_params(plan: Plan) -> float:
     return n_adapter / plan.layout.pp
 
 
+def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, act: float,
+             training: bool, rc: float) -> tuple[float, float, float]:
+    """(total, exposed, merge) seconds of one micro-batch's context-parallel K/V exchange.
+
+    Each CP rank holds s/c tokens; a layer's attention runs in c blockwise steps, one per K/V
+    chunk, merged with the online-softmax rescaling (Liu et al. 2023, Ring Attention,
+    arXiv:2310.01889). How the chunks travel is the stack's (``cp_rotate``):
+
+    * ``ring``: before each of the c-1 later steps the chunk goes to the next rank (P2P), hidden
+      behind the current step's attention; the backward sends K/V and the fp32 dK/dV partial sums
+      (Megatron-Core / Transformer Engine CP, ``cp_comm_type=p2p``). Only the excess over the
+      layer's attention is exposed.
+    * ``allgather``: one all-gather of every rank's K/V per layer and pass, waited on after the
+      first (diagonal) step — so it hides behind 1/c of the layer's attention only; the backward
+      gathers K/V again and rotates dK/dV in fp32 ring steps behind each step's backward (PyTorch
+      ``context_parallel``: ``_cp_options.rotate_method = ALL_GATHER``, the default, and
+      ``_templated_ring_attention_backward``; torch/distributed/tensor/experimental/_attention.py).
+
+    ``cp_kv_expanded``: the stack exchanges K/V after ``repeat_kv`` (torchtitan's Llama calls
+    repeat_kv before SDPA, so the CP hook sees n_heads K/V heads, not n_kv_heads).
+
+    ``merge``: the stack's streaming work per blockwise step outside the attention kernel —
+    the online-softmax merge of each step's output into the running fp32 output in the forward,
+    the fp32 accumulation and rotation of dQ/dK/dV in the backward (``cp_merge_bytes``: bytes per
+    element of the rank's attention output, per step; on the compute stream, never hidden).
+    """
+    lay, m = plan.layout, plan.model
+    c = lay.cp
+    if c <= 1:
+        return 0.0, 0.0, 0.0
+    tokens = Stage.of(plan).tokens_per_micro_batch
+    width = (m.q_dim if prof.cp_kv_expanded else m.kv_dim) / lay.tp
+    kv = tokens * 2 * width * act                      # this rank's K/V chunk
+    layers = work.layers
+    fwd_passes = (1.0 + rc) if training else 1.0
+    mb_f, mb_b = prof.cp_merge_bytes
+    out_el = tokens * m.q_dim / lay.tp   # elements of this rank's attention output
+    merge = layers * c * out_el * (fwd_passes * mb_f + (mb_b if training else 0.0)) / (
+        plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm)
+    if prof.cp_rotate != "allgather":
+        step = kv / topo.cp.beta + topo.cp.alpha
+        t = layers * (c - 1) * step * ((1 + 2 + rc) if training else 1)
+        return t, max(0.0, t - work.attention_s), merge
+    # the layer's forward attention (one pass): the attention time over its fwd/bwd/recompute mult
+    a_fwd = work.attention_s / max(layers, 1.0) / (fwd_passes + (2.5 if training else 0.0))
+    diag_f, diag_b = a_fwd / c, 2.5 * a_fwd / c
+    ag = all_gather_s(topo.cp, c * kv)
+    t = fwd_passes * ag
+    exp = fwd_passes * max(0.0, ag - diag_f)
+    if training:
+        dkv = 2.0 * kv / topo.cp.beta + topo.cp.alpha   # fp32 dK/dV: twice the bf16 bytes
+        t += ag + (c - 1) * dkv
+        exp += max(0.0, ag - diag_b) + (c - 1) * max(0.0, dkv - diag_b)
+    return layers * t, layers * exp, merge
+
+
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
                       links: LinkEfficiency, prof: StackProfile) -> _Comm:
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
@@ -252,12 +309,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     ov = prof.tp_overlap
     # each TP collective is launched on the critical path between two GEMMs
     tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
-    t_cp = 0.0
-    if lay.cp > 1:
-        kv = tokens * 2 * m.kv_dim / lay.tp * act
-        step = kv / topo.cp.beta + topo.cp.alpha
-        t_cp = layers * (lay.cp - 1) * step * ((1 + 2 + rc) if training else 1)
-    cp_exposed = max(0.0, t_cp - work.attention_s) if t_cp else 0.0
+    t_cp, cp_exposed, cp_merge = _cp_comm(plan, topo, work, prof, act, training, rc)
     t_ep = 0.0
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
@@ -306,7 +358,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
     ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
-    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
+    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, cp_merge=cp_merge, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
                  fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
                  ep_hidden=t_ep - ep_exposed, offload=off)
 
@@ -380,7 +432,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
                       prof.selective_gemms)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
-    t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
+    t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
+            + c.cp_merge)
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
@@ -389,7 +442,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
-        "fsdp_copy": m * c.fsdp_copy,
+        "fsdp_copy": m * c.fsdp_copy, "cp_merge": m * c.cp_merge,
         "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
