@@ -72,9 +72,10 @@ def mismatch(cal_fp: Mapping[str, Any], fp: Mapping[str, Any]) -> str | None:
 def terms(comp: Mapping[str, Any]) -> dict[str, float]:
     """Seconds per step by calibration term (G, A, M, X, F), the bubble split in proportion."""
     bd, parts = comp["breakdown"], comp["compute_parts"]
-    g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0)
+    g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0) + bd.get("tp_split_waves", 0.0)
     a = parts.get("attention", 0.0)
-    m = parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("offload", 0.0)
+    m = (parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("offload", 0.0)
+         + bd.get("cp_merge", 0.0))
     x = sum(v for k, v in bd.items() if k.startswith("comm_")) + bd.get("overlap_contention", 0.0)
     per_mb = g + a + m + x
     bubble = bd.get("bubble", 0.0)

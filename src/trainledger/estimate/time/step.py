@@ -36,7 +36,8 @@ from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
 from trainledger.estimate.time.compute import (FlopCount, layer_kinds, lora_gemms, recompute_fraction,
                                               step_flops)
-from trainledger.estimate.time.efficiency import GpuEfficiency, LinkEfficiency, link_efficiency
+from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
+                                                 link_efficiency, wave_efficiency)
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.optimizers import STATES_PER_PARAM, bytes_per_state
 from trainledger.estimate.time.stack import StackProfile, stack_profile
@@ -305,6 +306,10 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     layers = work.layers
     rc = recompute_fraction(plan) if training else 0.0
     n_tp = layers * (2 + (2 if training else 0) + 2 * rc) + 2
+    if training and r.recompute == "selective" and lay.sp and prof.sac_regathers_tp:
+        # op-level SAC keeps reduce-scatter outputs but not all-gather outputs: the backward
+        # re-runs the layer's two sequence-parallel all-gathers (= one all-reduce's traffic)
+        n_tp += layers
     t_tp = n_tp * all_reduce_s(topo.tp, A)
     ov = prof.tp_overlap
     # each TP collective is launched on the critical path between two GEMMs
@@ -361,6 +366,47 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, cp_merge=cp_merge, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
                  fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
                  ep_hidden=t_ep - ep_exposed, offload=off)
+
+
+def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str) -> float:
+    """Extra GEMM seconds of one micro-batch when TP overlap splits each TP GEMM into tp chunks.
+
+    PyTorch AsyncTP (torch._inductor micro-pipeline TP: fused all-gather+matmul and
+    matmul+reduce-scatter) runs a TP GEMM as tp GEMMs of M/tp rows each, one per arriving shard.
+    Each piece fills its last wave of SM tiles only partly, so the split GEMM runs at
+    wave_efficiency(M/tp, N) instead of wave_efficiency(M, N) (the PyTorch AsyncTP post names this
+    cost: discuss.pytorch.org/t/209487, "wave quantization"). The split passes: the forward of
+    column-parallel GEMMs (output N = n/tp) and the input-gradient (dgrad) of row-parallel GEMMs
+    (output k/tp); the other passes have the full hidden size as N and lose nothing.
+    """
+    lay, r, m = plan.layout, plan.recipe, plan.model
+    if not (prof.tp_overlap_chunks and prof.tp_overlap > 0 and lay.tp > 1):
+        return 0.0
+    eff, tp = prof.eff, lay.tp
+    M = Stage.of(plan).tokens_per_micro_batch
+    hbm = plan.cluster.gpu.hbm_bytes_per_s
+    eta = eff.matmul_max(dtype)
+    bpe = DTYPE_BYTES.get(dtype, 2.0)
+    training = r.is_training
+    fwd_mult = 1.0 + (recompute_fraction(plan) if training else 0.0) + (
+        prof.selective_gemms if training and r.recompute == "selective" else 0.0)
+    share = math.ceil(m.num_layers / lay.pp) / m.num_layers
+    extra = 0.0
+    for kind in layer_kinds(m):
+        for g in kind.gemms:
+            if g.experts or g.split not in ("col", "row"):
+                continue
+            if g.split == "col":     # forward: (M x k) @ (k x n/tp)
+                k, n, passes = g.k, g.n / tp, fwd_mult
+            else:                    # dgrad: (M x n) @ (n x k/tp)
+                k, n, passes = g.n, g.k / tp, (1.0 if training else 0.0)
+            if not passes:
+                continue
+            t = gemm_time_s(M * g.mult, k, n, peak, hbm, eff, eta, bpe)
+            loss = (wave_efficiency(M * g.mult, n, eff, k)
+                    / wave_efficiency(M * g.mult / tp, n, eff, k))
+            extra += kind.count * share * passes * t * max(0.0, loss - 1.0)
+    return extra
 
 
 def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
@@ -432,8 +478,9 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
                       prof.selective_gemms)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
+    waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
     t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
-            + c.cp_merge)
+            + c.cp_merge + waves)
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
@@ -442,7 +489,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
-        "fsdp_copy": m * c.fsdp_copy, "cp_merge": m * c.cp_merge,
+        "fsdp_copy": m * c.fsdp_copy, "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
         "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
