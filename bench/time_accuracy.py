@@ -17,8 +17,9 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     runs predate Megatron-Core: framework megatron-core on Ampere (fused Apex kernels, no TP
     overlap, the same profile); BLOOM: megatron-deepspeed; MosaicML llm-foundry: pytorch-fsdp
     (FSDP1, eager modules); torchtitan: fsdp2, torch.compile rows with fused kernels
-    (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed, H100 rows on
-    the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
+    (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed (the 2024-12
+    benchmark's techniques read from its table captions, which cover every row of the table), H100
+    rows on the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
     stack, layout assumed).
 
 Usage: python bench/time_accuracy.py [--json] [--all] [--write-intervals]
