@@ -4,8 +4,9 @@ The user's method (issue 15): measure a baseline on your own machine, calibrate,
 other models, batch sizes and GPU counts on the same stack. For every development table
 (bench/time_accuracy.py cases, primary rows), grouped by (table, stack, GPU model, precision):
 
-* one-run transfer: for each row as the anchor, fit the one-factor calibration
-  (trainledger.estimate.time.calibration.fit) and predict every other row of the group;
+* one-run transfer: for each row as the anchor, fit the one-run calibration (per-term factors
+  sharing the anchor's discrepancy by term size and rate uncertainty,
+  trainledger.estimate.time.calibration.fit) and predict every other row of the group;
 * two-run transfer on long-sequence sweeps (rows of one model, GPU and GPU count that differ in
   sequence length): fit GEMM and attention factors on the shortest and longest sequence and
   predict the rows in between;

@@ -17,8 +17,9 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     runs predate Megatron-Core: framework megatron-core on Ampere (fused Apex kernels, no TP
     overlap, the same profile); BLOOM: megatron-deepspeed; MosaicML llm-foundry: pytorch-fsdp
     (FSDP1, eager modules); torchtitan: fsdp2, torch.compile rows with fused kernels
-    (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed, H100 rows on
-    the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
+    (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed (the 2024-12
+    benchmark's techniques read from its table captions, which cover every row of the table), H100
+    rows on the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
     stack, layout assumed).
 
 Usage: python bench/time_accuracy.py [--json] [--all] [--write-intervals]
@@ -271,6 +272,12 @@ def _titan_recompute(text: str, layers: int) -> tuple[str, int | None]:
     return "none", None
 
 
+#: techniques a torchtitan table states in its caption but the case rows do not repeat
+#: (benchmarks/llama3_h100_202412_torchtitan.md @ 9dec370: "Table 6 4D parallelism (FSDP + TP + PP
+#: + CP) + torch.compile + Float8 + AsyncTP + 1F1B"); the other tables' captions are in ``table``.
+TITAN_CAPTIONS = {"Table 6": "torch.compile float8 asynctp"}
+
+
 def torchtitan_cases() -> list[Case]:
     out = []
     for c in _load("torchtitan_throughput.yaml"):
@@ -282,7 +289,11 @@ def torchtitan_cases() -> list[Case]:
             {"Llama 3.1 405B": "llama-3.1-405b", "Llama 3.1 70B": "llama-3.1-70b",
              "Llama 3 70B": "llama-3.1-70b", "Llama 3 8B": "llama-3.1-8b",
              "Llama 2 13B": "llama-2-13b", "Llama 2 70B": "llama-2-70b"}[c["model"]])
-        text = " ".join(str(x) for x in (s.get("framework"), s.get("techniques"), c["id"])).lower()
+        # the 2024-12 benchmark's "Table N (...)" captions state compile / Float8 / AsyncTP for
+        # the whole table (other sources' table names are titles, e.g. "Async TP benchmark")
+        table = str(c.get("table", "")) if str(c.get("table", "")).startswith("Table ") else ""
+        text = " ".join(str(x) for x in (s.get("framework"), s.get("techniques"), c["id"], table,
+                                         TITAN_CAPTIONS.get(table.split(" (")[0], ""))).lower()
         prec = str(s.get("precision", "bf16")).lower()
         fp8 = "float8" in prec and ("float8" in text or "float8" in prec.split("(")[0])
         if "rowwise" in text:

@@ -22,12 +22,24 @@ def _run(**kw):
     return p, d, cal.fingerprint(d, {"attention": p.recipe.attention})
 
 
-def test_one_run_reproduces_the_measurement_and_scales_compute_only():
+def test_one_run_reproduces_the_measurement_with_the_least_weighted_change():
     _, d, fp = _run()
     meas = 1.3 * d["step_time_s"]
     fit = cal.fit([(d, fp, meas)])
-    assert cal.calibrated_step_s(d, fit["factors"]) == pytest.approx(meas, rel=1e-9)
-    assert fit["factors"]["comm"] == 1.0 and fit["factors"]["gemm"] == fit["factors"]["attention"] > 1.3
+    f, t, sig = fit["factors"], cal.terms(d), cal.TERM_UNCERTAINTY
+    assert cal.calibrated_step_s(d, f) == pytest.approx(meas, rel=1e-9)
+    # optimality (Lagrange): (f_k - 1) / (σ_k² t_k) is the same multiplier for every term, so no
+    # move along the constraint Σ f_k t_k = measured lowers Σ ((f_k - 1)/σ_k)²
+    lam = {k: (f[k] - 1) / (sig[k] ** 2 * t[k]) for k in t if t[k] > 0}
+    assert max(lam.values()) == pytest.approx(min(lam.values()), rel=1e-9)
+    cost = sum(((f[k] - 1) / sig[k]) ** 2 for k in t)
+    a, b = "gemm", "attention"
+    for eps in (1e-3, -1e-3):  # shift time from one term to another, the total unchanged
+        g = dict(f, **{a: f[a] + eps / t[a], b: f[b] - eps / t[b]})
+        assert cal.calibrated_step_s(d, g) == pytest.approx(meas, rel=1e-9)
+        assert sum(((g[k] - 1) / sig[k]) ** 2 for k in t) > cost
+    # every factor moves the same way as the measurement, the uncertain ones the most per second
+    assert all(v >= 1.0 for v in f.values()) and f["attention"] > 1.0 and f["gemm"] > 1.0
 
 
 def test_two_runs_at_different_lengths_separate_attention_from_gemm():

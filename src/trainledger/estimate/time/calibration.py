@@ -11,8 +11,13 @@ and the pipeline bubble, which is (p-1)/v micro-batches of the same mix, split o
 proportion. A calibration is the factor set f that makes the model reproduce measured step times
 of the *same environment*:
 
-* one run: one factor for all compute terms (f_g = f_a = f_m), communication and host cost kept
-  — a measurement of one number cannot separate more;
+* one run: one number cannot separate the terms, so the discrepancy is shared out by how
+  uncertain each term's rate is: the factors are the smallest change, in units of each term's
+  relative uncertainty σ_k (``TERM_UNCERTAINTY``, from the ranges the efficiency files cite), that
+  reproduces the measurement — minimise Σ ((f_k − 1)/σ_k)² subject to Σ f_k·t_k = measured, i.e.
+  f_k − 1 = σ_k²·t_k · (measured − Σ t) / Σ σ_j²·t_j². A large, uncertain term (GEMMs of a big
+  model, the host cost of a tiny step, exposed communication of a comm-bound layout) takes most of
+  it; a term that is a small or well-known share of the step stays near 1;
 * two runs at different sequence lengths: the attention share differs between them (it grows ∝ s
   per token while GEMMs do not), so f_a and f_g (= f_m) are solved from the 2×2 linear system.
 
@@ -41,8 +46,21 @@ from trainledger.errors import PlanError, SpecError
 
 #: logged steps skipped at the start of a log (torch.compile, NCCL init, allocator warm-up)
 WARMUP_STEPS = 2
-#: a fitted factor outside this range means the measurement does not describe the plan
+#: a fitted compute factor outside this range means the measurement does not describe the plan
 FACTOR_RANGE = (0.2, 5.0)
+#: Relative uncertainty of each term's rate before calibration (one standard deviation), from the
+#: published ranges the efficiency files quote (half the range over its midpoint):
+#: GEMMs — large bf16 GEMMs 260-280 of 312 TFLOP/s on A100, 700-780 of 989 on H100
+#:   (catalog/efficiency/ampere.yaml, hopper.yaml): ±4-5%;
+#: attention — FlashAttention-2 on A100 190-225 TFLOP/s (ampere.yaml), cuDNN/FA3 backward 450-550 on
+#:   H100 (hopper.yaml, stacks/megatron-core.yaml): ±8-10%;
+#: memory-bound kernels — STREAM-like kernels reach 75-85% of the HBM datasheet rate
+#:   (hbm_efficiency 0.80 in the family files): ±6%;
+#: exposed communication — the hidden share of overlapped TP traffic ~0.6-0.8 (Wang et al. 2023,
+#:   arXiv:2302.08005, Fig. 9; interconnect.yaml tp_overlap_fraction 0.7) leaves an exposed share of
+#:   0.2-0.4, and overlapped collectives slow GEMMs by 10-30% (interconnect.yaml overlap_slowdown): ±30%;
+#: fixed host cost per step — stacks/*.yaml host_step_s is an estimate with no published figure: ±100%.
+TERM_UNCERTAINTY = {"gemm": 0.05, "attention": 0.10, "memory": 0.06, "comm": 0.30, "fixed": 1.0}
 #: fingerprint keys that must match for a calibration to transfer (the rest is informational)
 MUST_MATCH = ("gpu", "framework", "matmul_dtype", "power_limit_w")
 
@@ -72,9 +90,10 @@ def mismatch(cal_fp: Mapping[str, Any], fp: Mapping[str, Any]) -> str | None:
 def terms(comp: Mapping[str, Any]) -> dict[str, float]:
     """Seconds per step by calibration term (G, A, M, X, F), the bubble split in proportion."""
     bd, parts = comp["breakdown"], comp["compute_parts"]
-    g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0)
+    g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0) + bd.get("tp_split_waves", 0.0)
     a = parts.get("attention", 0.0)
-    m = parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("offload", 0.0)
+    m = (parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("offload", 0.0)
+         + bd.get("cp_merge", 0.0))
     x = sum(v for k, v in bd.items() if k.startswith("comm_")) + bd.get("overlap_contention", 0.0)
     per_mb = g + a + m + x
     bubble = bd.get("bubble", 0.0)
@@ -103,11 +122,13 @@ def fit(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any], float]]) -> d
         if not meas or meas <= 0:
             raise PlanError("calibrate: a measured step time must be > 0 seconds")
     ts = [terms(c) for c, _, _ in runs]
-    if len(runs) == 1 or _collinear(ts):
-        f = _ratio_factor(ts, [r[2] for r in runs])  # least squares; one run: (m - X - F) / C
+    if len(runs) == 1:
+        factors = _uncertainty_weighted(ts[0], runs[0][2])
+        method = "one run: the discrepancy shared by each term's size and rate uncertainty"
+    elif _collinear(ts):
+        f = _ratio_factor(ts, [r[2] for r in runs])  # least squares: (m - X - F) / C
         factors = {"gemm": f, "attention": f, "memory": f, "comm": 1.0, "fixed": 1.0}
-        method = "one factor for all compute terms (one run)" if len(runs) == 1 else \
-            "one factor (runs with the same attention share)"
+        method = "one factor (runs with the same attention share)"
     else:
         (t1, t2), (m1, m2) = ts[:2], (runs[0][2], runs[1][2])
         a11, a12 = t1["gemm"] + t1["memory"], t1["attention"]
@@ -120,7 +141,10 @@ def fit(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any], float]]) -> d
         factors = {"gemm": fg, "attention": fa, "memory": fg, "comm": 1.0, "fixed": 1.0}
         method = "GEMM and attention factors from two runs at different sequence lengths"
     lo, hi = FACTOR_RANGE
-    bad = {k: v for k, v in factors.items() if not lo <= v <= hi}
+    # the compute rates must stay within FACTOR_RANGE; the host and exposed-communication terms
+    # (absolute seconds known to within their size) only need to stay non-negative
+    bad = {k: v for k, v in factors.items()
+           if (k in ("gemm", "attention", "memory") and not lo <= v <= hi) or v < 0}
     if bad:
         raise PlanError(f"calibrate: fitted factors {bad} are outside {lo}-{hi}: the measured step "
                         "time does not describe this plan (check GPUs, batch, sequence length, stack)")
@@ -129,6 +153,17 @@ def fit(runs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any], float]]) -> d
             "method": method, "residuals": resid,
             "measured_step_s": [r[2] for r in runs],
             "predicted_step_s": [c["step_time_s"] for c, _, _ in runs]}
+
+
+def _uncertainty_weighted(t: Mapping[str, float], measured: float) -> dict[str, float]:
+    """Factors f_k = 1 + σ_k²·t_k·(measured − Σt)/Σσ_j²·t_j²: the least change, in units of
+    each term's uncertainty, that reproduces one measured step (see the module docstring)."""
+    sig = TERM_UNCERTAINTY
+    den = sum((sig[k] * t[k]) ** 2 for k in t)
+    if den <= 0:
+        raise PlanError("calibrate: the estimate has no time terms to calibrate")
+    d = (measured - sum(t.values())) / den
+    return {k: 1.0 + d * sig[k] ** 2 * t[k] for k in t}
 
 
 def _compute(t: Mapping[str, float]) -> float:

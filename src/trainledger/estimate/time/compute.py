@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.layers import Linear, layer_linears, lora_targets_of
 from trainledger.spec.plan import Plan
+from trainledger.estimate.time.efficiency import for_gpu
+from trainledger.estimate.time.stack import stack_values
 
 #: how the FLOP count names the projections of the layer inventory (``modules.layer_linears``):
 #: module name -> (GEMM role, TP split). Fused projections are split into their parts so that each
@@ -310,9 +312,6 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
 
 def _selective_gemm_share(plan: Plan) -> float:
     """Share of GEMM forwards the plan's stack recomputes under ``recompute=selective``."""
-    from trainledger.estimate.time.efficiency import for_gpu
-    from trainledger.estimate.time.stack import stack_values
-
     v = stack_values(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
     return float(v.get("selective_recompute_gemms", 0.0))
 

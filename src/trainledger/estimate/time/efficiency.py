@@ -16,6 +16,7 @@ rate, described by a documented function of the work's shape:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -40,6 +41,8 @@ class GpuEfficiency:
     hbm: float
     kernel_overhead_s: float
     matmul_best: dict[str, float] | None = None   # measured best-shape GEMM rate: the stacks' cap
+    sm_count: int = 0                              # SMs a GEMM's tiles are scheduled on (0: unknown)
+    gemm_tile: tuple[int, int] = (128, 256)        # output tile (M x N) of the large-GEMM kernels
 
     def matmul_max(self, dtype: str) -> float:
         return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
@@ -48,7 +51,8 @@ class GpuEfficiency:
         """A copy whose η_max is ``value`` for every dtype (the user's override)."""
         return GpuEfficiency(self.family, {k: value for k in self.matmul}, self.half_dim,
                              self.attention, self.attention_half_seq, self.hbm,
-                             self.kernel_overhead_s, self.matmul_best)
+                             self.kernel_overhead_s, self.matmul_best, self.sm_count,
+                             self.gemm_tile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,8 @@ def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
                 attention_half_seq=float(d["attention_half_seq"]), hbm=float(d["hbm_efficiency"]),
                 kernel_overhead_s=float(d["kernel_overhead_s"]),
                 matmul_best={k: float(v) for k, v in (d.get("matmul_best_shape") or {}).items()},
+                sm_count=int(d.get("sm_count", 0)),
+                gemm_tile=tuple(int(x) for x in d.get("gemm_tile", (128, 256))),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CatalogError(f"{p}: missing or invalid efficiency field ({exc})") from None
@@ -152,6 +158,31 @@ def gemm_time_s(M: float, K: float, N: float, peak: float, hbm: float, eff: GpuE
     t_compute = 2.0 * M * N * K / (peak * eta)
     t_memory = bytes_per_el * (M * K + K * N + M * N) / (hbm * eff.hbm)
     return max(t_compute, t_memory)
+
+
+#: K depth one split of a split-K GEMM needs to keep its pipeline busy: 4 stages of the 64-deep
+#: K tile of the Hopper/Ampere bf16 kernels (CUTLASS sm90 / sm80 default mainloops: 64-deep tiles,
+#: 3-5 stages)
+SPLIT_K_MIN_DEPTH = 256
+
+
+def wave_efficiency(M: float, N: float, eff: GpuEfficiency, K: float = 0.0) -> float:
+    """Share of the SM-slots a GEMM's output tiles fill: tiles / (waves · SMs).
+
+    A GEMM's (M×N) output is cut into tiles, one per thread block, scheduled on the SMs in waves;
+    the last wave runs partly empty ("wave quantization", NVIDIA Matrix Multiplication Background
+    User's Guide, §"Wave Quantization"). With fewer tiles than SMs the library splits K over up to
+    SMs/tiles blocks (split-K: CUTLASS "Efficient GEMM in CUDA", §"Parallelized Reductions"), each
+    split at least ``SPLIT_K_MIN_DEPTH`` deep. 1 when the family's SM count is unknown.
+    """
+    sms = eff.sm_count
+    if sms <= 0 or M <= 0 or N <= 0:
+        return 1.0
+    tm, tn = eff.gemm_tile
+    tiles = math.ceil(M / tm) * math.ceil(N / tn)
+    if tiles < sms and K > 0:
+        tiles *= max(1, min(sms // tiles, int(K // SPLIT_K_MIN_DEPTH)))
+    return tiles / (math.ceil(tiles / sms) * sms)
 
 
 def attention_efficiency(eff: GpuEfficiency, s: float, d: float) -> float:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from trainledger.errors import TrainledgerError
+from trainledger.load.catalog import load_network
 from trainledger.spec.plan import Plan
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.time import estimate_compute
+from trainledger.estimate.time.step import estimate_compute
 
 
 def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
@@ -14,9 +16,6 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
     Scaling efficiency = tokens/s per GPU relative to the smallest GPU count shown (1.0 = linear).
     Points whose data-parallel degree does not divide the global batch are skipped.
     """
-    from trainledger.load.catalog import load_network
-    from trainledger.errors import TrainledgerError
-
     opts = opts or TimeOptions()
     lay, r, cl = plan.layout, plan.recipe, plan.cluster
     gb = plan.global_batch

@@ -62,6 +62,11 @@ class StackProfile:
     optimizer_passes: float
     host_step_s: float
     selective_gemms: float = 0.0
+    cp_rotate: str = "ring"        # 'ring' (P2P per step) | 'allgather' (one gather per layer)
+    cp_kv_expanded: bool = False   # K/V exchanged after repeat_kv (n_heads, not n_kv_heads)
+    cp_merge_bytes: tuple[float, float] = (0.0, 0.0)   # (fwd, bwd) bytes per output element per CP step
+    tp_overlap_chunks: bool = False  # TP overlap runs each TP GEMM as tp row chunks (AsyncTP)
+    sac_regathers_tp: bool = False   # selective AC re-runs the SP all-gathers in the backward
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
     gpu: str = ""
@@ -78,6 +83,9 @@ class StackProfile:
             "collective_launch_s": self.collective_launch_s,
             "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
             "selective_recompute_gemms": self.selective_gemms,
+            "cp_rotate": self.cp_rotate, "cp_kv_expanded": self.cp_kv_expanded,
+            "cp_merge_bytes": list(self.cp_merge_bytes),
+            "tp_overlap_chunks": self.tp_overlap_chunks, "sac_regathers_tp": self.sac_regathers_tp,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
             "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
@@ -154,7 +162,15 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     collective_launch_s=float(v.get("collective_launch_s", 0.0)),
                     optimizer_passes=float(v.get("optimizer_passes", 1.0)),
                     host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
-                    selective_gemms=float(v.get("selective_recompute_gemms", 0.0)))
+                    selective_gemms=float(v.get("selective_recompute_gemms", 0.0)),
+                    cp_rotate=str(v.get("cp_rotate", "ring")),
+                    cp_kv_expanded=bool(v.get("cp_kv_expanded", False)),
+                    cp_merge_bytes=(float((v.get("cp_merge_bytes") or {}).get("fwd", 0.0)),
+                                    float((v.get("cp_merge_bytes") or {}).get("bwd", 0.0))),
+                    tp_overlap_chunks=bool(v.get("tp_overlap_chunks", False)),
+                    sac_regathers_tp=bool(v.get("sac_regathers_tp", False)))
+        if prof["cp_rotate"] not in ("ring", "allgather"):
+            raise ValueError(f"cp_rotate {prof['cp_rotate']!r} (ring | allgather)")
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"catalog/efficiency/stacks/{framework}.yaml: invalid value ({exc})") from None
     over = []

@@ -1,0 +1,537 @@
+"""Step time, throughput, MFU/HFU and time-to-train of a Plan: the cost model of issue 4.
+
+One optimizer step of a pipeline replica runs m = grad_accum micro-batches through p stages:
+
+    step = m · t_mb + bubble + DP sync (exposed) + optimizer + data/host overhead
+    t_mb = compute (GEMMs, attention, streaming kernels, kernel overhead; see ``work.py``)
+           + exposed TP, CP, EP, PP and FSDP communication of one micro-batch
+    bubble = (p-1)/v · t_mb   — 1F1B: bubble share (p-1)/(m+p-1) of the step (Narayanan et al.
+             2021, arXiv:2104.04473, §2.2.1); interleaved with v virtual stages: (p-1)/v (§2.2.2)
+
+What overlaps (and what does not):
+* DP gradient all-reduce / ZeRO-1 reduce-scatter: bucketed and overlapped with the backward pass of
+  the last micro-batch (PyTorch DDP, Li et al. 2020, arXiv:2006.15704; Megatron
+  --overlap-grad-reduce); the last bucket is always exposed.
+* FSDP / ZeRO-3 parameter all-gathers and gradient reduce-scatters: prefetched, overlapped with the
+  micro-batch's compute; only the excess and the first unit's gather are exposed (Zhao et al.
+  2023, arXiv:2304.11277, §3.3).
+* TP (and SP) collectives: on the critical path between GEMMs — exposed, unless the runtime
+  overlaps them (``TimeOptions.tp_comm_overlap``: Megatron-Core + Transformer Engine userbuffers).
+* CP ring exchanges: overlapped with the attention of the same layer (Liu et al. 2023, Ring
+  Attention, arXiv:2310.01889); the excess is exposed.
+* EP all-to-all (dispatch and combine): exposed, unless the runtime overlaps it with the other
+  micro-batch's compute (``TimeOptions.ep_comm_overlap``: DeepSeek-V3 DualPipe, arXiv:2412.19437
+  §3.2.1). PP sends: exposed (small).
+* Optimizer step and the bubble: exposed by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainledger.spec.plan import Plan
+from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
+from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
+from trainledger.estimate.time.compute import (FlopCount, layer_kinds, lora_gemms, recompute_fraction,
+                                              step_flops)
+from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
+                                                 link_efficiency, wave_efficiency)
+from trainledger.estimate.options import TimeOptions
+from trainledger.estimate.optimizers import STATES_PER_PARAM, bytes_per_state
+from trainledger.estimate.time.stack import StackProfile, stack_profile
+from trainledger.estimate.stage import Stage
+from trainledger.estimate.time.intervals import time_interval
+from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
+
+#: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
+#: achieved by pinned-memory cudaMemcpy.
+HOST_PCIE_BYTES_PER_S = 25e9
+#: DeepSpeed CPU-Adam streams at about half the host memory bandwidth (Ren et al. 2021,
+#: ZeRO-Offload, arXiv:2101.06840, §5: 6x faster than PyTorch CPU Adam, memory-bound).
+CPU_ADAM_BW_FRACTION = 0.5
+
+
+_PEAK: dict[tuple, float] = {}
+
+
+def _peak(gpu, dtype: str) -> float:
+    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, dtype)
+    v = _PEAK.get(key)
+    if v is None:
+        v = _PEAK[key] = gpu.peak_flop_per_s(dtype)
+    return v
+
+
+def matmul_dtype(plan: Plan) -> str:
+    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores."""
+    c = plan.recipe.policy["compute"]
+    if c == "fp8":
+        return "fp8" if plan.cluster.gpu.has_native("fp8") else "bf16"
+    return c
+
+
+def _peak16(plan: Plan) -> float:
+    c = plan.recipe.policy["compute"]
+    return _peak(plan.cluster.gpu, "fp16" if c == "fp16" else ("fp32" if c == "fp32" else "bf16"))
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """FLOPs, step time and its breakdown, throughput, MFU and HFU of one plan."""
+
+    flops: FlopCount
+    step_time_s: float
+    tokens_per_step: int
+    gpus: int
+    peak_flop_per_s: float
+    matmul_dtype: str
+    family: str
+    breakdown: dict[str, float]
+    compute_parts: dict[str, float]
+    hidden_comm: dict[str, float]
+    bubble_fraction: float
+    notes: tuple[str, ...] = ()
+    peak16_flop_per_s: float = 0.0
+    stack: dict[str, Any] = field(default_factory=dict)
+
+    def interval(self, calibrated: bool = False) -> dict[str, Any]:
+        """p10/p90 of the step time from the accuracy suite's residuals (estimate/intervals.py)."""
+        return time_interval(self.step_time_s, str(self.stack.get("framework", "hf")),
+                             str(self.stack.get("gpu_family", self.family)), calibrated)
+
+    @property
+    def model_flops_per_step(self) -> float:
+        return self.flops.model
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+    @property
+    def mfu(self) -> float:
+        return self.flops.model / (self.step_time_s * self.gpus * self.peak_flop_per_s)
+
+    @property
+    def hfu(self) -> float:
+        return self.flops.hardware / (self.step_time_s * self.gpus * self.peak_flop_per_s)
+
+    @property
+    def model_flop_per_s_per_gpu(self) -> float:
+        return self.flops.model / self.step_time_s / self.gpus
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return sum(v for k, v in self.breakdown.items() if k.startswith("comm_"))
+
+    @property
+    def exposed_comm_fraction(self) -> float:
+        return self.exposed_comm_s / self.step_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.flops.to_dict())
+        d.update(
+            step_time_s=self.step_time_s, tokens_per_step=self.tokens_per_step,
+            tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
+            mfu=self.mfu, hfu=self.hfu,
+            mfu_causal=self.flops.model_causal / (self.step_time_s * self.gpus * self.peak_flop_per_s),
+            model_tflop_per_s_per_gpu=self.model_flop_per_s_per_gpu / 1e12,
+            peak_flop_per_s=self.peak_flop_per_s, matmul_dtype=self.matmul_dtype,
+            efficiency_family=self.family, breakdown=dict(self.breakdown),
+            compute_parts=dict(self.compute_parts), hidden_comm=dict(self.hidden_comm),
+            exposed_comm_s=self.exposed_comm_s, exposed_comm_fraction=self.exposed_comm_fraction,
+            bubble_fraction=self.bubble_fraction, notes=list(self.notes),
+        )
+        if self.stack:
+            d["stack_profile"] = dict(self.stack)
+            iv = self.interval()
+            d["step_time_interval_s"] = iv
+            d["tokens_per_s_per_gpu_interval"] = {
+                "p10": self.tokens_per_s_per_gpu / iv["factor_p90"],
+                "p90": self.tokens_per_s_per_gpu / iv["factor_p10"]}
+            d["mfu_interval"] = {"p10": self.mfu / iv["factor_p90"], "p90": self.mfu / iv["factor_p10"]}
+        if self.peak16_flop_per_s and self.peak16_flop_per_s != self.peak_flop_per_s:
+            d["mfu_vs_16bit_peak"] = self.flops.model / (
+                self.step_time_s * self.gpus * self.peak16_flop_per_s)
+        return d
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """Time to train a token budget: steps, wall-clock seconds, GPU-hours, scaling."""
+
+    tokens: float
+    steps: int
+    total_s: float
+    gpus: int
+    scaling: list[dict[str, float]] = field(default_factory=list)
+    interval: dict[str, Any] | None = None   # step-time factors p10/p90 (estimate/intervals.py)
+
+    @property
+    def days(self) -> float:
+        return self.total_s / SECONDS_PER_DAY
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.total_s * self.gpus / SECONDS_PER_HOUR
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"tokens": self.tokens, "steps": self.steps, "total_s": self.total_s,
+                             "days": self.days, "gpu_hours": self.gpu_hours, "gpus": self.gpus}
+        if self.scaling:
+            d["scaling"] = self.scaling
+        if self.interval:
+            lo, hi = self.interval["factor_p10"], self.interval["factor_p90"]
+            d["days_interval"] = {"p10": self.days * lo, "p90": self.days * hi}
+            d["gpu_hours_interval"] = {"p10": self.gpu_hours * lo, "p90": self.gpu_hours * hi}
+            d["interval_basis"] = self.interval["basis"]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class _Comm:
+    tp: float = 0.0
+    cp: float = 0.0
+    ep: float = 0.0
+    pp: float = 0.0
+    fsdp: float = 0.0          # exposed per micro-batch
+    fsdp_hidden: float = 0.0   # hidden per micro-batch
+    tp_hidden: float = 0.0
+    cp_hidden: float = 0.0
+    ep_hidden: float = 0.0
+    offload: float = 0.0
+    fsdp_copy: float = 0.0     # FSDP2 copy-in/copy-out passes (compute stream)
+    cp_merge: float = 0.0      # CP per-step output merge / gradient accumulation (compute stream)
+
+
+def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
+    """Parameters held by the busiest pipeline stage (before TP sharding).
+
+    ``ep_sharded``: routed experts counted as this rank's 1/ep share (what an FSDP gather or a
+    ZeRO shard of an expert-parallel layout moves: each EP rank owns E/ep experts, and expert
+    weights are sharded over the expert-data-parallel group only; Megatron-Core MoE "parallel
+    folding", Liu et al. 2025, arXiv:2504.14960, §3).
+    """
+    m, pp = plan.model, plan.layout.pp
+    pc = m.params
+    per_layer = max(pc.per_layer) if pc.per_layer else 0
+    if ep_sharded and m.moe is not None and plan.layout.ep > 1:
+        i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
+        lp = m.layer_params(i)
+        per_layer = per_layer - lp.get("experts", 0) * (1 - 1 / plan.layout.ep)
+    layers = math.ceil(m.num_layers / pp) * per_layer
+    edge = pc.breakdown.get("lm_head", 0) or pc.embedding
+    return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
+
+
+def _trainable_stage_params(plan: Plan) -> float:
+    r = plan.recipe
+    if r.method not in ("lora", "qlora"):
+        return _stage_params(plan)
+    m = plan.model
+    n_adapter = sum(k.count * sum(g.k * g.n * (g.experts or 1)
+                                  for g in lora_gemms(m, k, r.lora_targets, r.lora_rank))
+                    for k in layer_kinds(m))
+    return n_adapter / plan.layout.pp
+
+
+def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, act: float,
+             training: bool, rc: float) -> tuple[float, float, float]:
+    """(total, exposed, merge) seconds of one micro-batch's context-parallel K/V exchange.
+
+    Each CP rank holds s/c tokens; a layer's attention runs in c blockwise steps, one per K/V
+    chunk, merged with the online-softmax rescaling (Liu et al. 2023, Ring Attention,
+    arXiv:2310.01889). How the chunks travel is the stack's (``cp_rotate``):
+
+    * ``ring``: before each of the c-1 later steps the chunk goes to the next rank (P2P), hidden
+      behind the current step's attention; the backward sends K/V and the fp32 dK/dV partial sums
+      (Megatron-Core / Transformer Engine CP, ``cp_comm_type=p2p``). Only the excess over the
+      layer's attention is exposed.
+    * ``allgather``: one all-gather of every rank's K/V per layer and pass, waited on after the
+      first (diagonal) step — so it hides behind 1/c of the layer's attention only; the backward
+      gathers K/V again and rotates dK/dV in fp32 ring steps behind each step's backward (PyTorch
+      ``context_parallel``: ``_cp_options.rotate_method = ALL_GATHER``, the default, and
+      ``_templated_ring_attention_backward``; torch/distributed/tensor/experimental/_attention.py).
+
+    ``cp_kv_expanded``: the stack exchanges K/V after ``repeat_kv`` (torchtitan's Llama calls
+    repeat_kv before SDPA, so the CP hook sees n_heads K/V heads, not n_kv_heads).
+
+    ``merge``: the stack's streaming work per blockwise step outside the attention kernel —
+    the online-softmax merge of each step's output into the running fp32 output in the forward,
+    the fp32 accumulation and rotation of dQ/dK/dV in the backward (``cp_merge_bytes``: bytes per
+    element of the rank's attention output, per step; on the compute stream, never hidden).
+    """
+    lay, m = plan.layout, plan.model
+    c = lay.cp
+    if c <= 1:
+        return 0.0, 0.0, 0.0
+    tokens = Stage.of(plan).tokens_per_micro_batch
+    width = (m.q_dim if prof.cp_kv_expanded else m.kv_dim) / lay.tp
+    kv = tokens * 2 * width * act                      # this rank's K/V chunk
+    layers = work.layers
+    fwd_passes = (1.0 + rc) if training else 1.0
+    mb_f, mb_b = prof.cp_merge_bytes
+    out_el = tokens * m.q_dim / lay.tp   # elements of this rank's attention output
+    merge = layers * c * out_el * (fwd_passes * mb_f + (mb_b if training else 0.0)) / (
+        plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm)
+    if prof.cp_rotate != "allgather":
+        step = kv / topo.cp.beta + topo.cp.alpha
+        t = layers * (c - 1) * step * ((1 + 2 + rc) if training else 1)
+        return t, max(0.0, t - work.attention_s), merge
+    # the layer's forward attention (one pass): the attention time over its fwd/bwd/recompute mult
+    a_fwd = work.attention_s / max(layers, 1.0) / (fwd_passes + (2.5 if training else 0.0))
+    diag_f, diag_b = a_fwd / c, 2.5 * a_fwd / c
+    ag = all_gather_s(topo.cp, c * kv)
+    t = fwd_passes * ag
+    exp = fwd_passes * max(0.0, ag - diag_f)
+    if training:
+        dkv = 2.0 * kv / topo.cp.beta + topo.cp.alpha   # fp32 dK/dV: twice the bf16 bytes
+        t += ag + (c - 1) * dkv
+        exp += max(0.0, ag - diag_b) + (c - 1) * max(0.0, dkv - diag_b)
+    return layers * t, layers * exp, merge
+
+
+def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
+                      links: LinkEfficiency, prof: StackProfile) -> _Comm:
+    m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
+    training = r.is_training
+    act = 4.0 if r.policy["compute"] == "fp32" else 2.0
+    tokens = Stage.of(plan).tokens_per_micro_batch
+    A = tokens * m.hidden_size * act
+    layers = work.layers
+    rc = recompute_fraction(plan) if training else 0.0
+    n_tp = layers * (2 + (2 if training else 0) + 2 * rc) + 2
+    if training and r.recompute == "selective" and lay.sp and prof.sac_regathers_tp:
+        # op-level SAC keeps reduce-scatter outputs but not all-gather outputs: the backward
+        # re-runs the layer's two sequence-parallel all-gathers (= one all-reduce's traffic)
+        n_tp += layers
+    t_tp = n_tp * all_reduce_s(topo.tp, A)
+    ov = prof.tp_overlap
+    # each TP collective is launched on the critical path between two GEMMs
+    tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
+    t_cp, cp_exposed, cp_merge = _cp_comm(plan, topo, work, prof, act, training, rc)
+    t_ep = 0.0
+    if m.moe is not None and lay.ep > 1:
+        moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
+        size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
+        size *= routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)  # the busiest rank
+        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
+    t_pp = 0.0
+    if lay.pp > 1:
+        size = A / lay.tp if lay.sp else A
+        t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
+    fsdp = fsdp_hidden = fsdp_copy = 0.0
+    if lay.zero == 3 and topo.dp.n > 1 and training:
+        # Per FSDP unit (one decoder layer): all-gather in forward, again in backward (unless the
+        # stack keeps the gathered weights: fsdp2 reshard_after_forward=False), reduce-scatter of
+        # its gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277,
+        # §3.3). Prefetching hides a layer's collectives behind the neighbouring layer's compute
+        # of the same phase: the forward gathers behind the forward, the backward gathers and
+        # reduce-scatters (one communicator: NCCL runs them one after the other) behind the
+        # backward and its recomputation; the excess of each phase, the first gather and the last
+        # reduce-scatter are exposed.
+        p = _stage_params(plan, ep_sharded=True) / lay.tp
+        units = max(1.0, float(layers))
+        wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
+        gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
+        regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
+        ag_u = all_gather_s(topo.dp, p * wb / units)
+        rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
+        launch = prof.collective_launch_s
+        t_fwd = units * (ag_u + launch)
+        t_bwd = units * ((ag_u + launch if regather else 0.0) + rs_u + launch)
+        t = t_fwd + t_bwd
+        edge = ag_u + rs_u
+        fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
+        w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
+        if prof.fsdp_prefetch:
+            fsdp = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd))
+        else:
+            fsdp = t
+        fsdp_hidden = t - fsdp
+        # FSDP2 copy-out of the gathered parameters and copy-in of the gradients (one read + one
+        # write each), on the compute stream
+        if prof.fsdp_copy_passes:
+            hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
+            fsdp_copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
+    off = 0.0
+    if lay.offload == "params":
+        off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
+    ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
+    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, cp_merge=cp_merge, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
+                 fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
+                 ep_hidden=t_ep - ep_exposed, offload=off)
+
+
+def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str) -> float:
+    """Extra GEMM seconds of one micro-batch when TP overlap splits each TP GEMM into tp chunks.
+
+    PyTorch AsyncTP (torch._inductor micro-pipeline TP: fused all-gather+matmul and
+    matmul+reduce-scatter) runs a TP GEMM as tp GEMMs of M/tp rows each, one per arriving shard.
+    Each piece fills its last wave of SM tiles only partly, so the split GEMM runs at
+    wave_efficiency(M/tp, N) instead of wave_efficiency(M, N) (the PyTorch AsyncTP post names this
+    cost: discuss.pytorch.org/t/209487, "wave quantization"). The split passes: the forward of
+    column-parallel GEMMs (output N = n/tp) and the input-gradient (dgrad) of row-parallel GEMMs
+    (output k/tp); the other passes have the full hidden size as N and lose nothing.
+    """
+    lay, r, m = plan.layout, plan.recipe, plan.model
+    if not (prof.tp_overlap_chunks and prof.tp_overlap > 0 and lay.tp > 1):
+        return 0.0
+    eff, tp = prof.eff, lay.tp
+    M = Stage.of(plan).tokens_per_micro_batch
+    hbm = plan.cluster.gpu.hbm_bytes_per_s
+    eta = eff.matmul_max(dtype)
+    bpe = DTYPE_BYTES.get(dtype, 2.0)
+    training = r.is_training
+    fwd_mult = 1.0 + (recompute_fraction(plan) if training else 0.0) + (
+        prof.selective_gemms if training and r.recompute == "selective" else 0.0)
+    share = math.ceil(m.num_layers / lay.pp) / m.num_layers
+    extra = 0.0
+    for kind in layer_kinds(m):
+        for g in kind.gemms:
+            if g.experts or g.split not in ("col", "row"):
+                continue
+            if g.split == "col":     # forward: (M x k) @ (k x n/tp)
+                k, n, passes = g.k, g.n / tp, fwd_mult
+            else:                    # dgrad: (M x n) @ (n x k/tp)
+                k, n, passes = g.n, g.k / tp, (1.0 if training else 0.0)
+            if not passes:
+                continue
+            t = gemm_time_s(M * g.mult, k, n, peak, hbm, eff, eta, bpe)
+            loss = (wave_efficiency(M * g.mult, n, eff, k)
+                    / wave_efficiency(M * g.mult / tp, n, eff, k))
+            extra += kind.count * share * passes * t * max(0.0, loss - 1.0)
+    return extra
+
+
+def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
+             links: LinkEfficiency) -> tuple[float, float]:
+    """(exposed, hidden) seconds of the once-per-step DP sync (ZeRO 0/1/2).
+
+    ZeRO-0: all-reduce of the gradients, overlapped with the last micro-batch's backward.
+    ZeRO-1/2 (Megatron distributed optimizer, DeepSpeed): reduce-scatter of the gradients
+    (overlapped with the last backward; ZeRO-2 with every backward) and all-gather of the updated
+    16-bit parameters, overlapped with the next step's first forward (--overlap-param-gather).
+    """
+    r, lay = plan.recipe, plan.layout
+    if not r.is_training or topo.dp.n <= 1 or lay.zero == 3:
+        return 0.0, 0.0
+    p = _trainable_stage_params(plan) / lay.tp
+    if r.method not in ("lora", "qlora"):
+        p = _stage_params(plan, ep_sharded=True) / lay.tp
+    g = p * DTYPE_BYTES[r.policy["grads"]]
+    bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
+    if lay.zero == 0:
+        parts = [(all_reduce_s(topo.dp, g), bwd, all_reduce_s(topo.dp, min(g, links.dp_bucket_bytes)))]
+    else:
+        rs = all_gather_s(topo.dp, g)
+        if lay.zero == 2:  # reduce-scatter after every micro-batch's backward
+            rs_exposed = max(0.0, rs - bwd) * (r.grad_accum - 1)
+            rs_win = bwd
+        else:
+            rs_exposed, rs_win = 0.0, bwd
+        ag = all_gather_s(topo.dp, p * 2.0)
+        bucket = all_gather_s(topo.dp, min(g, links.dp_bucket_bytes))
+        parts = [(rs, rs_win, bucket), (ag, fwd, 0.0), (rs_exposed, 0.0, 0.0)]
+    total = sum(t for t, _, _ in parts)
+    if not prof.dp_overlap:
+        return total, 0.0
+    exposed = sum(max(last, t - window) for t, window, last in parts)
+    return exposed, total - exposed
+
+
+def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float = 1.0) -> float:
+    """Streaming time of the optimizer step over this GPU's shard of the trainable parameters."""
+    r, lay, cl = plan.recipe, plan.layout, plan.cluster
+    if not r.is_training:
+        return 0.0
+    p = _trainable_stage_params(plan) / lay.tp
+    if lay.zero >= 1:
+        p /= max(1, topo.dp.n)
+    pol = r.policy
+    sb = bytes_per_state(r.optimizer, pol["states"])
+    wb, gb = DTYPE_BYTES[pol["weights"]], DTYPE_BYTES[pol["grads"]]
+    mb = DTYPE_BYTES.get(pol["master"], 0.0) if pol["master"] != "none" else 0.0
+    per = 2 * STATES_PER_PARAM[r.optimizer] * sb + 3 * gb + (2 * mb + wb if mb else 2 * wb)
+    if lay.offload in ("optimizer", "params"):
+        host_bw = cl.host_mem_bw_gb_per_s * 1e9 / cl.gpus_per_node * CPU_ADAM_BW_FRACTION
+        return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S
+    return passes * p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
+
+
+def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEstimate:
+    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``."""
+    opts = opts or TimeOptions()
+    gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
+    prof = stack_profile(plan.runtime.framework, gpu, opts)
+    eff = prof.eff
+    links = link_efficiency()
+    dtype = matmul_dtype(plan)
+    peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
+    clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
+    work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
+                      prof.selective_gemms)
+    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
+    c = _micro_batch_comm(plan, topo, work, opts, links, prof)
+    waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
+    t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
+            + c.cp_merge + waves)
+    m = r.grad_accum
+    bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
+    dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
+    flops = step_flops(plan)
+    opt_s = _optimizer_s(plan, eff, topo, prof.optimizer_passes)
+    bd = {
+        "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
+        "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
+        "fsdp_copy": m * c.fsdp_copy, "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
+        "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
+    }
+    hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
+              "dp": m * c.fsdp_hidden + dp_hidden}
+    bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
+    step = sum(bd.values())
+    notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
+             f"(catalog/efficiency/{eff.family}.yaml); kernels "
+             f"{'fused' if prof.kernels == 'megatron' else 'unfused'}, TP comm "
+             f"{100 * prof.tp_overlap:.0f}% overlapped"
+             + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
+    if clk < 1.0:
+        notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
+                     f"x{clk:.3f} (DVFS cube law, estimate/stack.py)")
+    if flops.hardware < flops.model:
+        notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
+                     "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
+    if opts.mfu is not None:
+        forced = flops.model / (plan.cluster.world_size * peak_mm * opts.mfu)
+        bd = {k: v * forced / step for k, v in bd.items()}
+        notes.append(f"step time forced by --mfu {opts.mfu:g} (breakdown scaled proportionally)")
+        step = forced
+    parts = {"matmul": m * work.matmul_s, "attention": m * work.attention_s,
+             "elementwise": m * work.elementwise_s, "kernel_overhead": m * work.overhead_s}
+    return ComputeEstimate(
+        flops=flops, step_time_s=step, tokens_per_step=plan.tokens_per_step,
+        gpus=plan.cluster.world_size, peak_flop_per_s=peak_mm, matmul_dtype=dtype,
+        family=eff.family, breakdown={k: v for k, v in bd.items() if v or k == "compute"},
+        compute_parts=parts, hidden_comm={k: v for k, v in hidden.items() if v},
+        bubble_fraction=bubble / step if step else 0.0, notes=tuple(notes), peak16_flop_per_s=peak16,
+        stack=prof.summary(),
+    )
+
+
+def estimate_time(plan: Plan, comp: ComputeEstimate,
+                  scaling: list[dict[str, float]] | None = None) -> TimeEstimate | None:
+    """Time to train the plan's token budget (None when the recipe has no ``train_tokens``)."""
+    tokens = plan.recipe.train_tokens
+    if not tokens:
+        return None
+    steps = math.ceil(tokens / comp.tokens_per_step)
+    return TimeEstimate(tokens=tokens, steps=steps, total_s=steps * comp.step_time_s,
+                        gpus=comp.gpus, scaling=scaling or [],
+                        interval=comp.interval() if comp.stack else None)
+
