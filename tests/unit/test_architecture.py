@@ -40,7 +40,6 @@ CYCLES_LEFT: set[tuple[str, str]] = {
     ("trainledger.estimate.memory", "trainledger.estimate.memory.suggest"),
     ("trainledger.estimate.memory", "trainledger.estimate.serving.section"),
     ("trainledger.estimate.memory.model", "trainledger.estimate.memory.runtimes"),
-    ("trainledger.estimate.time", "trainledger.estimate.time.scaling"),
     ("trainledger.verify.cuda_run", "trainledger.verify.measure"),
     ("trainledger.verify.measure", "trainledger.verify.sharded"),
 }
