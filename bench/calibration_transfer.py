@@ -19,6 +19,7 @@ Usage: python bench/calibration_transfer.py [--json] [--write-intervals]
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import statistics
@@ -32,7 +33,9 @@ from trainledger.estimate.time.compute import narayanan_flops_per_iteration
 from trainledger.estimate.time import estimate_compute
 
 
+@functools.cache
 def _bench():
+    """bench/time_accuracy.py, loaded once (its cases, predictions and quantile)."""
     path = Path(__file__).resolve().parent / "time_accuracy.py"
     spec = importlib.util.spec_from_file_location("time_accuracy", path)
     mod = importlib.util.module_from_spec(spec)
@@ -57,15 +60,6 @@ def measured_step_s(case, comp) -> float | None:
     if case.metric == "step_time_s":
         return case.measured
     return None
-
-
-def _q(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def rows() -> list[dict[str, Any]]:
@@ -113,10 +107,10 @@ def one_run(rs: list[dict[str, Any]]) -> dict[str, Any]:
                             for b in g if b is not a]
         if e:
             per["/".join(str(k) for k in key)] = {"n_rows": len(g), "median": statistics.median(e),
-                                                    "p90": _q(e, 0.9)}
+                                                    "p90": _bench().quantile(e, 0.9)}
             errs += e
-    return {"pairs": len(errs), "median": statistics.median(errs), "p90": _q(errs, 0.9), "groups": per,
-            "signed_by_stack": {k: {"n": len(v), "p10": _q(v, 0.1), "p90": _q(v, 0.9)}
+    return {"pairs": len(errs), "median": statistics.median(errs), "p90": _bench().quantile(errs, 0.9), "groups": per,
+            "signed_by_stack": {k: {"n": len(v), "p10": _bench().quantile(v, 0.1), "p90": _bench().quantile(v, 0.9)}
                                 for k, v in signed.items()}}
 
 
@@ -157,7 +151,7 @@ def two_run(rs: list[dict[str, Any]]) -> dict[str, Any]:
         errs += [_err(r, fit["factors"]) for r in mid]
         one_errs += [_err(r, one["factors"]) for r in mid]
     return {"sweeps": used, "rows": len(errs), "median": statistics.median(errs) if errs else None,
-            "p90": _q(errs, 0.9), "one_run_median": statistics.median(one_errs) if one_errs else None}
+            "p90": _bench().quantile(errs, 0.9), "one_run_median": statistics.median(one_errs) if one_errs else None}
 
 
 def cross_stack(rs: list[dict[str, Any]]) -> dict[str, int]:

@@ -398,7 +398,8 @@ def evaluate_all() -> list[dict[str, Any]]:
     return rows
 
 
-def _q(xs: list[float], q: float) -> float:
+def quantile(xs: list[float], q: float) -> float:
+    """The q-quantile of xs, linearly interpolated between order statistics (NaN when empty)."""
     xs = sorted(xs)
     if not xs:
         return float("nan")
@@ -421,7 +422,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         e = [r["abs_error"] for r in rs]
         sg = [r["signed_error"] for r in rs]
         stacks[k] = {"n": len(rs), "median": statistics.median(e), "max": max(e),
-                     "bias": statistics.median(sg), "p10": _q(sg, 0.1), "p90": _q(sg, 0.9)}
+                     "bias": statistics.median(sg), "p10": quantile(sg, 0.1), "p90": quantile(sg, 0.9)}
     return {"cases": len(errs), "median_abs_error": statistics.median(errs),
             "mean_abs_error": statistics.fmean(errs), "max_abs_error": max(errs),
             "over_20pct": sum(e > 0.20 for e in errs),
@@ -437,7 +438,7 @@ def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path
     sg = [r["signed_error"] for r in rows if not r["secondary"]]
     data = {"source": "bench/time_accuracy.py --write-intervals: p10/p90 of the signed rate error "
                       "(pred/meas - 1) of the primary cases, per stack/GPU family",
-            "pooled": {"n": len(sg), "p10": round(_q(sg, 0.1), 4), "p90": round(_q(sg, 0.9), 4)},
+            "pooled": {"n": len(sg), "p10": round(quantile(sg, 0.1), 4), "p90": round(quantile(sg, 0.9), 4)},
             "stacks": {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4),
                            "median": round(v["bias"], 4)} for k, v in summary["by_stack"].items()}}
     old = intervals._table()
