@@ -9,7 +9,7 @@ from trainledger.spec.cluster import Cluster
 from trainledger.errors import LayoutError, PlanError
 from trainledger.spec.layout import Layout
 from trainledger.spec.model import ModelSpec
-from trainledger.spec.precision import check_precision
+from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import Runtime
 from trainledger.spec.serving import Serving
@@ -46,6 +46,7 @@ class Plan(Spec):
             )
         r = self.recipe
         check_precision(r.precision, self.cluster.gpu)
+        check_recipe_method(r.precision, r.method)
         if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
             names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
             raise PlanError(field="lora_targets", message=

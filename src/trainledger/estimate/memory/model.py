@@ -232,7 +232,17 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.grads = grads / N if lay.zero >= 2 else grads
     temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
-    if lay.zero == 3 and not RT.fsdp_sharded(plan):
+    if "gemm" in pol and training and not lora:
+        # block-scaled recipes (mxfp8-mixed, nvfp4-mixed): each Transformer Engine linear quantizes
+        # its bf16 weight in forward and saves it for the dgrad GEMM with both usages, rowwise
+        # (fprop) and columnwise (dgrad) (TE pytorch/module/linear.py: ``weightmat.update_usage(
+        # columnwise_usage=True)`` before saving), each at DTYPE_BYTES[gemm] with its block scales.
+        # Freed layer by layer in backward like autocast copies; the lm_head and nvfp4's bf16
+        # layers are not quantized.
+        kept = r.bf16_layers(m.num_layers) / m.num_layers if pol["gemm"] == "nvfp4" else 0.0
+        parts.copies = quantizable * (1.0 - kept) * 2 * DTYPE_BYTES[pol["gemm"]]
+        parts.copies_head = 0.0
+    elif lay.zero == 3 and not RT.fsdp_sharded(plan):
         pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
     elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
         parts.copies = P_t * flow.c

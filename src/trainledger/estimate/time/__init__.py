@@ -54,7 +54,7 @@ _PEAK: dict[tuple, float] = {}
 
 
 def _peak(gpu, dtype: str) -> float:
-    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, dtype)
+    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, gpu.mxfp8_tflops, gpu.fp4_tflops, dtype)
     v = _PEAK.get(key)
     if v is None:
         v = _PEAK[key] = gpu.peak_flop_per_s(dtype)
@@ -62,8 +62,12 @@ def _peak(gpu, dtype: str) -> float:
 
 
 def matmul_dtype(plan: Plan) -> str:
-    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores."""
+    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores; the block-scaled
+    recipes' mxfp8/nvfp4 (a plan on a GPU without those rates is refused before this)."""
     c = plan.recipe.policy["compute"]
+    gemm = plan.recipe.policy.get("gemm")
+    if gemm is not None and plan.cluster.gpu.has_native(gemm):
+        return gemm
     if c == "fp8":
         return "fp8" if plan.cluster.gpu.has_native("fp8") else "bf16"
     return c

@@ -42,6 +42,8 @@ class GpuEfficiency:
     matmul_best: dict[str, float] | None = None   # measured best-shape GEMM rate: the stacks' cap
 
     def matmul_max(self, dtype: str) -> float:
+        if dtype not in self.matmul and dtype in ("mxfp8", "nvfp4", "mxfp4") and "fp8" in self.matmul:
+            dtype = "fp8"  # no measured block-scaled efficiency yet: the family's fp8 value
         return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
 
     def with_matmul(self, value: float) -> "GpuEfficiency":

@@ -131,6 +131,10 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
     if r.precision == "fp8-mixed":  # quantize GEMM inputs: read 2 bytes, write 1
         fwd += 3 * (3 * h_sh + 2 * f * moe_k)
         bwd += 3 * (3 * h_sh + 2 * f * moe_k)
+    elif "gemm" in r.policy:  # block-scaled: read 2 bytes, write the element with its block scale
+        q = 2 + DTYPE_BYTES[r.policy["gemm"]]
+        fwd += q * (3 * h_sh + 2 * f * moe_k)
+        bwd += q * (3 * h_sh + 2 * f * moe_k)
     return fwd, bwd
 
 
@@ -157,12 +161,17 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
     stage_layers = math.ceil(m.num_layers / pp)
+    # share of the decoder layers whose GEMMs the nvfp4 recipe keeps in bf16 (spread evenly; with
+    # pp the last stage, which holds most of them, is slower than this average)
+    hp_share = r.bf16_layers(m.num_layers) / m.num_layers if matmul_dtype == "nvfp4" else 0.0
     share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
     mm = att = ew = 0.0
     for kind in layer_kinds(m):
         nl = kind.count * share
         base, router = _split_router(kind.gemms)
         t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149 §4)
+            t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
         t_lora = 0.0
         if frozen:
