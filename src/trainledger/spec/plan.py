@@ -30,6 +30,7 @@ class Plan(Spec):
     def _resolve(self) -> "Plan":
         lay = self.layout.resolve(self.cluster.world_size)
         lay.validate_world(self.cluster.world_size)
+        lay.validate_experts(self.runtime.framework)
         if lay is not self.layout:
             object.__setattr__(self, "layout", lay)
         m, lay = self.model, self.layout

@@ -144,7 +144,8 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     layer_norms = (sh.norms - other) * frac
     # TP splits the projections; norm weights are replicated on every TP rank (Shoeybi et al. 2019
     # §3; torch's parallelize_module leaves them whole or as SequenceParallel replicas)
-    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * t)
+    et = lay.expert_tp  # Megatron --expert-tensor-parallel-size (tp unless set)
+    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * et)
     head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
     emb_t = head_t = t
     if torch_tp(plan):  # parallelize_module: replicated unless SP (row-wise embedding) / loss parallel
@@ -161,7 +162,7 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
         head = max(sh.embedding / emb_t, head_linear / head_t)
     P = layers + head + other
     # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
-    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / head_t
+    linear = layers - layer_norms - experts / (lay.ep * et) + head_linear / head_t
     return P, linear, layers - layer_norms, head_linear / head_t, n_layers
 
 

@@ -474,7 +474,7 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     from trainledger.estimate.memory.states import model_shape, optimizer_state_bytes
 
     r, lay = plan.recipe, plan.layout
-    N = shard_group(plan)
+    N = _megatron_shards(plan, P, shard_group(plan))
     pol = r.policy
     c = 2.0 if pol["compute"] in ("bf16", "fp16", "fp8") else 4.0
     z = lay.zero
@@ -495,6 +495,22 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
         parts.zero_buf = 2 * unit * c + unit * FP32
     else:
         parts.zero_buf = 0.0
+
+
+def _megatron_shards(plan: Any, P: float, N: int) -> float:
+    """Effective shard count of a rank's states: the distributed optimizer shards dense parameters
+    over the data-parallel group (N) and expert parameters over the expert-data-parallel group
+    EDP = tp·cp·dp / (etp·ep) (megatron/core/parallel_state.py; MoE parallel folding,
+    arXiv:2504.14960 §3), so a rank holds (P - E)/N + E/EDP of its P parameters, E of them experts."""
+    from trainledger.estimate.memory.states import model_shape
+    from trainledger.estimate.stage import Stage
+
+    m, lay = plan.model, plan.layout
+    if m.moe is None or not P:
+        return float(N)
+    e = model_shape(m).experts * Stage.of(plan).layers / m.num_layers / (lay.ep * lay.expert_tp)
+    e = min(e, P)
+    return P / ((P - e) / N + e / lay.expert_dp)
 
 
 def runtime_note(plan: Any) -> str:

@@ -222,10 +222,12 @@ def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
     m, pp = plan.model, plan.layout.pp
     pc = m.params
     per_layer = max(pc.per_layer) if pc.per_layer else 0
-    if ep_sharded and m.moe is not None and plan.layout.ep > 1:
+    lay = plan.layout
+    if ep_sharded and m.moe is not None and (lay.ep > 1 or lay.expert_tp != lay.tp):
         i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
         lp = m.layer_params(i)
-        per_layer = per_layer - lp.get("experts", 0) * (1 - 1 / plan.layout.ep)
+        # a rank holds E/(ep·etp) of the experts; the caller divides by tp, hence tp/(ep·etp)
+        per_layer = per_layer - lp.get("experts", 0) * (1 - lay.tp / (lay.ep * lay.expert_tp))
     layers = math.ceil(m.num_layers / pp) * per_layer
     edge = pc.breakdown.get("lm_head", 0) or pc.embedding
     return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
@@ -388,7 +390,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
     work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
                       prof.selective_gemms)
-    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
+    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     t_mb = work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
     m = r.grad_accum

@@ -81,19 +81,25 @@ def routing_imbalance(routed_tokens: float, ep: int) -> float:
 
 
 def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
-                hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
+                hbm: float, eff: GpuEfficiency, eta: float, bpe: float, etp: int | None = None) -> float:
     """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
-    busiest EP rank's share, see :func:`routing_imbalance`)."""
+    busiest EP rank's share, see :func:`routing_imbalance`).
+
+    ``etp``: the experts' own tensor-parallel degree (Megatron-Core MoE parallel folding,
+    arXiv:2504.14960): an expert GEMM is split etp ways and, as each expert shard is held by
+    tp·cp·dp / (etp·ep) ranks, receives etp/tp times the tokens it would under etp = tp.
+    """
     t = 0.0
     for g in gemms:
         k, n = g.k, g.n
+        d = (etp or tp) if g.experts else tp
         if g.split == "col":
-            n = max(1, n // tp) if n >= tp else n / tp
+            n = max(1, n // d) if n >= d else n / d
         elif g.split == "row":
-            k = max(1, k // tp) if k >= tp else k / tp
+            k = max(1, k // d) if k >= d else k / d
         if g.experts:
             local = max(1.0, g.experts / ep)
-            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep)
+            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep) * d / tp
             t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
@@ -169,9 +175,10 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     for kind in layer_kinds(m):
         nl = kind.count * share
         base, router = _split_router(kind.gemms)
-        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, lay.expert_tp)
         if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149 §4)
-            t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_main)
+            t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
+                                              lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
         t_lora = 0.0
         if frozen:
