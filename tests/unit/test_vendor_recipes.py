@@ -162,3 +162,14 @@ def test_distributed_optimizer_shards_experts_over_the_expert_data_parallel_grou
     assert m.params.breakdown["experts"] == _experts()
     x = parts(ep=8, zero=1, **MOE)
     assert x.master == pytest.approx(4 * (dense / 8 + _experts() / 8), rel=1e-9)
+
+
+# ------------------------------------------------------------------ FSDP + pipeline parallelism
+def test_fsdp2_with_pipeline_stages_shards_only_the_stage():
+    """torchtitan composes FSDP2 with PP: each stage fully_shards its own modules. Llama-3.1-8B on
+    pp 2 × dp 4: the busiest (last) stage holds 16 layers (linears + 2 RMSNorms of h), the final
+    norm and the untied lm_head (V = 128256), fp32, sharded 4 ways (every dimension divides by 4)."""
+    V = 128256
+    stage = 16 * (LINEAR_PER_LAYER + 2 * H) + V * H + H
+    x = parts(model="llama-3.1-8b", gpu="h100-sxm", method="full", framework="fsdp2", gpus=8, pp=2, zero=3)
+    assert x.weights == pytest.approx(4 * stage / 4, rel=1e-12)

@@ -191,6 +191,15 @@ def shapes(plan: Any) -> Shapes:
     if torch_tp(plan) and not head_full and (lay.sp or plan.runtime.loss_parallel):
         head_full = V * h / head_split  # parallelize_module unties a tied head (own DTensor)
     norm_full = float(h)
+    if lay.pp > 1:
+        # FSDP + PP (torchtitan: fully_shard on each pipeline stage's module): the first stage holds
+        # the embedding, the last the final norm and lm_head (a tied head as its own copy); the
+        # busiest stage is the one with the larger of the two, as for the other stacks
+        last = head_full or V * h / head_split
+        if last >= emb_full:
+            emb_full, head_full = 0.0, last
+        else:
+            head_full, norm_full = 0.0, 0.0
     if flat:
         root = emb_full + head_full + norm_full
         emb_local = math.ceil(root / n)
@@ -198,7 +207,7 @@ def shapes(plan: Any) -> Shapes:
     else:
         emb_local = _rows(V / vocab_split, n) * (emb_full / max(V / vocab_split, 1))
         head_local = _rows(V / head_split, n) * h if head_full else 0.0
-        norm_local = _rows(h, n)
+        norm_local = _rows(h, n) if norm_full else 0.0
     return Shapes(layer_full=max(fulls), layer_local=max(locals_), layers_local=sum(locals_),
                   emb_full=emb_full, emb_local=emb_local, head_full=head_full, head_local=head_local,
                   norm_full=norm_full, norm_local=norm_local)
