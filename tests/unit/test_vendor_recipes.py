@@ -173,3 +173,26 @@ def test_fsdp2_with_pipeline_stages_shards_only_the_stage():
     stage = 16 * (LINEAR_PER_LAYER + 2 * H) + V * H + H
     x = parts(model="llama-3.1-8b", gpu="h100-sxm", method="full", framework="fsdp2", gpus=8, pp=2, zero=3)
     assert x.weights == pytest.approx(4 * stage / 4, rel=1e-12)
+
+
+# ------------------------------------------------------------------ launchers
+def test_megatron_export_and_import_of_the_block_scaled_recipes(tmp_path):
+    """Megatron-LM arguments (megatron/training/arguments.py): --fp8-recipe mxfp8; --fp4-format e2m1
+    --fp4-recipe nvfp4 with --first-last-layers-bf16 and the layer counts at start and end."""
+    from trainledger.runconfig.export import export_plan
+    from trainledger.runconfig.importer import import_configs
+
+    base = dict(model="llama-3.1-8b", gpu="b200", gpus=8, framework="megatron-core", tp=2, zero=1)
+    for precision, flags in (("mxfp8-mixed", "--fp8-format e4m3 --fp8-recipe mxfp8"),
+                             ("nvfp4-mixed", "--fp4-format e2m1 --fp4-recipe nvfp4 --first-last-layers-bf16 "
+                                             "--num-layers-at-start-in-bf16 1 --num-layers-at-end-in-bf16 5")):
+        (f,) = export_plan(PlanInputs(**base, precision=precision), "megatron")
+        assert flags in " ".join(f.text.split())
+        p = tmp_path / f"{precision}.sh"
+        p.write_text(f.text)
+        back = import_configs([p]).merged()
+        assert back["precision"] == precision
+        if precision == "nvfp4-mixed":
+            assert back["fp4_bf16_layers"] == 6
+    with pytest.raises(Exception, match="export megatron"):
+        export_plan(PlanInputs(**base, precision="mxfp8-mixed"), "accelerate")
