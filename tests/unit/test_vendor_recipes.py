@@ -196,3 +196,23 @@ def test_megatron_export_and_import_of_the_block_scaled_recipes(tmp_path):
             assert back["fp4_bf16_layers"] == 6
     with pytest.raises(Exception, match="export megatron"):
         export_plan(PlanInputs(**base, precision="mxfp8-mixed"), "accelerate")
+
+
+# ------------------------------------------------------------------ gpt-oss served in MXFP4
+def test_gpt_oss_120b_served_with_mxfp4_experts_fits_one_80gb_gpu():
+    """Experts in MXFP4 (0.5 + 1/32 bytes), everything else bf16, biases aside. gpt-oss-120b
+    config.json: 36 layers, 128 experts of 2880 → 2·2880 and 2880 → 2880, 64 q / 8 kv heads of 64,
+    vocabulary 201088 untied. OpenAI's model card: it "fits into a single 80GB GPU"."""
+    from trainledger.estimate.serving.memory import weight_bytes
+
+    h, L, E, V = 2880, 36, 128, 201088
+    experts = L * E * (h * 2 * h + h * h) * (0.5 + 1 / 32)
+    attention = L * (2 * h * 64 * 64 + 2 * h * 8 * 64) * 2
+    router = L * h * E * 2
+    ends = 2 * V * h * 2
+    norms = (2 * L + 1) * h * 2
+    p = plan(model="gpt-oss-120b", gpu="h100-sxm", method="inference", quantization="mxfp4")
+    assert weight_bytes(p) == pytest.approx(experts + attention + router + ends + norms, rel=1e-9)
+    assert weight_bytes(p) < 80e9
+    with pytest.raises(PlanError, match="routed experts"):
+        plan(model="llama-3.1-8b", method="inference", quantization="mxfp4")

@@ -45,6 +45,10 @@ class Plan(Spec):
             raise LayoutError(field="ep", message=
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
+        if self.serving.quantization == "mxfp4" and m.moe is None:
+            raise PlanError(field="quantization", message=
+                f"--quantization mxfp4 quantizes the routed experts only (as gpt-oss ships); {m.name} has "
+                f"none: use nvfp4, fp8, awq or gptq")
         r = self.recipe
         check_precision(r.precision, self.cluster.gpu)
         check_recipe_method(r.precision, r.method)
