@@ -216,3 +216,14 @@ def test_gpt_oss_120b_served_with_mxfp4_experts_fits_one_80gb_gpu():
     assert weight_bytes(p) < 80e9
     with pytest.raises(PlanError, match="routed experts"):
         plan(model="llama-3.1-8b", method="inference", quantization="mxfp4")
+
+
+def test_fabric_syncs_expert_gradients_over_the_expert_data_parallel_group():
+    """16 GPUs, tp 4 × dp 4, ep 8, etp 1: EDP = 16/8 = 2 ranks, 8 GPUs apart (across the two
+    nodes). Each rank holds 1/8 of the experts; fp32 main grads, ring all-reduce 2(2-1)/2 = 1 ×."""
+    from trainledger.estimate.run.fabric import interconnect_section
+
+    p = plan(model="qwen3-30b-a3b", framework="megatron-core", gpus=16, tp=4, ep=8, etp=1, zero=1)
+    g = interconnect_section(p).values["groups"]
+    assert g["edp"]["bytes_per_step"] == pytest.approx(_experts() / 8 * 4 * 1.0, rel=1e-12)
+    assert g["edp"]["link"] != "nvlink5"  # the two ranks sit on different nodes
