@@ -34,7 +34,7 @@ def parts(**kw) -> Parts:
 # ------------------------------------------------------------------ formats
 def test_block_scaled_bytes_per_element_follow_the_specs():
     """OCP MX v1.0 Table 1: MXFP8 = 32 8-bit elements + one 8-bit E8M0 scale; MXFP4 = 32 4-bit
-    E2M1 elements + one E8M0 scale. NVFP4 (arXiv:2509.25149 §2): 16 E2M1 elements + one E4M3 scale."""
+    E2M1 elements + one E8M0 scale. NVFP4 (arXiv:2509.25149, "NVFP4 format"): 16 E2M1 elements + one E4M3 scale."""
     assert DTYPE_BYTES["mxfp8"] == (32 * 8 + 8) / 32 / 8 == 1.03125
     assert DTYPE_BYTES["mxfp4"] == (32 * 4 + 8) / 32 / 8 == 0.53125
     assert DTYPE_BYTES["nvfp4"] == (16 * 4 + 8) / 16 / 8 == 0.5625
@@ -89,7 +89,7 @@ def test_nvfp4_copies_leave_out_the_bf16_layers():
 
 def test_nvfp4_bf16_layer_count_follows_the_paper():
     r = Recipe(precision="nvfp4-mixed")
-    assert r.bf16_layers(62) == 10  # arXiv:2509.25149 §4: first two and last eight of 62 blocks
+    assert r.bf16_layers(62) == 10  # arXiv:2509.25149, "selective high-precision layers": first two and last eight of 62 blocks
     assert r.bf16_layers(32) == 6
     assert Recipe(precision="mxfp8-mixed").bf16_layers(62) == 0
 

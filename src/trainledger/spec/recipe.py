@@ -30,7 +30,7 @@ ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
 #: other op in bf16 (``compute``: ``fp8`` means "16-bit activations, low-precision GEMMs", as for
 #: fp8-mixed). Weights are bf16 with an fp32 master copy, and weight gradients fp32: Megatron turns
 #: on ``accumulate_allreduce_grads_in_fp32`` with ``--bf16`` (megatron/training/arguments.py), and the
-#: NVFP4 recipe keeps "weight gradients ... and optimizer states in FP32" (arXiv:2509.25149 §4).
+#: NVFP4 recipe keeps the main weights, weight gradients and optimizer states in FP32 (arXiv:2509.25149).
 #: Each quantized weight copy that a linear layer saves for its backward is a memory term
 #: (estimate/memory/model.py ``model_states``).
 PRECISION_POLICY: dict[str, dict[str, str]] = {
@@ -61,9 +61,9 @@ INFERENCE_POLICY: dict[str, dict[str, str]] = {
 
 #: block-scaled GEMM recipes -> the dtype their linear-layer GEMMs run in
 BLOCK_SCALED: dict[str, str] = {"mxfp8-mixed": "mxfp8", "nvfp4-mixed": "nvfp4"}
-#: NVFP4 recipe: share of the decoder layers whose linear layers stay in bf16. arXiv:2509.25149 §4
-#: ("Selective high-precision layers"): the 12B model keeps its first two and last eight of 62
-#: blocks in BF16, "about 16% of the linear layers", most of them at the end of the network.
+#: NVFP4 recipe: share of the decoder layers whose linear layers stay in bf16. arXiv:2509.25149
+#: (selective high-precision layers): the 12B model keeps its first two and last eight of 62
+#: blocks in BF16, about 16% of the linear layers, most of them at the end of the network.
 NVFP4_BF16_LAYERS_OF: tuple[int, int] = (10, 62)
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -95,7 +95,7 @@ class Recipe(Spec):
     grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
     fp4_bf16_layers: int | None = Field(
         None, ge=0, le=10_000, description="--precision nvfp4-mixed: decoder layers whose linear layers stay "
-        "in bf16 [16% of the layers, rounded up, as arXiv:2509.25149 §4 keeps 10 of 62]")
+        "in bf16 [16% of the layers, rounded up, as arXiv:2509.25149 keeps 10 of 62]")
 
     @field_validator("lora_targets")
     @classmethod

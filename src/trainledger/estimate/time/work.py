@@ -137,8 +137,12 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
     if r.precision == "fp8-mixed":  # quantize GEMM inputs: read 2 bytes, write 1
         fwd += 3 * (3 * h_sh + 2 * f * moe_k)
         bwd += 3 * (3 * h_sh + 2 * f * moe_k)
-    elif "gemm" in r.policy:  # block-scaled: read 2 bytes, write the element with its block scale
-        q = 2 + DTYPE_BYTES[r.policy["gemm"]]
+    elif "gemm" in r.policy:
+        # block-scaled: read the 16-bit input once, write it quantized in both directions (rowwise
+        # for fprop/dgrad, columnwise for wgrad: the 1×32 / 1×16 blocks run along the reduction
+        # dimension of each GEMM) with their block scales; NVFP4's 16×16 Hadamard transform of
+        # the wgrad inputs (arXiv:2509.25149) is fused into that cast by Transformer Engine
+        q = 2 + 2 * DTYPE_BYTES[r.policy["gemm"]]
         fwd += q * (3 * h_sh + 2 * f * moe_k)
         bwd += q * (3 * h_sh + 2 * f * moe_k)
     return fwd, bwd
@@ -176,7 +180,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         nl = kind.count * share
         base, router = _split_router(kind.gemms)
         t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, lay.expert_tp)
-        if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149 §4)
+        if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149)
             t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
                                               lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
