@@ -38,6 +38,13 @@ DTYPE_BYTES: dict[str, float] = {
     "bf16": 2,
     "fp16": 2,
     "fp8": 1,
+    # block-scaled formats, payload + shared scale per element (OCP Microscaling Formats (MX) v1.0
+    # spec, Table 1: MXFP8 E4M3/E5M2 and MXFP4 E2M1 elements, one 8-bit E8M0 scale per 32-element
+    # block; NVIDIA NVFP4 (arXiv:2509.25149, "NVFP4 format"): E2M1 elements, one E4M3 scale per 16 elements plus
+    # one fp32 scale per tensor, which is negligible per element and left out)
+    "mxfp8": 1 + 1 / 32,
+    "mxfp4": 0.5 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
     "int8": 1,
     "nf4": 0.5,
     "int4": 0.5,

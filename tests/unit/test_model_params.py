@@ -56,7 +56,7 @@ def classify(name: str) -> tuple[int | None, str]:
         return i, "attention"
     if rest.startswith("mlp.experts."):
         return i, "experts"
-    if rest.startswith("mlp.gate."):
+    if rest.startswith(("mlp.gate.", "mlp.router.")):
         return i, "router"
     if rest.startswith("mlp.shared_expert"):
         return i, "shared_experts"
@@ -164,6 +164,36 @@ def test_deepseek_v3_active_matches_report():
     embedding table, of which one row is read per token). We count the table, so add it back."""
     p = load_model("deepseek-v3").params
     assert round((p.active - p.breakdown["embedding"]) / 1e9, 1) == 36.6
+
+
+# OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv:2508.10925), Table 1, in billions to two
+# decimals: MLP (experts + routers), attention (q/k/v/o with biases, sinks), embed + unembed, active
+# parameters per token (without the embedding table), total.
+GPT_OSS_CARD = {
+    "gpt-oss-20b": {"mlp": 19.12, "attention": 0.64, "embed_unembed": 1.16, "active": 3.61, "total": 20.91},
+    "gpt-oss-120b": {"mlp": 114.71, "attention": 0.96, "embed_unembed": 1.16, "active": 5.13, "total": 116.83},
+}
+
+
+@pytest.mark.parametrize("name", GPT_OSS_CARD)
+def test_gpt_oss_counts_match_model_card(name):
+    """Biases, attention sinks and the biased router are all counted: each column of the card's
+    table within half a unit of its last printed digit (they round to 0.01B)."""
+    card, p = GPT_OSS_CARD[name], load_model(name).params
+    bd = p.breakdown
+    ours = {"mlp": bd["experts"] + bd["router"], "attention": bd["attention"],
+            "embed_unembed": bd["embedding"] + bd["lm_head"], "active": p.active - bd["embedding"],
+            "total": p.total}
+    for k, v in card.items():
+        assert abs(ours[k] / 1e9 - v) <= 0.005, (k, ours[k], v)
+
+
+def test_gpt_oss_layers_alternate_sliding_and_full():
+    """config.json layer_types: even layers use the 128-token window, odd layers attend fully."""
+    m = load_model("gpt-oss-20b")
+    assert m.sliding_window == 128 and m.attn_sinks
+    assert [m.is_sliding_layer(i) for i in range(4)] == [True, False, True, False]
+    assert all(m.is_moe_layer(i) for i in range(m.num_layers))
 
 
 def test_gpt3_175b_from_the_paper():
@@ -283,6 +313,11 @@ def actual_linears(layer) -> dict:
             out[path] = (mod.in_features, mod.out_features, mod.bias is not None, 1)
         elif kind == "Conv1D":  # GPT-2 stores W as in × out
             out[path] = (*params["weight"].shape, "bias" in params, 1)
+        elif "gate_up_proj_bias" in params:  # gpt_oss experts: E × h × 2f and E × f × h, with biases
+            E, h, two_f = params["gate_up_proj"].shape
+            out[f"{path}.gate_up_proj"] = (h, two_f, True, E)
+            E, f, h = params["down_proj"].shape
+            out[f"{path}.down_proj"] = (f, h, "down_proj_bias" in params, E)
         elif "gate_up_proj" in params:  # stacked experts: E × 2f × h and E × h × f
             E, two_f, h = params["gate_up_proj"].shape
             out[f"{path}.gate_up_proj"] = (h, two_f, False, E)
@@ -291,6 +326,9 @@ def actual_linears(layer) -> dict:
         elif path.endswith("gate") and set(params) == {"weight"}:  # router module
             E, h = params["weight"].shape
             out[path] = (h, E, False, 1)
+        elif path.endswith("router") and set(params) == {"weight", "bias"}:  # gpt_oss GptOssTopKRouter
+            E, h = params["weight"].shape
+            out[path] = (h, E, True, 1)
     return out
 
 

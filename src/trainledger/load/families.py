@@ -339,6 +339,23 @@ def deepseek_v3(c: Cfg) -> dict[str, Any]:
     return f
 
 
+def gpt_oss(c: Cfg) -> dict[str, Any]:
+    """GPT-OSS (openai/gpt-oss-20b, -120b; transformers models/gpt_oss): biased q/k/v/o, one learned
+    attention-sink logit per head, sliding-window (128) layers alternating with full ones, and
+    MoE in every layer: a biased router and experts with biased fused gate_up and down projections.
+    Its clamped SwiGLU (alpha 1.702, limit 7) has the shapes of a gated MLP."""
+    f = _llama_like(c, head_dim_default=64)
+    bias = c.bool("attention_bias", True)
+    L = f["num_layers"]
+    # GptOssConfig.__post_init__: without layer_types, even layers slide and odd ones are full
+    types = c.layer_types(L) or tuple("sliding" if (i + 1) % 2 else "full" for i in range(L))
+    f.update(qkv_bias=bias, o_bias=bias, mlp_bias=True, attn_sinks=True, layer_types=types,
+             sliding_window=c.int("sliding_window", 128))
+    f["moe"] = dict(num_experts=c.int("num_local_experts", 128), top_k=c.int("num_experts_per_tok", 4),
+                    expert_intermediate_size=f["intermediate_size"])
+    return f
+
+
 GENERIC_KEYS = ("hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
                 "num_key_value_heads, vocab_size, tie_word_embeddings, mlp_type, norm_type, bias, "
                 "position_embedding, max_position_embeddings")
@@ -373,11 +390,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"num_key_value_heads": 16},
     "gemma2": {"num_key_value_heads": 4},
     "gemma3_text": GEMMA3_TEXT_DEFAULTS,
+    "gpt_oss": {"num_key_value_heads": 8},  # GptOssConfig defaults
 }
 
 FAMILIES: dict[str, Reader] = {
     "llama": llama, "mistral": mistral, "mixtral": mixtral, "qwen2": qwen2, "qwen2_moe": qwen2_moe,
     "qwen3": qwen3, "qwen3_moe": qwen3_moe, "gemma": gemma, "gemma2": gemma2,
     "gemma3_text": gemma3_text, "phi3": phi3, "gpt2": gpt2, "gpt_neox": gpt_neox, "olmo2": olmo2,
-    "deepseek_v3": deepseek_v3, "generic": generic,
+    "deepseek_v3": deepseek_v3, "gpt_oss": gpt_oss, "generic": generic,
 }

@@ -92,6 +92,7 @@ class PlanInputs(Spec):
     tokens: float | None = Field(None, gt=0, le=MAX_TOKENS, allow_inf_nan=False,
                                  description="token budget of the run, e.g. 2B")
     generate_len: int = _RECIPE["generate_len"]
+    fp4_bf16_layers: int | None = _RECIPE["fp4_bf16_layers"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]
     quantization: Quantization = _SERVING["quantization"]
@@ -115,6 +116,7 @@ class PlanInputs(Spec):
     pp: int = _LAYOUT["pp"]
     cp: int = _LAYOUT["cp"]
     ep: int = _LAYOUT["ep"]
+    etp: int | None = _LAYOUT["etp"]
     sp: bool = _LAYOUT["sp"]
     vp: int = _LAYOUT["vp"]
     pp_schedule: PipelineSchedule | None = Field(None, description="pipeline schedule [1f1b, interleaved when --vp > 1]")
@@ -233,7 +235,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,
             lora_rank=inputs.lora_rank, lora_alpha=inputs.lora_alpha, lora_targets=inputs.lora_targets,
             train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
-            grad_clip=inputs.grad_clip or None,
+            grad_clip=inputs.grad_clip or None, fp4_bf16_layers=inputs.fp4_bf16_layers,
         )
         runtime = Runtime(
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
@@ -243,7 +245,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(
-            dp=inputs.dp, tp=inputs.tp, pp=inputs.pp, cp=inputs.cp, ep=inputs.ep, sp=inputs.sp,
+            dp=inputs.dp, tp=inputs.tp, pp=inputs.pp, cp=inputs.cp, ep=inputs.ep, etp=inputs.etp, sp=inputs.sp,
             vp=inputs.vp, pp_schedule=schedule, zero=inputs.zero, hybrid_shard=inputs.hybrid_shard,
             offload=inputs.offload,
         )

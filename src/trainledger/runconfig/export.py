@@ -431,6 +431,9 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
         inputs = inputs.model_copy(update={"framework": "deepspeed"})
     plan = build_plan(inputs, model)
     check_framework(plan, fmt)
+    if plan.recipe.precision in ("mxfp8-mixed", "nvfp4-mixed") and fmt not in ("megatron", "slurm", "torchrun"):
+        raise SpecError(f"--precision {plan.recipe.precision} is a Transformer Engine block-scaling recipe "
+                        f"that Megatron-Core drives (--fp8-recipe mxfp8 / --fp4-recipe nvfp4); export megatron")
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
     if fmt == "torchrun":

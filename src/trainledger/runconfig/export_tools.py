@@ -134,6 +134,15 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--optimizer", "sgd"]
     if r.precision == "fp8-mixed":
         a += ["--bf16", "--fp8-format", "hybrid"]
+    elif r.precision == "mxfp8-mixed":  # megatron/training/arguments.py --fp8-recipe {..., mxfp8}
+        a += ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+    elif r.precision == "nvfp4-mixed":  # --fp4-format e2m1 --fp4-recipe nvfp4; bf16 first/last layers
+        a += ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+        kept = r.bf16_layers(m.num_layers)
+        if kept:  # the paper keeps 2 first and 8 last of 10 (arXiv:2509.25149, "selective high-precision layers")
+            first = kept * 2 // 10
+            a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
+                  "--num-layers-at-end-in-bf16", str(kept - first)]
     elif r.precision in ("bf16-mixed", "bf16"):
         a.append("--bf16")
     elif r.precision in ("fp16-mixed", "fp16"):

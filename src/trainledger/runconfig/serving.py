@@ -28,7 +28,7 @@ DTYPE = {"bf16-mixed": "bfloat16", "bf16": "bfloat16", "fp16-mixed": "float16", 
          "fp32": "float32", "fp8-mixed": "bfloat16"}
 #: our quantization -> the engines' --quantization
 QUANT = {"fp8": "fp8", "int8": "compressed-tensors", "awq": "awq", "gptq": "gptq", "nf4": "bitsandbytes",
-         "nvfp4": "modelopt_fp4"}
+         "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4"}
 KV_VLLM = {"auto": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 KV_SGLANG = {"auto": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"}
 
@@ -144,7 +144,7 @@ _SGLANG_FLAGS = {"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--context-
                  "--page-size": "block_size", "--quantization": "quantization", "--dtype": "precision"}
 _BACK_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
 _BACK_QUANT = {"fp8": "fp8", "awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq",
-               "bitsandbytes": "nf4", "compressed-tensors": "int8", "modelopt_fp4": "nvfp4"}
+               "bitsandbytes": "nf4", "compressed-tensors": "int8", "modelopt_fp4": "nvfp4", "mxfp4": "mxfp4"}
 _INT_KEYS = {"tp", "pp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"}
 
 

@@ -83,14 +83,19 @@ _RATE_ORDER: tuple[tuple[str, str], ...] = (
     ("fp16_tflops", "fp32_tflops"),
     ("fp8_tflops", "bf16_tflops"),
     ("fp8_tflops", "fp16_tflops"),
+    ("mxfp8_tflops", "bf16_tflops"),
+    ("fp4_tflops", "fp8_tflops"),
 )
 #: catalog field of each compute dtype's peak rate.
 _RATE_FIELD = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "bf16": "bf16_tflops",
-               "fp16": "fp16_tflops", "fp8": "fp8_tflops", "int8": "int8_tops"}
+               "fp16": "fp16_tflops", "fp8": "fp8_tflops", "int8": "int8_tops",
+               "mxfp8": "mxfp8_tflops", "mxfp4": "fp4_tflops", "nvfp4": "fp4_tflops"}
 #: when a GPU has no rate for a dtype, the rates used instead, in order (the unit that would run it).
 _FALLBACK: dict[str, tuple[str, ...]] = {
     "fp32": (), "tf32": ("fp32",), "bf16": ("fp16",), "fp16": ("bf16",),
     "fp8": ("bf16", "fp16"), "int8": ("fp8", "bf16", "fp16"),
+    # block-scaled formats have no fallback: a plan refuses them where the rate is missing
+    "mxfp8": (), "mxfp4": (), "nvfp4": (),
 }
 _LINK_RE = re.compile(r"^(?:nvlink(?P<nv>\d)|pcie(?P<pg>\d)-x(?P<pl>\d+))$")
 
@@ -124,6 +129,12 @@ class GpuSpec(Spec):
     fp16_tflops: float | None = Field(None, gt=0, le=100_000, description="dense, no sparsity, fp32 accumulate")
     fp8_tflops: float | None = Field(None, gt=0, le=100_000, description="dense, no sparsity")
     int8_tops: float | None = Field(None, gt=0, le=100_000, description="dense, no sparsity")
+    mxfp8_tflops: float | None = Field(
+        None, gt=0, le=100_000, description="dense MXFP8 (block-scaled, OCP MX) tensor rate; None: no MX "
+        "tensor cores (Hopper and older)")
+    fp4_tflops: float | None = Field(
+        None, gt=0, le=100_000, description="dense FP4 (NVFP4/MXFP4, block-scaled E2M1) tensor rate; None: no "
+        "FP4 tensor cores")
     link: str = Field(description="intra-node link catalog name, e.g. 'nvlink4' or 'pcie5-x16'")
     link_gb_per_s: float = Field(gt=0, le=10_000,
                                  description="GPU-to-GPU bandwidth per GPU, per direction, GB/s")

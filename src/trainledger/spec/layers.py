@@ -78,7 +78,10 @@ def layer_linears(m: ModelSpec, i: int) -> dict[str, Linear]:
     x, h = m.moe, m.hidden_size
     assert x is not None
     fe, n_in = x.expert_intermediate_size, 2 if m.mlp_type == "gated" else 1
-    out["mlp.gate"] = Linear(h, x.num_experts)  # router: weight E×h, no bias
+    if m.model_type == "gpt_oss":  # GptOssTopKRouter: weight E×h and a bias of E (modeling_gpt_oss.py)
+        out["mlp.router"] = Linear(h, x.num_experts, True)
+    else:
+        out["mlp.gate"] = Linear(h, x.num_experts)  # router: weight E×h, no bias
     out["mlp.experts.gate_up_proj"] = Linear(h, n_in * fe, m.mlp_bias, count=x.num_experts)
     out["mlp.experts.down_proj"] = Linear(fe, h, m.mlp_bias, count=x.num_experts)
     if x.num_shared_experts and x.shared_intermediate_size:
@@ -187,7 +190,7 @@ def component(path: str) -> str:
         return "attention"
     if rest.startswith("experts."):
         return "experts"
-    if rest == "gate":
+    if rest in ("gate", "router"):
         return "router"
     if rest.startswith("shared_expert"):
         return "shared_experts"

@@ -23,7 +23,10 @@ class Layout(Spec):
     tp: int = Field(1, gt=0, le=1024, description="tensor-parallel degree")
     pp: int = Field(1, gt=0, le=1024, description="pipeline-parallel degree")
     cp: int = Field(1, gt=0, le=1024, description="context-parallel degree")
-    ep: int = Field(1, gt=0, le=4096, description="expert-parallel degree (within DP×CP)")
+    ep: int = Field(1, gt=0, le=4096, description="expert-parallel degree (within DP×CP; megatron-core: "
+                    "within TP×CP×DP, MoE parallel folding)")
+    etp: int | None = Field(None, gt=0, le=1024, description="expert tensor-parallel degree, megatron-core "
+                            "--expert-tensor-parallel-size [tp]")
     sp: bool = Field(True, description="sequence parallelism with TP (Korthikanti et al. 2022)")
     vp: int = Field(1, gt=0, le=128, description="virtual pipeline stages per rank (interleaved 1F1B)")
     pp_schedule: PipelineSchedule = "1f1b"
@@ -59,13 +62,51 @@ class Layout(Spec):
                 f"dp·tp·pp·cp = {dp}·{self.tp}·{self.pp}·{self.cp} = {total}, but the cluster has "
                 f"{world_size} GPUs; set --dp {world_size // self.model_parallel() or 1} or change --gpus"
             )
+        if self.vp > 1 and self.pp == 1:
+            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1", field="vp")
+
+    def validate_experts(self, framework: str) -> None:
+        """Where the expert-parallel ranks come from, per stack.
+
+        Megatron-Core folds MoE parallelism (Liu et al. 2025, "MoE Parallel Folding",
+        arXiv:2504.14960, §3; megatron/core/parallel_state.py ``initialize_model_parallel``): the
+        expert layers get their own layout ETP × EP × EDP over the same tp·cp·dp ranks of a
+        pipeline stage, so EP may exceed DP (drawn from TP and CP ranks too) and the experts may
+        use a tensor-parallel degree of their own (``--expert-tensor-parallel-size``, default TP).
+        It needs etp·ep to divide tp·cp·dp; EDP = tp·cp·dp / (etp·ep) ranks hold each expert
+        shard and share its gradient reduction and distributed-optimizer states. Other stacks
+        shard experts over the data-parallel ranks only: ep must divide dp·cp, with the experts
+        split over the same tp as the dense layers.
+        """
+        dp = self.dp or 1
+        if framework == "megatron-core":
+            etp = self.expert_tp
+            ranks = self.tp * self.cp * dp
+            if ranks % (etp * self.ep):
+                raise LayoutError(field="ep", message=
+                    f"etp·ep = {etp}·{self.ep} = {etp * self.ep} must divide tp·cp·dp = {self.tp}·{self.cp}·{dp} = "
+                    f"{ranks} (Megatron-Core folds the expert layout ETP×EP×EDP onto the same ranks)")
+            return
+        if self.etp is not None and self.etp != self.tp:
+            raise LayoutError(field="etp", message=
+                f"etp={self.etp} differs from tp={self.tp}: a separate expert tensor-parallel degree is "
+                f"Megatron-Core's (--framework megatron-core); other stacks split experts over tp")
         if (dp * self.cp) % self.ep:
             raise LayoutError(field="ep", message=
                 f"ep={self.ep} must divide dp·cp = {dp}·{self.cp} = {dp * self.cp} (experts are "
-                f"sharded over the data-parallel ranks)"
+                f"sharded over the data-parallel ranks; --framework megatron-core also draws them from tp)"
             )
-        if self.vp > 1 and self.pp == 1:
-            raise LayoutError("vp > 1 (interleaved pipeline) needs pp > 1", field="vp")
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the expert layers (Megatron ETP; tp elsewhere)."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same expert shard (Megatron EDP = tp·cp·dp / (etp·ep)); with
+        ep ≤ dp·cp and etp = tp that is dp·cp / ep."""
+        return max(1, self.tp * self.cp * self.dp_size // (self.expert_tp * self.ep))
 
     @property
     def dp_size(self) -> int:

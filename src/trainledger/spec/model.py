@@ -128,6 +128,7 @@ class ModelSpec(Spec):
     )
     logit_softcap: float | None = Field(None, description="final-logit soft-cap c: logits = c·tanh(logits/c)")
     attn_softcap: float | None = Field(None, description="attention-score soft-cap (eager attention)")
+    attn_sinks: bool = Field(False, description="one learned sink logit per query head (gpt_oss ``self_attn.sinks``)")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     notes: tuple[str, ...] = Field((), description="what the counts include or leave out")
@@ -209,11 +210,13 @@ class ModelSpec(Spec):
 
     # ---------------------------------------------------------------- parameter counts
     def _attention_norm_params(self) -> int:
-        """Norms inside the attention block: q/k RMSNorms (qk_norm), MLA's q and kv latent norms."""
+        """Non-projection parameters of the attention block: q/k RMSNorms (qk_norm), MLA's q and kv
+        latent norms, attention sinks (one logit per head, gpt_oss)."""
         if self.mla is not None:
             x = self.mla
             return (x.q_lora_rank or 0) + x.kv_lora_rank
-        return {"none": 0, "head": 2 * self.head_dim, "full": self.q_dim + self.kv_dim}[self.qk_norm]
+        sinks = self.num_heads if self.attn_sinks else 0  # gpt_oss: nn.Parameter(num_attention_heads)
+        return sinks + {"none": 0, "head": 2 * self.head_dim, "full": self.q_dim + self.kv_dim}[self.qk_norm]
 
     def _ffn_params(self, width: int) -> int:
         h = self.hidden_size

@@ -9,7 +9,7 @@ from trainledger.spec.cluster import Cluster
 from trainledger.errors import LayoutError, PlanError
 from trainledger.spec.layout import Layout
 from trainledger.spec.model import ModelSpec
-from trainledger.spec.precision import check_precision
+from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import Runtime
 from trainledger.spec.serving import Serving
@@ -30,6 +30,7 @@ class Plan(Spec):
     def _resolve(self) -> "Plan":
         lay = self.layout.resolve(self.cluster.world_size)
         lay.validate_world(self.cluster.world_size)
+        lay.validate_experts(self.runtime.framework)
         if lay is not self.layout:
             object.__setattr__(self, "layout", lay)
         m, lay = self.model, self.layout
@@ -44,8 +45,13 @@ class Plan(Spec):
             raise LayoutError(field="ep", message=
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
+        if self.serving.quantization == "mxfp4" and m.moe is None:
+            raise PlanError(field="quantization", message=
+                f"--quantization mxfp4 quantizes the routed experts only (as gpt-oss ships); {m.name} has "
+                f"none: use nvfp4, fp8, awq or gptq")
         r = self.recipe
         check_precision(r.precision, self.cluster.gpu)
+        check_recipe_method(r.precision, r.method)
         if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
             names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
             raise PlanError(field="lora_targets", message=

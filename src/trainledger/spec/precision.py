@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainledger.errors import PlanError
+from trainledger.spec.recipe import BLOCK_SCALED
 
 if TYPE_CHECKING:
     from trainledger.spec.cluster import GpuSpec
@@ -66,6 +67,21 @@ def check_precision(precision: str, gpu: "GpuSpec") -> None:
     if precision == "fp8-mixed" and not gpu.has_native("fp8"):
         raise PlanError(f"{gpu.display_name} has no fp8 tensor cores (fp8 needs Hopper, Ada, Blackwell or "
                         f"MI300): use --precision bf16-mixed, or a GPU with fp8 support")
+    if precision in BLOCK_SCALED and not gpu.has_native(BLOCK_SCALED[precision]):
+        field = {"mxfp8": "mxfp8_tflops", "nvfp4": "fp4_tflops"}[BLOCK_SCALED[precision]]
+        fallback = "fp8-mixed" if gpu.has_native("fp8") else "bf16-mixed"
+        raise PlanError(field="precision", message=
+                        f"{gpu.display_name} has no block-scaled {BLOCK_SCALED[precision]} tensor cores (its "
+                        f"catalog entry gives no {field}; MX/NVFP4 GEMMs need Blackwell): use --precision "
+                        f"{fallback}, or a GPU whose datasheet lists {field}")
+
+
+def check_recipe_method(precision: str, method: str) -> None:
+    """The block-scaled recipes are training recipes: serving picks its weight format with --quantization."""
+    if precision in BLOCK_SCALED and method == "inference":
+        raise PlanError(field="precision", message=
+                        f"--precision {precision} is a training recipe (Transformer Engine block scaling); "
+                        f"for inference keep bf16 and choose --quantization nvfp4 (W4A4) or fp8")
 
 
 def policy_text(plan: "Plan") -> str:
@@ -81,8 +97,13 @@ def policy_text(plan: "Plan") -> str:
         what = f"{base}, adapters + grads + optimizer states fp32, compute {pol['compute']}"
     else:
         master = "" if pol["master"] == "none" else f", master {pol['master']}"
+        comp = pol["compute"]
+        if "gemm" in pol:
+            kept = r.bf16_layers(plan.model.num_layers)
+            comp = (f"linear-layer GEMMs {pol['gemm']}" + (f" except {kept} of {plan.model.num_layers} layers in bf16"
+                                                          if kept else "") + ", other ops bf16")
         what = (f"weights {pol['weights']}{master}, grads {pol['grads']}, optimizer states {pol['states']}, "
-                f"compute {pol['compute']}")
+                f"compute {comp}")
     prec, why = default_precision(r.method, plan.model, plan.cluster.gpu)
     if prec == r.precision:
         return f"{r.precision} ({what}; {why})"

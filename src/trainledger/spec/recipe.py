@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from trainledger.spec.base import Spec
 
 Method = Literal["pretrain", "full", "lora", "qlora", "inference"]
-Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "mxfp8-mixed", "nvfp4-mixed", "bf16", "fp16"]
 Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["sdpa", "flash", "eager"]
@@ -24,11 +24,24 @@ ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
 #: ``bf16-mixed`` is ``Trainer(bf16=True)``: fp32 weights, grads and optimizer states, bf16 autocast.
 #: ``bf16`` is pure bf16: weights, gradients and optimizer states all bf16.
 #: ``fp8-mixed`` is Transformer-Engine style: fp8 matmuls, bf16 elsewhere, fp32 master + states.
+#: ``mxfp8-mixed`` and ``nvfp4-mixed`` are the block-scaled Transformer Engine recipes of Blackwell
+#: (TE ``MXFP8BlockScaling`` and ``NVFP4BlockScaling``): the linear layers' GEMMs run in the
+#: block-scaled dtype named by ``gemm`` (units.DTYPE_BYTES gives its bytes with the scales), every
+#: other op in bf16 (``compute``: ``fp8`` means "16-bit activations, low-precision GEMMs", as for
+#: fp8-mixed). Weights are bf16 with an fp32 master copy, and weight gradients fp32: Megatron turns
+#: on ``accumulate_allreduce_grads_in_fp32`` with ``--bf16`` (megatron/training/arguments.py), and the
+#: NVFP4 recipe keeps the main weights, weight gradients and optimizer states in FP32 (arXiv:2509.25149).
+#: Each quantized weight copy that a linear layer saves for its backward is a memory term
+#: (estimate/memory/model.py ``model_states``).
 PRECISION_POLICY: dict[str, dict[str, str]] = {
     "fp32": {"weights": "fp32", "compute": "fp32", "grads": "fp32", "master": "none", "states": "fp32"},
     "bf16-mixed": {"weights": "fp32", "compute": "bf16", "grads": "fp32", "master": "none", "states": "fp32"},
     "fp16-mixed": {"weights": "fp32", "compute": "fp16", "grads": "fp32", "master": "none", "states": "fp32"},
     "fp8-mixed": {"weights": "bf16", "compute": "fp8", "grads": "bf16", "master": "fp32", "states": "fp32"},
+    "mxfp8-mixed": {"weights": "bf16", "compute": "fp8", "gemm": "mxfp8", "grads": "fp32", "master": "fp32",
+                    "states": "fp32"},
+    "nvfp4-mixed": {"weights": "bf16", "compute": "fp8", "gemm": "nvfp4", "grads": "fp32", "master": "fp32",
+                    "states": "fp32"},
     "bf16": {"weights": "bf16", "compute": "bf16", "grads": "bf16", "master": "none", "states": "bf16"},
     "fp16": {"weights": "fp16", "compute": "fp16", "grads": "fp16", "master": "none", "states": "fp16"},
 }
@@ -42,7 +55,16 @@ INFERENCE_POLICY: dict[str, dict[str, str]] = {
     "bf16-mixed": PRECISION_POLICY["bf16"], "bf16": PRECISION_POLICY["bf16"],
     "fp16-mixed": PRECISION_POLICY["fp16"], "fp16": PRECISION_POLICY["fp16"],
     "fp8-mixed": {"weights": "fp8", "compute": "fp8", "grads": "bf16", "master": "none", "states": "bf16"},
+    # training recipes only: a plan refuses them for inference (spec/precision.py check_precision)
+    "mxfp8-mixed": PRECISION_POLICY["bf16"], "nvfp4-mixed": PRECISION_POLICY["bf16"],
 }
+
+#: block-scaled GEMM recipes -> the dtype their linear-layer GEMMs run in
+BLOCK_SCALED: dict[str, str] = {"mxfp8-mixed": "mxfp8", "nvfp4-mixed": "nvfp4"}
+#: NVFP4 recipe: share of the decoder layers whose linear layers stay in bf16. arXiv:2509.25149
+#: (selective high-precision layers): the 12B model keeps its first two and last eight of 62
+#: blocks in BF16, about 16% of the linear layers, most of them at the end of the network.
+NVFP4_BF16_LAYERS_OF: tuple[int, int] = (10, 62)
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -71,6 +93,9 @@ class Recipe(Spec):
     generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
     grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
+    fp4_bf16_layers: int | None = Field(
+        None, ge=0, le=10_000, description="--precision nvfp4-mixed: decoder layers whose linear layers stay "
+        "in bf16 [16% of the layers, rounded up, as arXiv:2509.25149 keeps 10 of 62]")
 
     @field_validator("lora_targets")
     @classmethod
@@ -84,6 +109,21 @@ class Recipe(Spec):
     def policy(self) -> dict[str, str]:
         """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes)."""
         return (INFERENCE_POLICY if self.method == "inference" else PRECISION_POLICY)[self.precision]
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype the linear layers' GEMMs run in (before the GPU is consulted)."""
+        pol = self.policy
+        return pol.get("gemm", pol["compute"])
+
+    def bf16_layers(self, num_layers: int) -> int:
+        """nvfp4-mixed: decoder layers kept in bf16 (all of them when the model is that small)."""
+        if self.precision != "nvfp4-mixed":
+            return 0
+        if self.fp4_bf16_layers is not None:
+            return min(self.fp4_bf16_layers, num_layers)
+        kept, of = NVFP4_BF16_LAYERS_OF
+        return min(num_layers, -(-num_layers * kept // of))
 
     @property
     def is_training(self) -> bool:

@@ -15,7 +15,7 @@ from pydantic import Field
 from trainledger.spec.base import Spec
 
 Engine = Literal["vllm", "sglang", "trtllm", "trtllm-0.6", "hf"]
-Quantization = Literal["none", "fp8", "int8", "awq", "gptq", "nf4", "nvfp4"]
+Quantization = Literal["none", "fp8", "int8", "awq", "gptq", "nf4", "nvfp4", "mxfp4"]
 KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8"]
 
 ENGINES: tuple[str, ...] = Engine.__args__  # type: ignore[attr-defined]
@@ -30,7 +30,8 @@ class Serving(Spec):
                            "(hf = transformers generate with DynamicCache, what `verify memory` runs)")
     quantization: Quantization = Field(
         "none", description="weight quantization: fp8 (W8A8 per-tensor), int8 (W8A8 per-channel), awq/gptq "
-        "(int4 weights, group-wise scales+zeros), nf4 (bitsandbytes), nvfp4 (FP4 W4A4, Blackwell); "
+        "(int4 weights, group-wise scales+zeros), nf4 (bitsandbytes), nvfp4 (FP4 W4A4, Blackwell), mxfp4 "
+        "(MoE experts only, as gpt-oss checkpoints ship); "
         "none = the precision's dtype")
     quant_group_size: int = Field(128, ge=-1, le=65536, description="awq/gptq group size (-1 = per channel)")
     kv_cache_dtype: KvCacheDtype = Field("auto", description="KV cache dtype; auto = the compute dtype")

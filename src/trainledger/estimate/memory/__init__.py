@@ -32,8 +32,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes "
                               "(torch/optim/adamw.py; measured on torch 2.13)", "fused AdamW: none"),
     "autocast_weight_copies": ("c·(all Linear weights): autocast casts each weight once and backward "
-                               "keeps the copy (measured on torch 2.13)", "only when weights are fp32 "
-                               "and compute is 16-bit"),
+                               "keeps the copy (measured on torch 2.13); mxfp8/nvfp4 recipes: Transformer Engine's quantized "
+                               "rowwise + columnwise copy with block scales, 2·bytes(gemm) per decoder weight",
+                               "only when weights are fp32 and compute is 16-bit, or with a block-scaled recipe"),
     "activations": ("saved tensors per layer and token, dtype-traced through the HF decoder layer "
                     "(estimate/activations.py); cf. Korthikanti et al. 2022 Table 2",
                     "recompute/PP in-flight micro-batches/TP/SP/CP applied"),

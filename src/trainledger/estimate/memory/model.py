@@ -144,7 +144,8 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     layer_norms = (sh.norms - other) * frac
     # TP splits the projections; norm weights are replicated on every TP rank (Shoeybi et al. 2019
     # §3; torch's parallelize_module leaves them whole or as SequenceParallel replicas)
-    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * t)
+    et = lay.expert_tp  # Megatron --expert-tensor-parallel-size (tp unless set)
+    layers = (sh.layers * frac - experts - layer_norms) / t + layer_norms + experts / (lay.ep * et)
     head_linear = sh.lm_head or m.vocab_size * m.hidden_size  # tied: the embedding is cast
     emb_t = head_t = t
     if torch_tp(plan):  # parallelize_module: replicated unless SP (row-wise embedding) / loss parallel
@@ -161,7 +162,7 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
         head = max(sh.embedding / emb_t, head_linear / head_t)
     P = layers + head + other
     # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
-    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / head_t
+    linear = layers - layer_norms - experts / (lay.ep * et) + head_linear / head_t
     return P, linear, layers - layer_norms, head_linear / head_t, n_layers
 
 
@@ -232,7 +233,17 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.grads = grads / N if lay.zero >= 2 else grads
     temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
-    if lay.zero == 3 and not RT.fsdp_sharded(plan):
+    if "gemm" in pol and training and not lora:
+        # block-scaled recipes (mxfp8-mixed, nvfp4-mixed): each Transformer Engine linear quantizes
+        # its bf16 weight in forward and saves it for the dgrad GEMM with both usages, rowwise
+        # (fprop) and columnwise (dgrad) (TE pytorch/module/linear.py: ``weightmat.update_usage(
+        # columnwise_usage=True)`` before saving), each at DTYPE_BYTES[gemm] with its block scales.
+        # Freed layer by layer in backward like autocast copies; the lm_head and nvfp4's bf16
+        # layers are not quantized.
+        kept = r.bf16_layers(m.num_layers) / m.num_layers if pol["gemm"] == "nvfp4" else 0.0
+        parts.copies = quantizable * (1.0 - kept) * 2 * DTYPE_BYTES[pol["gemm"]]
+        parts.copies_head = 0.0
+    elif lay.zero == 3 and not RT.fsdp_sharded(plan):
         pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
     elif flow.autocast and r.method == "qlora":  # bnb dequantizes the 4-bit base per use, unsaved
         parts.copies = P_t * flow.c

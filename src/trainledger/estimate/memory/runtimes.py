@@ -191,6 +191,15 @@ def shapes(plan: Any) -> Shapes:
     if torch_tp(plan) and not head_full and (lay.sp or plan.runtime.loss_parallel):
         head_full = V * h / head_split  # parallelize_module unties a tied head (own DTensor)
     norm_full = float(h)
+    if lay.pp > 1:
+        # FSDP + PP (torchtitan: fully_shard on each pipeline stage's module): the first stage holds
+        # the embedding, the last the final norm and lm_head (a tied head as its own copy); the
+        # busiest stage is the one with the larger of the two, as for the other stacks
+        last = head_full or V * h / head_split
+        if last >= emb_full:
+            emb_full, head_full = 0.0, last
+        else:
+            head_full, norm_full = 0.0, 0.0
     if flat:
         root = emb_full + head_full + norm_full
         emb_local = math.ceil(root / n)
@@ -198,7 +207,7 @@ def shapes(plan: Any) -> Shapes:
     else:
         emb_local = _rows(V / vocab_split, n) * (emb_full / max(V / vocab_split, 1))
         head_local = _rows(V / head_split, n) * h if head_full else 0.0
-        norm_local = _rows(h, n)
+        norm_local = _rows(h, n) if norm_full else 0.0
     return Shapes(layer_full=max(fulls), layer_local=max(locals_), layers_local=sum(locals_),
                   emb_full=emb_full, emb_local=emb_local, head_full=head_full, head_local=head_local,
                   norm_full=norm_full, norm_local=norm_local)
@@ -474,7 +483,7 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     from trainledger.estimate.memory.states import model_shape, optimizer_state_bytes
 
     r, lay = plan.recipe, plan.layout
-    N = shard_group(plan)
+    N = _megatron_shards(plan, P, shard_group(plan))
     pol = r.policy
     c = 2.0 if pol["compute"] in ("bf16", "fp16", "fp8") else 4.0
     z = lay.zero
@@ -495,6 +504,22 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
         parts.zero_buf = 2 * unit * c + unit * FP32
     else:
         parts.zero_buf = 0.0
+
+
+def _megatron_shards(plan: Any, P: float, N: int) -> float:
+    """Effective shard count of a rank's states: the distributed optimizer shards dense parameters
+    over the data-parallel group (N) and expert parameters over the expert-data-parallel group
+    EDP = tp·cp·dp / (etp·ep) (megatron/core/parallel_state.py; MoE parallel folding,
+    arXiv:2504.14960 §3), so a rank holds (P - E)/N + E/EDP of its P parameters, E of them experts."""
+    from trainledger.estimate.memory.states import model_shape
+    from trainledger.estimate.stage import Stage
+
+    m, lay = plan.model, plan.layout
+    if m.moe is None or not P:
+        return float(N)
+    e = model_shape(m).experts * Stage.of(plan).layers / m.num_layers / (lay.ep * lay.expert_tp)
+    e = min(e, P)
+    return P / ((P - e) / N + e / lay.expert_dp)
 
 
 def runtime_note(plan: Any) -> str:

@@ -57,6 +57,10 @@ _SOURCES = {
     "dp": "ring all-reduce 2(d-1)/d (Patarasuk & Yuan 2009); ZeRO-3 (2m+1)(d-1)/d (Rajbhandari et al. 2020, §7.2.2)",
     "tp": "4 all-reduces of b·s·h per layer per micro-batch (Shoeybi et al. 2019, §3)",
     "pp": "one activation + one gradient of b·s·h per micro-batch (Narayanan et al. 2021, §2.2)",
+    "edp": "expert gradients over the expert-data-parallel group EDP = tp·cp·dp/(etp·ep), ring 2(d-1)/d "
+           "(Megatron-Core MoE parallel folding, arXiv:2504.14960 §3)",
+    "ep": "token dispatch + combine all-to-all of b·s·k·h/tp per MoE layer, forward and backward "
+          "(Lepikhin et al. 2020, GShard §2.2)",
 }
 
 
@@ -91,11 +95,27 @@ def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
     st = Stage.of(plan)
     s_local, layers = r.seq_len // lay.cp, st.layers
     stage = lay.tp * lay.cp * lay.dp_size
-    return {
+    out = {
         "dp": (dp, d, lay.tp),
         "tp": (tp_bytes(layers, mb, r.micro_batch, s_local, m.hidden_size, lay.tp, act), lay.tp, 1),
         "pp": (pp_bytes(mb, r.micro_batch, s_local, m.hidden_size, act) if lay.pp > 1 else 0.0, 2, stage),
     }
+    folded = lay.ep > 1 or lay.expert_tp != lay.tp
+    if m.moe is not None and folded and r.method in ("pretrain", "full"):
+        # experts: E/(ep·etp) per rank, their gradients synchronized over EDP only; the dense rest
+        # over the data-parallel group as before
+        x = m.params.breakdown.get("experts", 0)
+        p_dense = (trainable_params(plan) - x) / (lay.tp * lay.pp)
+        p_exp = x / (lay.pp * lay.ep * lay.expert_tp)
+        e = lay.expert_dp
+        out["dp"] = (zero3_bytes(p_dense * act, d, mb) if lay.zero >= 3 else ring_all_reduce_bytes(p_dense * grad, d),
+                     d, lay.tp)
+        out["edp"] = (zero3_bytes(p_exp * act, e, mb) if lay.zero >= 3 else ring_all_reduce_bytes(p_exp * grad, e),
+                      e, lay.expert_tp * lay.ep)
+        moe_layers = st.moe_layers
+        a2a = 4 * moe_layers * mb * r.micro_batch * s_local * m.moe.top_k * m.hidden_size * act / lay.tp
+        out["ep"] = (a2a * (lay.ep - 1) / lay.ep, lay.ep, lay.expert_tp)
+    return out
 
 
 def interconnect_section(plan: Plan, options: CostOptions | None = None, memory: Any = None,

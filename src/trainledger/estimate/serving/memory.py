@@ -138,7 +138,8 @@ def weight_bytes(plan: Plan, fmt: WeightFormat | None = None) -> float:
             n_mat = max(g.experts, 1)
             div = 1 if g.split == "none" else t
             per = g.k * g.n * n_mat / div
-            per_layer += per * (fmt.other_bytes if g.name == "router" else fmt.linear_bytes(g.k, g.n))
+            plain = g.name == "router" or (fmt.experts_only and not g.experts)
+            per_layer += per * (fmt.other_bytes if plain else fmt.linear_bytes(g.k, g.n))
         total += kind.count * per_layer * frac
     bd = m.params.breakdown
     emb = m.params.embedding

@@ -15,6 +15,12 @@ Symbols: K input features of a linear layer, N output features, g the group size
 * ``nvfp4``: FP4 (E2M1) weights and activations with one FP8 (E4M3) scale per 16 values and one
   fp32 scale per tensor (NVIDIA, "Introducing NVFP4", 2025; ModelOpt ``NVFP4`` checkpoints, vLLM
   ``modelopt_fp4``): 0.5 + 1/16 bytes per weight; the GEMMs run on Blackwell's FP4 tensor cores.
+* ``mxfp4``: OCP MX FP4 (E2M1) with one E8M0 scale per 32 values, 0.5 + 1/32 bytes per weight, on
+  the routed experts only — how the gpt-oss checkpoints ship (config.json ``quantization_config``:
+  ``quant_method: mxfp4``, ``modules_to_not_convert``: attention, router, embedding, lm_head) and
+  how vLLM serves them (``Mxfp4Config``: FusedMoE layers quantized, other linears unquantized).
+  The expert GEMMs are modelled as dequantized into the 16-bit GEMM (W4A16; the triton
+  ``matmul_ogs`` kernel on Hopper), also on Blackwell, whose W4A8 path is not modelled.
 * ``nf4``: bitsandbytes 4-bit NF4 with double quantization, 0.5 + 1/64 + 4/(64·256) bytes
   (Dettmers et al. 2023, arXiv:2305.14314, §3).
 
@@ -42,6 +48,9 @@ NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 #: NVFP4: one E4M3 scale (1 byte) per 16-value micro-block
 NVFP4_BLOCK = 16
 NVFP4_SCALE_BYTES = 1.0
+#: OCP Microscaling Formats (MX) v1.0, Table 1: one 8-bit E8M0 scale per 32-element block
+MX_BLOCK = 32
+MX_SCALE_BYTES = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +80,14 @@ class WeightFormat:
             return NF4_BYTES_PER_WEIGHT
         if q == "nvfp4":
             return INT4_BYTES + NVFP4_SCALE_BYTES / NVFP4_BLOCK
+        if q == "mxfp4":
+            return INT4_BYTES + MX_SCALE_BYTES / MX_BLOCK
         return self.other_bytes
+
+    @property
+    def experts_only(self) -> bool:
+        """Whether only the routed experts are quantized (mxfp4, as gpt-oss ships)."""
+        return self.quantization == "mxfp4"
 
 
 def weight_format(weights_dtype: str, compute_dtype: str, quantization: str, group_size: int) -> WeightFormat:
@@ -90,6 +106,9 @@ def weight_format(weights_dtype: str, compute_dtype: str, quantization: str, gro
                             group_size, other, act, True)
     if quantization == "nvfp4":
         return WeightFormat("NVFP4 W4A4 (E4M3 scale per 16)", "nvfp4", NVFP4_BLOCK, other, "fp4", False)
+    if quantization == "mxfp4":
+        return WeightFormat("MXFP4 experts (E8M0 scale per 32), other linears 16-bit", "mxfp4", MX_BLOCK, other,
+                            act, True)
     if quantization == "nf4":
         return WeightFormat("NF4 bitsandbytes (double-quantized absmax)", "nf4", 64, other, act, True)
     return WeightFormat(weights_dtype, "none", group_size, other, compute_dtype, False)

@@ -139,13 +139,17 @@ class Topology:
 
 
 def topology(cluster: Cluster, tp: int, cp: int, ep: int, dp: int, pp: int,
-             links: LinkEfficiency | None = None) -> Topology:
-    """Groups of a tp·cp·dp·pp layout, ranks ordered tp-cp-dp-pp (Megatron-Core default)."""
+             links: LinkEfficiency | None = None, etp: int | None = None) -> Topology:
+    """Groups of a tp·cp·dp·pp layout, ranks ordered tp-cp-dp-pp (Megatron-Core default).
+
+    Expert ranks are ordered etp-ep-edp over the same ranks (Megatron-Core MoE parallel folding,
+    arXiv:2504.14960 §3): an EP group strides by the expert TP degree ``etp`` (tp when not given).
+    """
     links = links or link_efficiency()
     return Topology(
         tp=group(cluster, tp, 1, links),
         cp=group(cluster, cp, tp, links),
-        ep=group(cluster, ep, tp, links),
+        ep=group(cluster, ep, etp or tp, links),
         dp=group(cluster, dp * cp, tp, links),
         pp_crosses_node=pp > 1 and tp * cp * dp >= cluster.gpus_per_node,
     )

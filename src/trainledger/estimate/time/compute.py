@@ -45,7 +45,8 @@ _ROLE: dict[str, tuple[str, str]] = {
     "kv_a_proj_with_mqa": ("kv_a", "none"), "kv_b_proj": ("kv_b", "col"),
     "gate_proj": ("gate", "col"), "up_proj": ("up", "col"), "gate_up_proj": ("gate_up", "col"),
     "c_fc": ("up", "col"), "dense_h_to_4h": ("up", "col"), "down_proj": ("down", "row"),
-    "dense_4h_to_h": ("down", "row"), "gate": ("router", "none"), "shared_expert_gate": ("gate", "none"),
+    "dense_4h_to_h": ("down", "row"), "gate": ("router", "none"), "router": ("router", "none"),
+    "shared_expert_gate": ("gate", "none"),
 }
 
 

@@ -45,6 +45,8 @@ class GpuEfficiency:
     gemm_tile: tuple[int, int] = (128, 256)        # output tile (M x N) of the large-GEMM kernels
 
     def matmul_max(self, dtype: str) -> float:
+        if dtype not in self.matmul and dtype in ("mxfp8", "nvfp4", "mxfp4") and "fp8" in self.matmul:
+            dtype = "fp8"  # no measured block-scaled efficiency yet: the family's fp8 value
         return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
 
     def with_matmul(self, value: float) -> "GpuEfficiency":

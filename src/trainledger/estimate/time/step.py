@@ -57,7 +57,7 @@ _PEAK: dict[tuple, float] = {}
 
 
 def _peak(gpu, dtype: str) -> float:
-    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, dtype)
+    key = (gpu.name, gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp32_tflops, gpu.mxfp8_tflops, gpu.fp4_tflops, dtype)
     v = _PEAK.get(key)
     if v is None:
         v = _PEAK[key] = gpu.peak_flop_per_s(dtype)
@@ -65,8 +65,12 @@ def _peak(gpu, dtype: str) -> float:
 
 
 def matmul_dtype(plan: Plan) -> str:
-    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores."""
+    """The dtype the GEMMs run in: fp8 only where the GPU has fp8 tensor cores; the block-scaled
+    recipes' mxfp8/nvfp4 (a plan on a GPU without those rates is refused before this)."""
     c = plan.recipe.policy["compute"]
+    gemm = plan.recipe.policy.get("gemm")
+    if gemm is not None and plan.cluster.gpu.has_native(gemm):
+        return gemm
     if c == "fp8":
         return "fp8" if plan.cluster.gpu.has_native("fp8") else "bf16"
     return c
@@ -220,10 +224,12 @@ def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
     m, pp = plan.model, plan.layout.pp
     pc = m.params
     per_layer = max(pc.per_layer) if pc.per_layer else 0
-    if ep_sharded and m.moe is not None and plan.layout.ep > 1:
+    lay = plan.layout
+    if ep_sharded and m.moe is not None and (lay.ep > 1 or lay.expert_tp != lay.tp):
         i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
         lp = m.layer_params(i)
-        per_layer = per_layer - lp.get("experts", 0) * (1 - 1 / plan.layout.ep)
+        # a rank holds E/(ep·etp) of the experts; the caller divides by tp, hence tp/(ep·etp)
+        per_layer = per_layer - lp.get("experts", 0) * (1 - lay.tp / (lay.ep * lay.expert_tp))
     layers = math.ceil(m.num_layers / pp) * per_layer
     edge = pc.breakdown.get("lm_head", 0) or pc.embedding
     return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
@@ -476,7 +482,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
     work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
                       prof.selective_gemms)
-    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links)
+    topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
     t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy

@@ -81,19 +81,25 @@ def routing_imbalance(routed_tokens: float, ep: int) -> float:
 
 
 def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
-                hbm: float, eff: GpuEfficiency, eta: float, bpe: float) -> float:
+                hbm: float, eff: GpuEfficiency, eta: float, bpe: float, etp: int | None = None) -> float:
     """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
-    busiest EP rank's share, see :func:`routing_imbalance`)."""
+    busiest EP rank's share, see :func:`routing_imbalance`).
+
+    ``etp``: the experts' own tensor-parallel degree (Megatron-Core MoE parallel folding,
+    arXiv:2504.14960): an expert GEMM is split etp ways and, as each expert shard is held by
+    tp·cp·dp / (etp·ep) ranks, receives etp/tp times the tokens it would under etp = tp.
+    """
     t = 0.0
     for g in gemms:
         k, n = g.k, g.n
+        d = (etp or tp) if g.experts else tp
         if g.split == "col":
-            n = max(1, n // tp) if n >= tp else n / tp
+            n = max(1, n // d) if n >= d else n / d
         elif g.split == "row":
-            k = max(1, k // tp) if k >= tp else k / tp
+            k = max(1, k // d) if k >= d else k / d
         if g.experts:
             local = max(1.0, g.experts / ep)
-            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep)
+            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep) * d / tp
             t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
@@ -131,6 +137,14 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
     if r.precision == "fp8-mixed":  # quantize GEMM inputs: read 2 bytes, write 1
         fwd += 3 * (3 * h_sh + 2 * f * moe_k)
         bwd += 3 * (3 * h_sh + 2 * f * moe_k)
+    elif "gemm" in r.policy:
+        # block-scaled: read the 16-bit input once, write it quantized in both directions (rowwise
+        # for fprop/dgrad, columnwise for wgrad: the 1×32 / 1×16 blocks run along the reduction
+        # dimension of each GEMM) with their block scales; NVFP4's 16×16 Hadamard transform of
+        # the wgrad inputs (arXiv:2509.25149) is fused into that cast by Transformer Engine
+        q = 2 + 2 * DTYPE_BYTES[r.policy["gemm"]]
+        fwd += q * (3 * h_sh + 2 * f * moe_k)
+        bwd += q * (3 * h_sh + 2 * f * moe_k)
     return fwd, bwd
 
 
@@ -157,12 +171,18 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
     stage_layers = math.ceil(m.num_layers / pp)
+    # share of the decoder layers whose GEMMs the nvfp4 recipe keeps in bf16 (spread evenly; with
+    # pp the last stage, which holds most of them, is slower than this average)
+    hp_share = r.bf16_layers(m.num_layers) / m.num_layers if matmul_dtype == "nvfp4" else 0.0
     share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
     mm = att = ew = 0.0
     for kind in layer_kinds(m):
         nl = kind.count * share
         base, router = _split_router(kind.gemms)
-        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, lay.expert_tp)
+        if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149)
+            t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
+                                              lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
         t_lora = 0.0
         if frozen:

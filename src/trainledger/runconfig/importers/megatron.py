@@ -56,7 +56,9 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
         "grad_div_ar_fusion", "max_steps", "use_megatron_fsdp", "data_parallel_sharding_strategy", "recompute_modules", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
-        "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func"}
+        "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func",
+        "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
+        "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -246,6 +248,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     res.set("pp", pp, where)
     res.set("cp", _int(a, "context_parallel_size", where), where)
     res.set("ep", _int(a, "expert_model_parallel_size", where), where)
+    res.set("etp", _int(a, "expert_tensor_parallel_size", where), where)
     if tp > 1:
         res.set("sp", _on(a, "sequence_parallel"), where)
     vp = _int(a, "virtual_pipeline_model_parallel_size", where)
@@ -258,7 +261,14 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     res.set("micro_batch", _int(a, "micro_batch_size", where), where)
     res.set("seq_len", _int(a, "seq_length", where) or _int(a, "encoder_seq_length", where), where)
     prec = str(a.get("precision", "")).lower()
-    if a.get("fp8_format") or _on(a, "fp8") or "fp8" in prec:
+    if a.get("fp4_format") or _on(a, "fp4"):  # --fp4-format e2m1 (--fp4-recipe nvfp4, the only one)
+        res.set("precision", "nvfp4-mixed", where)
+        # --first-last-layers-bf16: 1 + 1 layers unless --num-layers-at-{start,end}-in-bf16 say more
+        kept = (_int(a, "num_layers_at_start_in_bf16", where) or 1) + (_int(a, "num_layers_at_end_in_bf16", where) or 1)
+        res.set("fp4_bf16_layers", kept if _on(a, "first_last_layers_bf16") else 0, where)
+    elif (a.get("fp8_format") or _on(a, "fp8")) and str(a.get("fp8_recipe", "")).lower() == "mxfp8":
+        res.set("precision", "mxfp8-mixed", where)
+    elif a.get("fp8_format") or _on(a, "fp8") or "fp8" in prec:
         res.set("precision", "fp8-mixed", where)
     elif _on(a, "bf16") or prec in ("bf16", "bf16-mixed"):
         res.set("precision", "bf16-mixed", where)
