@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from trainledger.spec.plan import Plan
 from trainledger.estimate.memory.model import Parts, activations, inference, model_states
-from trainledger.estimate.memory import runtimes as RT
+from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.options import MemoryOptions
 
@@ -96,8 +96,8 @@ def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[P
     model_states(plan, x)
     if plan.recipe.is_training:
         activations(plan, opts, x)
-        if RT.fsdp_sharded(plan):
-            points = RT.fsdp_points(plan, x)
+        if fsdp_sharded(plan):
+            points = fsdp_points(plan, x)
         else:
             points = _training_points(plan, x)
             if x.grads_static:
