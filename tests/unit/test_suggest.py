@@ -1,7 +1,7 @@
 """The suggestion search (estimate/memory/suggest.py) and the fast paths it runs on.
 
-The search measures each variant plan with ``phases.fit_bytes`` on a plan built by
-``Plan.of_parts``, and its combined search reuses the first round. The expected results come
+The search measures each variant plan with ``phases.fit_bytes`` (no terms, notes or timeline),
+builds a variant copying only the parts it changes, and its combined search reuses the first round. The expected results come
 from the slow definition, written out here: every variant validated as ``Plan(...)`` and measured
 by the full ``estimate_memory``, the combined search re-measuring every round.
 """
@@ -144,42 +144,6 @@ def test_fit_bytes_are_the_estimates_figures(name):
     for p in variants:
         est = estimate_memory(p, OPTS, suggest=False)
         assert phases.fit_bytes(p, OPTS) == (est.peak_allocated_bytes, est.device_total_bytes, est.budget_bytes)
-
-
-# ---------------------------------------------------------------- Plan.of_parts
-def _parts(p, **changes):
-    d = dict(model=p.model, recipe=p.recipe, layout=p.layout, cluster=p.cluster, headroom=p.headroom)
-    d.update(changes)
-    return d
-
-
-def test_plan_of_parts_is_the_validated_plan():
-    p = _plan(dict(model="llama-3.1-8b", gpus=16, tp=2, seq_len=4096, global_batch=64))
-    for changes in ({}, {"layout": p.layout.model_copy(update={"dp": None, "zero": 3})},
-                    {"recipe": p.recipe.model_copy(update={"grad_accum": 1})}):  # global batch: grad_accum derived
-        fast, slow = Plan.of_parts(**_parts(p, **changes)), Plan(**_parts(p, **changes))
-        assert fast == slow
-        assert fast.model_fields_set == slow.model_fields_set
-        assert fast.runtime == slow.runtime and fast.serving == slow.serving
-    assert Plan.of_parts(**_parts(p)).recipe.grad_accum == 64 // (1 * 8)  # 64 samples over dp 8, b=1
-
-
-@pytest.mark.parametrize("change, field", [
-    (lambda p: {"recipe": p.recipe.model_copy(update={"precision": "bf16"})}, None),  # V100: no bf16
-    (lambda p: {"layout": p.layout.model_copy(update={"tp": 3, "dp": None})}, "tp"),
-    (lambda p: {"recipe": p.recipe.model_copy(update={"method": "lora", "lora_targets": ("nothing",)})},
-     "lora_targets"),
-    (lambda p: {"headroom": 0.95}, None),  # out of bounds: the validating path refuses it
-])
-def test_plan_of_parts_refuses_what_the_plan_refuses(change, field):
-    p = _plan(dict(model="llama-3.2-1b", gpu="v100-sxm2-16gb", gpus=2))
-    with pytest.raises((TrainledgerError, ValueError)) as slow:
-        Plan(**_parts(p, **change(p)))
-    with pytest.raises((TrainledgerError, ValueError)) as fast:
-        Plan.of_parts(**_parts(p, **change(p)))
-    assert type(fast.value) is type(slow.value)
-    if field:
-        assert fast.value.field == field
 
 
 # ---------------------------------------------------------------- cached derivations

@@ -73,22 +73,6 @@ class Plan(Spec):
             raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}", field="cp")
         return self
 
-    @classmethod
-    def of_parts(cls, model: ModelSpec, recipe: Recipe, layout: Layout, cluster: Cluster,
-                 headroom: float) -> "Plan":
-        """``Plan(model=..., recipe=..., layout=..., cluster=..., headroom=...)`` of parts that are
-        already validated instances (the default runtime and serving, as that call gives): the
-        same plan-level checks and derivations (:meth:`_resolve`), without pydantic walking the
-        parts again. For hot paths that derive many plans from one (the suggestion search)."""
-        parts = ((model, ModelSpec), (recipe, Recipe), (layout, Layout), (cluster, Cluster))
-        if any(type(v) is not t for v, t in parts) or not (type(headroom) is float and 0.0 <= headroom < 0.9):
-            return cls(model=model, recipe=recipe, layout=layout, cluster=cluster, headroom=headroom)
-        fields = cls.model_fields
-        plan = cls.model_construct(_fields_set=_PARTS, model=model, recipe=recipe, layout=layout,
-                                   cluster=cluster, runtime=fields["runtime"].default,
-                                   serving=fields["serving"].default, headroom=headroom)
-        return plan._resolve()
-
     @property
     def global_batch(self) -> int:
         """Samples per optimizer step over all data-parallel replicas."""
@@ -100,6 +84,3 @@ class Plan(Spec):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.recipe.seq_len
-
-
-_PARTS = {"model", "recipe", "layout", "cluster", "headroom"}
