@@ -20,7 +20,7 @@ from trainledger.estimate.options import MemoryOptions
 
 MAX_SUGGESTIONS = 6
 
-#: (peak allocated, device total, budget) bytes of a variant plan, or None when it cannot be built
+#: (peak allocated, device total, budget) bytes of a variant plan (``phases.fit_bytes``)
 Fit = tuple[int, int, int]
 
 
@@ -77,10 +77,6 @@ def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
                 lambda n=n: _with(plan, layout={"zero": 3}, gpus=n))
 
 
-def _fit(new: Plan, opts: MemoryOptions) -> Fit:
-    return fit_bytes(new, opts)
-
-
 def _row(change: str, fit: Fit, current: _Current) -> dict[str, Any]:
     peak, total, _ = fit
     return {"change": change, "peak_allocated_bytes": peak, "device_total_bytes": total,
@@ -101,7 +97,7 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
         except (TrainledgerError, ValueError):
             tried.append(None)
             continue
-        fit = _fit(new, opts)
+        fit = fit_bytes(new, opts)
         tried.append((new, fit))
         if fit[1] > fit[2]:
             continue
@@ -136,7 +132,7 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
                     new = build()
                 except (TrainledgerError, ValueError):
                     continue
-                fit = _fit(new, opts)
+                fit = fit_bytes(new, opts)
             if fit[1] <= 0.9 * best_total:
                 step = (label, new, fit)
                 break

@@ -79,17 +79,16 @@ def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures
     time model's frozen dataclasses, or None) are remembered; anything else is derived anew."""
     if not (_frozen(compute) and _frozen(time)):
         return _run_figures(plan, compute, time)
-    key = (id(plan), id(compute), id(time))
     hit = _LAST_RUN[0]
-    if hit is not None and hit[0] == key and hit[1] is plan and hit[2] is compute and hit[3] is time:
-        return hit[4]
+    if hit is not None and hit[0] is plan and hit[1] is compute and hit[2] is time:
+        return hit[3]
     run = _run_figures(plan, compute, time)
-    _LAST_RUN[0] = (key, plan, compute, time, run)  # holds the objects: their ids stay theirs
+    _LAST_RUN[0] = (plan, compute, time, run)
     return run
 
 
-#: the last (ids, plan, compute, time, RunFigures): the sections of one ledger share one result
-_LAST_RUN: list[tuple[tuple[int, int, int], Any, Any, Any, RunFigures] | None] = [None]
+#: the last (plan, compute, time, RunFigures): the sections of one ledger share one result
+_LAST_RUN: list[tuple[Any, Any, Any, RunFigures] | None] = [None]
 
 
 def _frozen(obj: Any) -> bool:
