@@ -65,7 +65,7 @@ class Stage:
     def _derive(cls, plan: Plan) -> "Stage":
         m, r, lay = plan.model, plan.recipe, plan.layout
         layers = -(-m.num_layers // lay.pp)
-        n_moe_total = sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.moe else 0
+        n_moe_total = sum(m.moe_layer_mask) if m.moe else 0  # is_moe_layer(i) of every layer
         moe_layers = min(layers, -(-n_moe_total // lay.pp)) if n_moe_total else 0
         pol = r.policy
         return cls(seq_per_rank=r.seq_len / lay.cp, tokens_per_micro_batch=r.micro_batch * r.seq_len / lay.cp,

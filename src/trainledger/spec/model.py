@@ -15,7 +15,7 @@ transformers model built from the same config (tested on the meta device for eve
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -200,9 +200,7 @@ class ModelSpec(Spec):
 
     def lora_params(self, targets: tuple[str, ...], rank: int) -> int:
         """Trainable LoRA parameters for peft ``target_modules=targets`` at rank r (exact)."""
-        from trainledger.spec.layers import lora_params
-
-        return lora_params(self, tuple(targets), rank)
+        return _lora_params(self, tuple(targets), rank)
 
     def weight_bytes(self, bytes_per_param: float) -> int:
         """Bytes of all weights stored at ``bytes_per_param`` (2 for bf16)."""
@@ -283,3 +281,13 @@ class ModelSpec(Spec):
             embedding=bd["embedding"] + bd.get("position_embedding", 0),
             per_layer=tuple(per_layer),
         )
+
+
+@lru_cache(maxsize=4096)
+def _lora_params(m: ModelSpec, targets: tuple[str, ...], rank: int) -> int:
+    """``ModelSpec.lora_params``, once per (spec, targets, rank): every Plan with a LoRA recipe
+    checks it, and the suggestion search builds several such plans per estimate. Keyed by the
+    spec's field values (pydantic's hash and ==), so a ``model_copy`` with changes is a new key."""
+    from trainledger.spec.layers import lora_params
+
+    return lora_params(m, targets, rank)

@@ -3,8 +3,9 @@
 ``estimate_memory(plan, opts)`` predicts what ``torch.cuda.max_memory_allocated()`` reports in a
 steady-state step of the reference runtime (PyTorch + transformers + peft + torch.distributed,
 CUDA defaults), the allocator's reserved memory, and the device total with the CUDA context and
-library workspaces. The phase model is in :mod:`.memory_model`, activations in
-:mod:`.activations`, model states in :mod:`.memory_states`, suggestions in :mod:`.memory_suggest`.
+library workspaces. The phase model is in :mod:`.model`, the moments of a step and their peak in
+:mod:`.phases`, activations in :mod:`.activations`, model states in :mod:`.states`, suggestions
+in :mod:`.suggest`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
-from trainledger.estimate.memory.model import Parts, activations, inference, model_states
 from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.memory.phases import peak_bytes, step_points
+from trainledger.estimate.memory.suggest import suggestions
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.terms import Term
 
@@ -128,75 +130,6 @@ class MemoryEstimate:
                 f"{gib(self.budget_bytes):.2f} GiB usable under {self.framework}")
 
 
-def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
-    """The moments of a steady-state training step, each as term -> bytes.
-
-    Backward is walked at both ends of the layer loop: memory changes linearly with the number j
-    of layers done (activations and copies freed, gradients added), so the maximum is at j = 0 or
-    j = n-1; each layer's backward adds its working set (gradients of its widest tensors).
-    """
-    r = plan.recipe
-    ga = r.grad_accum > 1 or plan.layout.pp > 1
-    g_prev = x.grads if ga else 0.0
-    n = max(x.n_layers, 1)
-    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
-            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
-    recompute = r.recompute == "full"
-    # autocast copies alive at the end of forward: all (the autocast cache holds them even for
-    # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
-    copies_bwd = x.copies_head if recompute else x.copies
-    # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
-    # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
-    # saved for backward, i.e. not at all inside a checkpointed layer
-    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
-               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
-               dynamic_cache=x.cache, other=x.inputs)
-    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
-              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
-    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
-              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
-              logits=x.logits_grad, other=x.inputs)
-    points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
-              ("backward", "lm_head backward", b1)]
-    if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
-        points.insert(0, ("forward", "last layer forward", dict(
-            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
-                                                                         else 0.0),
-            activations=x.acts + x.act_layer,
-            other=x.inputs)))
-
-    def grads_after(j: int) -> float:
-        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
-
-    for j in (0, n - 1):
-        keep = (n - j) / n
-        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
-        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
-        label = "last layer backward" if j == 0 else "first layer backward"
-        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
-                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
-    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
-    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
-    points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
-    return points
-
-
-def _bucket_view(d: dict[str, float]) -> dict[str, float]:
-    out = dict(d)
-    out["gradients"] = out.pop("ddp_buckets", 0.0)
-    return out
-
-
-def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
-    pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
-                                    "activations": x.infer_work, "other": x.inputs})]
-    if x.decode_work:
-        pts.append(("decode", "last decode step", {"weights": x.weights, "kv_cache": x.kv_cache,
-                                                   "activations": x.decode_work}))
-    return pts
-
-
 def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
     """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
     opts = opts or MemoryOptions()
@@ -205,37 +138,14 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
 
         return memory_estimate(plan, opts)
     rt = runtime_defaults()
-    x = Parts()
-    model_states(plan, x)
-    if plan.recipe.is_training:
-        activations(plan, opts, x)
-        if RT.fsdp_sharded(plan):
-            points = RT.fsdp_points(plan, x)
-        else:
-            points = _training_points(plan, x)
-            if x.grads_static:
-                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
-                          for ph, lb, d in points]
-            if plan.runtime.gradient_as_bucket_view and x.ddp:
-                # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
-                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
-    else:
-        inference(plan, opts, x, rt.paged_block_tokens)
-        points = _inference_points(x)
-    totals = [(ph, sum(d.values())) for ph, _, d in points]
-    i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
-    peak_phase = totals[i_peak][0]
-    breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
-    peak = sum(breakdown.values())
+    x, points = step_points(plan, opts, rt)
+    pk = peak_bytes(points, opts, rt)
+    totals, breakdown, peak, reserved = pk.totals, pk.breakdown, pk.allocated, pk.reserved
+    context, workspace = pk.context, pk.workspace
+    peak_phase = totals[pk.index][0]
     phases: dict[str, int] = {}
     for ph, tot in totals:
         phases[ph] = max(phases.get(ph, 0), int(tot))
-    reserve = opts.allocator_reserve_fraction
-    reserve = rt.reserve_fraction if reserve is None else reserve
-    reserved = int(peak * (1 + reserve))
-    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
-    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
-    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
     if plan.recipe.is_training:
         idle = int(sum(v for k, v in points[-1][2].items() if k not in ("gradients", "optimizer_temporaries")))
     else:
@@ -259,8 +169,6 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         notes=_notes(plan), framework=RT.framework(plan),
     )
     if suggest and opts.suggestions and not est.fits:
-        from trainledger.estimate.memory.suggest import suggestions
-
         est.suggestions = suggestions(plan, opts, est)
     return est
 

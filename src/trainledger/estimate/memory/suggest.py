@@ -1,6 +1,7 @@
 """When a plan does not fit: the cheapest changes that make it fit, each with its new peak.
 
-Every suggestion is computed by re-running the memory estimate on a modified plan; the order is
+Every suggestion is computed by re-running the memory model on a modified plan (its peak and device
+bytes only: ``.phases.fit_bytes``, the same figures ``estimate_memory`` reports); the order is
 the usual order of cost (speed or quality given up): fused optimizer, smaller micro-batch with more
 accumulation, full recomputation, 16-bit weights, ZeRO stages, 8-bit optimizer states, optimizer
 offload, LoRA, QLoRA, then more GPUs with ZeRO-3.
@@ -9,29 +10,34 @@ offload, LoRA, QLoRA, then more GPUs with ZeRO-3.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
+from trainledger.estimate.memory.phases import fit_bytes
 from trainledger.estimate.options import MemoryOptions
 
-if TYPE_CHECKING:
-    from trainledger.estimate.memory import MemoryEstimate
-
 MAX_SUGGESTIONS = 6
+
+#: (peak allocated, device total, budget) bytes of a variant plan (``phases.fit_bytes``)
+Fit = tuple[int, int, int]
+
+
+class _Current(Protocol):  # the MemoryEstimate being improved: only its device total is read
+    device_total_bytes: int
 
 
 def _with(plan: Plan, recipe: dict[str, Any] | None = None, layout: dict[str, Any] | None = None,
           gpus: int | None = None) -> Plan:
-    rec = plan.recipe.model_copy(update=recipe or {})
+    rec = plan.recipe.model_copy(update=recipe) if recipe else plan.recipe
     lay_upd = dict(layout or {})
     cluster = plan.cluster
     if gpus is not None:
         per_node = min(gpus, cluster.gpus_per_node)
         cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
         lay_upd["dp"] = None
-    lay = plan.layout.model_copy(update=lay_upd)
+    lay = plan.layout.model_copy(update=lay_upd) if lay_upd else plan.layout
     return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, headroom=plan.headroom)
 
 
@@ -71,68 +77,70 @@ def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
                 lambda n=n: _with(plan, layout={"zero": 3}, gpus=n))
 
 
-def suggestions(plan: Plan, opts: MemoryOptions, current: MemoryEstimate) -> list[dict[str, Any]]:
-    """The cheapest single changes that make ``plan`` fit (see module docstring)."""
-    from trainledger.estimate.memory import estimate_memory
+def _row(change: str, fit: Fit, current: _Current) -> dict[str, Any]:
+    peak, total, _ = fit
+    return {"change": change, "peak_allocated_bytes": peak, "device_total_bytes": total,
+            "peak_allocated_gib": round(gib(peak), 2),
+            "saves_gib": round(gib(current.device_total_bytes - total), 2), "fits": True}
 
+
+def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict[str, Any]]:
+    """The cheapest single changes that make ``plan`` fit (see module docstring)."""
     out: list[dict[str, Any]] = []
     seen_micro = seen_gpus = False
+    tried: list[tuple[Plan, Fit] | None] = []  # every candidate, in order, while none fits
     for label, build in _candidates(plan):
         if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
             continue
         try:
             new = build()
         except (TrainledgerError, ValueError):
+            tried.append(None)
             continue
-        est = estimate_memory(new, opts, suggest=False)
-        if not est.fits:
+        fit = fit_bytes(new, opts)
+        tried.append((new, fit))
+        if fit[1] > fit[2]:
             continue
         seen_micro = seen_micro or label.startswith("micro-batch")
         seen_gpus = seen_gpus or "GPUs with" in label
-        out.append({
-            "change": label,
-            "peak_allocated_bytes": est.peak_allocated_bytes,
-            "device_total_bytes": est.device_total_bytes,
-            "peak_allocated_gib": round(gib(est.peak_allocated_bytes), 2),
-            "saves_gib": round(gib(current.device_total_bytes - est.device_total_bytes), 2),
-            "fits": True,
-        })
+        out.append(_row(label, fit, current))
         if len(out) >= MAX_SUGGESTIONS:
             break
-    if not out:
-        combo = _combined(plan, opts, current)
+    if not out:  # nothing fit, nothing skipped: ``tried`` holds every candidate of ``plan``
+        combo = _combined(plan, opts, current, tried)
         if combo:
             out.append(combo)
     return out
 
 
-def _combined(plan: Plan, opts: MemoryOptions, current: MemoryEstimate) -> dict[str, Any] | None:
+def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
+              first: list[tuple[Plan, Fit] | None]) -> dict[str, Any] | None:
     """No single change fits: apply changes in cost order, each one that saves at least 10%,
-    until the plan fits (at most 8 rounds)."""
-    from trainledger.estimate.memory import estimate_memory
-
+    until the plan fits (at most 8 rounds). ``first``: the candidates of ``plan`` already built
+    and measured by ``suggestions`` (the first round reuses them)."""
     labels: list[str] = []
-    best = current
-    for _ in range(8):
+    best_total = current.device_total_bytes
+    for round_ in range(8):
         step = None
-        for label, build in _candidates(plan):
-            try:
-                new = build()
-            except (TrainledgerError, ValueError):
-                continue
-            est = estimate_memory(new, opts, suggest=False)
-            if est.device_total_bytes <= 0.9 * best.device_total_bytes:
-                step = (label, new, est)
+        for i, (label, build) in enumerate(_candidates(plan)):
+            if round_ == 0:
+                if first[i] is None:
+                    continue
+                new, fit = first[i]
+            else:
+                try:
+                    new = build()
+                except (TrainledgerError, ValueError):
+                    continue
+                fit = fit_bytes(new, opts)
+            if fit[1] <= 0.9 * best_total:
+                step = (label, new, fit)
                 break
         if step is None:
             return None
         labels.append(step[0])
-        plan, best = step[1], step[2]
-        if best.fits:
-            return {"change": " + ".join(labels),
-                    "peak_allocated_bytes": best.peak_allocated_bytes,
-                    "device_total_bytes": best.device_total_bytes,
-                    "peak_allocated_gib": round(gib(best.peak_allocated_bytes), 2),
-                    "saves_gib": round(gib(current.device_total_bytes - best.device_total_bytes), 2),
-                    "fits": True}
+        plan, fit = step[1], step[2]
+        best_total = fit[1]
+        if fit[1] <= fit[2]:
+            return _row(" + ".join(labels), fit, current)
     return None

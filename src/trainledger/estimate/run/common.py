@@ -74,6 +74,29 @@ class RunFigures:
 
 
 def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures:
+    """The run figures of (plan, compute, time), derived once: every section of one ledger asks
+    for them with the same three objects (see :func:`_run_figures`). Only immutable inputs (the
+    time model's frozen dataclasses, or None) are remembered; anything else is derived anew."""
+    if not (_frozen(compute) and _frozen(time)):
+        return _run_figures(plan, compute, time)
+    hit = _LAST_RUN[0]
+    if hit is not None and hit[0] is plan and hit[1] is compute and hit[2] is time:
+        return hit[3]
+    run = _run_figures(plan, compute, time)
+    _LAST_RUN[0] = (plan, compute, time, run)
+    return run
+
+
+#: the last (plan, compute, time, RunFigures): the sections of one ledger share one result
+_LAST_RUN: list[tuple[Any, Any, Any, RunFigures] | None] = [None]
+
+
+def _frozen(obj: Any) -> bool:
+    params = getattr(type(obj), "__dataclass_params__", None)
+    return obj is None or (params is not None and params.frozen)
+
+
+def _run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures:
     """Step time, cluster tokens/s, run seconds and GPU-hours from the time model's results.
 
     Reads ``compute.step_time_s`` (or ``time.step_time_s``), ``compute.mfu`` and ``time.total_s``

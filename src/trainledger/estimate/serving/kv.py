@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainledger.spec.model import ModelSpec
 from trainledger.units import DTYPE_BYTES
@@ -61,6 +62,7 @@ def kv_dtype(kv_cache_dtype: str, compute: str) -> str:
     return "bf16" if compute == "fp8" else compute
 
 
+@lru_cache(maxsize=1024)  # a pure function of the (frozen, hashable) spec: once per model and pp
 def stage_layers(m: ModelSpec, pp: int) -> tuple[float, float]:
     """(full-attention layers, sliding layers) on the busiest of ``pp`` stages."""
     n = math.ceil(m.num_layers / pp)

@@ -1,0 +1,157 @@
+"""The moments of one step and their peak: what ``estimate_memory`` and the suggestions share.
+
+``step_points(plan, opts)`` walks a steady-state step (training) or a prefill and a decode step
+(inference) and returns every moment as term -> bytes; ``peak_bytes`` turns them into the peak
+allocated, reserved and device-total bytes exactly as the full estimate reports them.
+``fit_bytes`` is that figure alone: the suggestion search (``.suggest``) calls it once per
+variant plan and needs no terms, notes or timeline. Both ``estimate_memory`` (in the package
+``__init__``) and ``.suggest`` import from here, so neither imports the other's module.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trainledger.spec.plan import Plan
+from trainledger.estimate.memory.model import Parts, activations, inference, model_states
+from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
+from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
+from trainledger.estimate.options import MemoryOptions
+
+Point = tuple[str, str, dict[str, float]]  # (phase, moment, term -> bytes)
+
+
+def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, float]]]:
+    """The moments of a steady-state training step, each as term -> bytes.
+
+    Backward is walked at both ends of the layer loop: memory changes linearly with the number j
+    of layers done (activations and copies freed, gradients added), so the maximum is at j = 0 or
+    j = n-1; each layer's backward adds its working set (gradients of its widest tensors).
+    """
+    r = plan.recipe
+    ga = r.grad_accum > 1 or plan.layout.pp > 1
+    g_prev = x.grads if ga else 0.0
+    n = max(x.n_layers, 1)
+    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
+    recompute = r.recompute == "full"
+    # autocast copies alive at the end of forward: all (the autocast cache holds them even for
+    # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
+    copies_bwd = x.copies_head if recompute else x.copies
+    # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
+    # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
+    # saved for backward, i.e. not at all inside a checkpointed layer
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
+               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
+               dynamic_cache=x.cache, other=x.inputs)
+    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
+              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
+    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
+              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
+              logits=x.logits_grad, other=x.inputs)
+    points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
+              ("backward", "lm_head backward", b1)]
+    if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", dict(
+            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
+                                                                         else 0.0),
+            activations=x.acts + x.act_layer,
+            other=x.inputs)))
+
+    def grads_after(j: int) -> float:
+        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
+
+    for j in (0, n - 1):
+        keep = (n - j) / n
+        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
+        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
+        label = "last layer backward" if j == 0 else "first layer backward"
+        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
+                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
+    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
+    points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
+    return points
+
+
+def _bucket_view(d: dict[str, float]) -> dict[str, float]:
+    out = dict(d)
+    out["gradients"] = out.pop("ddp_buckets", 0.0)
+    return out
+
+
+def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
+    pts = [("forward", "prefill", {"weights": x.weights, "kv_cache": x.kv_prefill,
+                                    "activations": x.infer_work, "other": x.inputs})]
+    if x.decode_work:
+        pts.append(("decode", "last decode step", {"weights": x.weights, "kv_cache": x.kv_cache,
+                                                   "activations": x.decode_work}))
+    return pts
+
+
+def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
+    """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines)."""
+    x = Parts()
+    model_states(plan, x)
+    if plan.recipe.is_training:
+        activations(plan, opts, x)
+        if fsdp_sharded(plan):
+            points = fsdp_points(plan, x)
+        else:
+            points = _training_points(plan, x)
+            if x.grads_static:
+                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
+                          for ph, lb, d in points]
+            if plan.runtime.gradient_as_bucket_view and x.ddp:
+                # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
+                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
+    else:
+        inference(plan, opts, x, rt.paged_block_tokens)
+        points = _inference_points(x)
+    return x, points
+
+
+class Peak(NamedTuple):
+    """The peak moment of a step and the device bytes around it."""
+
+    index: int                    # position of the peak moment in the points
+    totals: list[tuple[str, float]]  # (phase, bytes) of every moment
+    breakdown: dict[str, int]     # term -> bytes at the peak (terms > 0)
+    allocated: int                # torch.cuda.max_memory_allocated
+    reserved: int                 # allocator reserve, rounded up to whole segments
+    context: int                  # CUDA context + kernels
+    workspace: int                # cuBLAS/cuBLASLt workspaces
+
+    @property
+    def device_total(self) -> int:
+        return self.reserved + self.context + self.workspace
+
+
+def peak_bytes(points: list[Point], opts: MemoryOptions, rt: RuntimeDefaults) -> Peak:
+    """The largest moment, its terms, and reserved/device bytes (see ``.device``)."""
+    totals = [(ph, sum(d.values())) for ph, _, d in points]
+    i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
+    breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
+    peak = sum(breakdown.values())
+    reserve = opts.allocator_reserve_fraction
+    reserve = rt.reserve_fraction if reserve is None else reserve
+    reserved = int(peak * (1 + reserve))
+    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
+    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
+    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    return Peak(i_peak, totals, breakdown, int(peak), reserved, context, workspace)
+
+
+def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
+    """(peak allocated, device total, budget) bytes of ``plan``: the figures of
+    ``estimate_memory(plan, opts)`` that decide and report a suggestion, without its terms,
+    timeline and notes. Paged serving engines keep their own accounting (not a suggestion's)."""
+    if not plan.recipe.is_training and plan.serving.paged:
+        from trainledger.estimate.serving.section import memory_estimate
+
+        est = memory_estimate(plan, opts)
+        return est.peak_allocated_bytes, est.device_total_bytes, est.budget_bytes
+    rt = runtime_defaults()
+    pk = peak_bytes(step_points(plan, opts, rt)[1], opts, rt)
+    return pk.allocated, pk.device_total, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))

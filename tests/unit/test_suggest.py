@@ -1,0 +1,208 @@
+"""The suggestion search (estimate/memory/suggest.py) and the fast paths it runs on.
+
+The search measures each variant plan with ``phases.fit_bytes`` (no terms, notes or timeline),
+builds a variant copying only the parts it changes, and its combined search reuses the first round. The expected results come
+from the slow definition, written out here: every variant validated as ``Plan(...)`` and measured
+by the full ``estimate_memory``, the combined search re-measuring every round.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from trainledger.errors import TrainledgerError
+from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory import phases, suggest
+from trainledger.estimate.options import MemoryOptions
+from trainledger.estimate.run import common
+from trainledger.estimate.stage import Stage
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.spec.plan import Plan
+from trainledger.units import gib
+
+OPTS = MemoryOptions()
+MEMORY = Path(suggest.__file__).parent
+
+CASES = {
+    "8B full, 1 GPU": dict(model="llama-3.1-8b", seq_len=4096),
+    "8B micro-batch 8": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=8),
+    "8B LoRA eager": dict(model="llama-3.1-8b", seq_len=4096, method="lora", attention="eager"),
+    "70B tp8 pp2 ZeRO-1 (combined)": dict(model="llama-3.1-70b", seq_len=8192, gpus=64, tp=8, pp=2,
+                                          zero=1, grad_accum=8),
+    "Mixtral ep8 ZeRO-3": dict(model="mixtral-8x7b", seq_len=4096, gpus=16, ep=8, zero=3),
+    "8B fsdp2": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=4, gpus=8, zero=3, framework="fsdp2"),
+    "8B deepspeed ZeRO-2": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=4, gpus=8, zero=2,
+                                framework="deepspeed"),
+    "1B on a V100 (bf16 refused)": dict(model="llama-3.2-1b", seq_len=8192, micro_batch=4, gpu="v100-sxm2-16gb"),
+    "70B inference, hf engine": dict(model="llama-3.1-70b", method="inference", serving_engine="hf",
+                                     micro_batch=8, seq_len=32768),
+    "405B, 1 GPU": dict(model="llama-3.1-405b", seq_len=8192),
+}
+
+
+def _plan(kw):
+    return build_plan(PlanInputs(**kw))
+
+
+# ---------------------------------------------------------------- the slow definition
+def _slow_with(plan, recipe=None, layout=None, gpus=None):
+    rec = plan.recipe.model_copy(update=recipe or {})
+    lay_upd = dict(layout or {})
+    cluster = plan.cluster
+    if gpus is not None:
+        per_node = min(gpus, cluster.gpus_per_node)
+        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
+        lay_upd["dp"] = None
+    lay = plan.layout.model_copy(update=lay_upd)
+    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, headroom=plan.headroom)
+
+
+def _slow_row(change, est, current):
+    return {"change": change, "peak_allocated_bytes": est.peak_allocated_bytes,
+            "device_total_bytes": est.device_total_bytes,
+            "peak_allocated_gib": round(gib(est.peak_allocated_bytes), 2),
+            "saves_gib": round(gib(current.device_total_bytes - est.device_total_bytes), 2), "fits": True}
+
+
+def _slow_suggestions(plan, current, monkeypatch):
+    monkeypatch.setattr(suggest, "_with", _slow_with)  # the candidates build through Plan(...)
+    out, seen_micro, seen_gpus = [], False, False
+    for label, build in suggest._candidates(plan):
+        if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
+            continue
+        try:
+            new = build()
+        except (TrainledgerError, ValueError):
+            continue
+        est = estimate_memory(new, OPTS, suggest=False)
+        if not est.fits:
+            continue
+        seen_micro = seen_micro or label.startswith("micro-batch")
+        seen_gpus = seen_gpus or "GPUs with" in label
+        out.append(_slow_row(label, est, current))
+        if len(out) >= suggest.MAX_SUGGESTIONS:
+            break
+    if not out:
+        labels, best, p = [], current, plan
+        for _ in range(8):
+            step = None
+            for label, build in suggest._candidates(p):
+                try:
+                    new = build()
+                except (TrainledgerError, ValueError):
+                    continue
+                est = estimate_memory(new, OPTS, suggest=False)
+                if est.device_total_bytes <= 0.9 * best.device_total_bytes:
+                    step = (label, new, est)
+                    break
+            if step is None:
+                break
+            labels.append(step[0])
+            p, best = step[1], step[2]
+            if best.fits:
+                out.append(_slow_row(" + ".join(labels), best, current))
+                break
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_suggestions_equal_the_slow_definition(name, monkeypatch):
+    plan = _plan(CASES[name])
+    current = estimate_memory(plan, OPTS, suggest=False)
+    assert not current.fits, "each case is chosen not to fit"
+    expected = _slow_suggestions(plan, current, monkeypatch)
+    assert suggest.suggestions(plan, OPTS, current) == expected
+    assert estimate_memory(plan, OPTS).suggestions == expected
+
+
+def test_the_combined_search_measures_no_plan_twice(monkeypatch):
+    """Its first round is the single-change round already measured (70B: no single change fits)."""
+    plan = _plan(CASES["70B tp8 pp2 ZeRO-1 (combined)"])
+    seen: list[Plan] = []
+    real = phases.fit_bytes
+    monkeypatch.setattr(suggest, "fit_bytes", lambda p, o: (seen.append(p), real(p, o))[1])
+    out = suggest.suggestions(plan, OPTS, estimate_memory(plan, OPTS, suggest=False))
+    assert " + " in out[0]["change"]  # the combined search ran
+    assert len(seen) == len({(p.recipe, p.layout, p.cluster) for p in seen})
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fit_bytes_are_the_estimates_figures(name):
+    plan = _plan(CASES[name])
+    variants = [plan]
+    for _, build in suggest._candidates(plan):
+        try:
+            variants.append(build())
+        except (TrainledgerError, ValueError):
+            pass
+    for p in variants:
+        est = estimate_memory(p, OPTS, suggest=False)
+        assert phases.fit_bytes(p, OPTS) == (est.peak_allocated_bytes, est.device_total_bytes, est.budget_bytes)
+
+
+# ---------------------------------------------------------------- cached derivations
+def test_lora_params_cached_per_spec_values():
+    """peft's count for Llama-3.1-8B, r=16 on all seven linear modules: 41,943,040 (r·(in+out) per
+    module: q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096, gate/up 4096+14336, down
+    14336+4096, times 32 layers); a copy with half the layers is a new key with half the count."""
+    m = _plan(dict(model="llama-3.1-8b")).model
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert m.lora_params(targets, 16) == 41_943_040
+    assert m.lora_params(list(targets), 16) == 41_943_040  # a list is accepted as before
+    half = m.model_copy(update={"num_layers": 16})
+    assert half.lora_params(targets, 16) == 41_943_040 // 2
+
+
+def test_stage_moe_layers_from_the_mask():
+    """DeepSeek-V3: 61 layers, the first 3 dense (first_k_dense_replace=3): 58 MoE layers; with
+    pp=4 the busiest stage holds ceil(61/4) = 16 layers, ceil(58/4) = 15 of them MoE."""
+    p = _plan(dict(model="deepseek-v3", gpus=256, ep=64, pp=4, seq_len=4096))
+    st = Stage.of(p)
+    assert (st.layers, st.moe_layers) == (16, 15)
+    assert Stage.of(_plan(dict(model="llama-3.1-8b"))).moe_layers == 0
+
+
+def test_run_figures_derived_once_for_frozen_inputs_only():
+    p = _plan(dict(model="llama-3.2-1b", tokens=1e9))
+    from trainledger.estimate.time import estimate_compute
+
+    comp = estimate_compute(p)
+    assert common.run_figures(p, comp) is common.run_figures(p, comp)
+    mutable = SimpleNamespace(step_time_s=2.0)
+    first = common.run_figures(p, mutable)
+    mutable.step_time_s = 4.0  # a mutable input is read again
+    assert common.run_figures(p, mutable).step_time_s == 4.0 != first.step_time_s
+
+
+# ---------------------------------------------------------------- no import cycle
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(module imported, at module level?) of every import in ``path`` (TYPE_CHECKING included)."""
+    tree = ast.parse(path.read_text())
+    top = set(map(id, tree.body))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.extend((f"{node.module}.{a.name}" if node.module == "trainledger.estimate.memory"
+                        else node.module, id(node) in top) for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, id(node) in top) for a in node.names)
+    return out
+
+
+def test_suggest_does_not_import_the_memory_package():
+    """memory/__init__ imports suggest at module level; suggest reads the step's peak from phases,
+    never from the package (no function-level import standing in for a cycle)."""
+    for name in ("suggest.py", "phases.py"):
+        for mod, at_top in _imports(MEMORY / name):
+            assert mod not in ("trainledger.estimate.memory", "trainledger.estimate.memory.estimate_memory",
+                               "trainledger.estimate.memory.MemoryEstimate"), (name, mod)
+            if name == "suggest.py":
+                assert at_top, mod
+    assert ("trainledger.estimate.memory.suggest", True) in _imports(MEMORY / "__init__.py")
+    assert "import" not in inspect.getsource(suggest.suggestions)
