@@ -59,7 +59,8 @@ def _slow_with(plan, recipe=None, layout=None, gpus=None):
         cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
         lay_upd["dp"] = None
     lay = plan.layout.model_copy(update=lay_upd)
-    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, headroom=plan.headroom)
+    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
+                serving=plan.serving, headroom=plan.headroom)
 
 
 def _slow_row(change, est, current):
@@ -206,3 +207,28 @@ def test_suggest_does_not_import_the_memory_package():
                 assert at_top, mod
     assert ("trainledger.estimate.memory.suggest", True) in _imports(MEMORY / "__init__.py")
     assert "import" not in inspect.getsource(suggest.suggestions)
+
+
+@pytest.mark.parametrize("framework,zero", [("deepspeed", 2), ("fsdp2", 3), ("megatron-core", 1)])
+def test_every_variant_keeps_the_plans_runtime(framework, zero):
+    """A suggestion is scored under the stack the user runs: each variant keeps ``runtime`` and
+    ``serving`` (they were dropped, so a DeepSpeed plan's variants were judged as plain hf)."""
+    plan = build_plan(PlanInputs(model="llama-3.1-8b", method="full", gpu="a100-sxm-80gb", gpus=8,
+                                 framework=framework, zero=zero, micro_batch=4, seq_len=4096))
+    variants = [build() for _, build in suggest._candidates(plan)]
+    assert variants
+    for v in variants:
+        assert v.runtime == plan.runtime and v.serving == plan.serving
+
+
+def test_deepspeed_zero2_recompute_alone_fits():
+    """8B full fine-tune, DeepSpeed ZeRO-2 on 8x A100-80GB, micro-batch 4, 4096 tokens: full
+    recomputation alone fits under DeepSpeed's memory (16-bit weights, partitioned master and
+    states: 2Ψ + 2Ψ + 12Ψ/8 ≈ 41 GiB of model states for Ψ = 8.03B); under hf semantics (fp32
+    weights on every GPU) it does not, which is what the dropped runtime used to suggest."""
+    plan = build_plan(PlanInputs(model="llama-3.1-8b", method="full", gpu="a100-sxm-80gb", gpus=8,
+                                 framework="deepspeed", zero=2, micro_batch=4, seq_len=4096))
+    est = estimate_memory(plan, OPTS)
+    assert not est.fits
+    assert any(s["change"].startswith("full recomputation") and " + " not in s["change"]
+               for s in est.suggestions), [s["change"] for s in est.suggestions]

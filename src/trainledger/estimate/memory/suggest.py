@@ -38,7 +38,8 @@ def _with(plan: Plan, recipe: dict[str, Any] | None = None, layout: dict[str, An
         cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
         lay_upd["dp"] = None
     lay = plan.layout.model_copy(update=lay_upd) if lay_upd else plan.layout
-    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, headroom=plan.headroom)
+    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
+                serving=plan.serving, headroom=plan.headroom)
 
 
 def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
