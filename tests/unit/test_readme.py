@@ -218,6 +218,8 @@ def update_readme() -> None:
             j += 1
         out.append(line)
         with tempfile.TemporaryDirectory() as tmp:
+            # the same scratch folder as the test: the repository's sample configs under tests/
+            (Path(tmp) / "tests").symlink_to(README.parent / "tests", target_is_directory=True)
             for cmd, _shown in console_runs(body):
                 out += _command_lines(body, cmd)
                 real = run_command(cmd, Path(tmp))
