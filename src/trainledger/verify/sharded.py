@@ -113,9 +113,13 @@ def _local_tracker_class() -> type:
         """A MemoryTracker fed by the FakeTensorMode's dispatch: it sees the local shards of
         DTensors and storage resizes (see the module docstring). Not entered as a mode."""
 
-        def __init__(self, vocab_size: int | None = None) -> None:
+        def __init__(self, vocab_size: int | None = None, local_vocab: int | None = None) -> None:
             super().__init__(vocab_size=vocab_size)
+            # loss_parallel: the head's output and the loss path stay vocab-sharded, so rank 0's
+            # logits have ceil(V / tp) columns (torch's Shard chunks the dimension with ceil)
+            self.local_vocab = local_vocab
             self.buffer_scope = 0  # > 0 inside a runtime's collective helpers
+            self.shadow_scope = 0  # > 0 inside DTensor's shape propagation (no memory on a GPU)
 
         def _counted(self, t: object) -> bool:
             return isinstance(t, FakeTensor) and super()._counted(t)
@@ -123,6 +127,9 @@ def _local_tracker_class() -> type:
         def _kind_for(self, func: object, args: tuple, out: Any) -> str:
             if self.buffer_scope:
                 return "sharding_buffers"
+            if (self.local_vocab and getattr(out, "dim", lambda: 0)() >= 2 and out.shape[-1] == self.local_vocab
+                    and self.current_phase in ("forward", "backward")):
+                return "logits"
             if _op_name(func) == "_to_copy" and args and isinstance(args[0], FakeTensor):
                 src = self._live.get(args[0].untyped_storage()._cdata)
                 if src is not None and src.category == "sharding_buffers" and args[0].dtype != out.dtype:
@@ -132,7 +139,7 @@ def _local_tracker_class() -> type:
         def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
             from torch.utils._pytree import tree_flatten
 
-            if _op_name(func) in _UNCOUNTED_OPS:
+            if self.shadow_scope or _op_name(func) in _UNCOUNTED_OPS:
                 return
             for t in tree_flatten((args, kwargs))[0]:
                 if self._counted(t):
@@ -170,6 +177,14 @@ def _local_tracker_class() -> type:
                 yield
             finally:
                 self.buffer_scope -= 1
+
+        @contextlib.contextmanager
+        def shadow(self) -> Any:
+            self.shadow_scope += 1
+            try:
+                yield
+            finally:
+                self.shadow_scope -= 1
 
     return LocalTracker
 
@@ -232,6 +247,24 @@ def _wrap_collective_helpers(tracker: Any) -> list[tuple[Any, str, Any]]:
 
         setattr(mod, name, wrapped)
         patched.append((mod, name, fn))
+    # DTensor derives an op's global output shape by running the op on global-shape tensors under
+    # the current fake mode ("We must call the tracing in fake tensor mode so that it avoids
+    # materializing memory": torch/distributed/tensor/_sharding_prop.py,
+    # ShardingPropagator._propagate_tensor_meta_non_cached). On a GPU that mode is a fresh
+    # FakeTensorMode and nothing is allocated; here it is the measuring mode itself, so those
+    # global-shape "shadow" tensors (e.g. loss_parallel's full-vocabulary log-softmax, run by its
+    # handlers through _propagate_tensor_meta) would be counted: they are not.
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator as SP
+
+    fn = SP.__dict__["_propagate_tensor_meta_non_cached"]
+
+    @functools.wraps(fn)
+    def shadow(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+        with tracker.shadow():
+            return _fn(*a, **k)
+
+    SP._propagate_tensor_meta_non_cached = shadow
+    patched.append((SP, "_propagate_tensor_meta_non_cached", fn))
     return patched
 
 
@@ -452,6 +485,17 @@ def _ddp(model: Any, as_view: bool, s: _Setup) -> Any:
     return ddp
 
 
+def _flat_params(model: Any) -> list[Any]:
+    """FSDP1's sharded flat parameters: with ``use_orig_params`` an all-frozen unit's original
+    parameters are not views of its flat parameter's local shard (a clone made by
+    ``FlatParamHandle._get_shard``), which is the weight storage all the same."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if not isinstance(model, FSDP):
+        return []
+    return [m._handle.flat_param for m in FSDP.fsdp_modules(model) if getattr(m, "_handle", None) is not None]
+
+
 def _local(t: Any) -> Any:
     inner = getattr(t, "_local_tensor", None)
     return inner if inner is not None else t
@@ -564,7 +608,8 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     built = build_model(hf_config, r, device="fake", seed=seed)
     # DeviceMesh concatenates its (real) rank tensors when TP and FSDP meshes meet
     built.fake_mode.allow_non_fake_inputs = True
-    tracker = _local_tracker_class()(vocab_size=built.vocab_size)
+    local_vocab = -(-built.vocab_size // lay.tp) if (lay.tp > 1 and plan.runtime.loss_parallel) else None
+    tracker = _local_tracker_class()(vocab_size=built.vocab_size, local_vocab=local_vocab)
     notes: list[str] = list(built.notes)
     with fake_runtime(built.fake_mode), attach(tracker, built.fake_mode):
         tracker.register(built.model.parameters(), "weights")
@@ -575,6 +620,7 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
         for _ in range(steps - 1):
             _train_step(s, plan, built, lambda _n: contextlib.nullcontext(), lambda g: None, opt, cuda_autocast)
         tracker.label([_local(p) for p in s.model.parameters()], "weights")
+        tracker.label(_flat_params(s.model), "weights")
         tracker.label(s.ddp_buckets, "sharding_buffers")
         states = [_local(t) for t in _states(opt)]
         tracker.label(states, "optimizer_states")

@@ -230,7 +230,15 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.master = master / N if lay.zero >= 1 else master
     parts.states = states / N if lay.zero >= 1 else states
     parts.grads = grads / N if lay.zero >= 2 else grads
-    temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
+    step_params = P_t
+    if torch_tp(plan) and not lay.sp and not lora and lay.pp == 1 and training:
+        # torch TP without sequence parallelism leaves the embedding, the norms (and an unsharded
+        # head) plain tensors beside the DTensor projections; foreach kernels refuse the mix, so the
+        # optimizer runs one parameter group per kind and a foreach step's temporaries exist for
+        # one group at a time (the larger one)
+        plain = sh.embedding + sh.norms + (0.0 if plan.runtime.loss_parallel else sh.lm_head)
+        step_params = max(plain, P_t - plain)
+    temp = optimizer_temp_bytes(r.optimizer, step_params, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
     if lay.zero == 3 and not RT.fsdp_sharded(plan):
         pass  # FSDP mixed precision gathers 16-bit units and frees them after use: no autocast copies
@@ -377,17 +385,25 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     parts.head_out = R * h * T if cast else 0.0
     logit_b = c if c != FP32 else FP32
     up = FP32 if logit_b != FP32 else 0.0
-    if torch_tp(plan):
-        # the head's output is replicated: every rank holds the whole vocabulary's logits. With
-        # loss_parallel the head output is vocab-sharded, but transformers' ForCausalLMLoss
-        # (logits.float().view(-1, V)) makes DTensor gather the whole vocabulary again (measured
-        # on the fake process group: full-vocabulary fp32 logits in forward, tp 2 and 4 alike)
+    local_loss = torch_tp(plan) and plan.runtime.loss_parallel and t > 1
+    if torch_tp(plan) and not local_loss:
+        # the head's output is replicated: every rank holds the whole vocabulary's logits
         t = 1
     # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
     # the tanh output is saved for backward until the loss gradient reaches it
     capped = logit_b * V * T / t if m.logit_softcap else 0.0
-    parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
-    parts.logits_bwd = 3 * FP32 * V * T / t + capped
+    if local_loss:
+        # torch's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch 2.13) keeps the
+        # logits vocab-sharded: ``_log_softmax`` runs on the local shard (all-reducing only the
+        # row max and sum), where ``shifted = x - x_max`` and ``result = shifted - logsumexp`` are
+        # both alive at its end, beside the c-byte logits and ForCausalLMLoss' fp32 upcast; the
+        # fused ``_nll_loss_and_log_softmax_backward`` holds the saved log-softmax output x,
+        # ``zeros_like(x)``, ``exp(x)`` and their sum at once: 4 fp32 tensors of V/t columns
+        parts.logits_fwd = (logit_b + up + 2 * FP32) * V * T / t + capped
+        parts.logits_bwd = 4 * FP32 * V * T / t + capped
+    else:
+        parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
+        parts.logits_bwd = 3 * FP32 * V * T / t + capped
     parts.logits_grad = logit_b * V * T / t
 
 
