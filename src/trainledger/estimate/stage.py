@@ -75,3 +75,9 @@ class Stage:
 
 
 _CACHE: dict[int, tuple[Plan, Stage]] = {}
+
+
+def layers_on_stage(plan: Plan) -> tuple[int, int]:
+    """(decoder layers, MoE layers) on the busiest pipeline stage."""
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers

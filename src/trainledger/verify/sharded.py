@@ -52,7 +52,7 @@ from typing import Any
 
 from trainledger.errors import VerifyError
 from trainledger.verify.build import build_model, fake_runtime, require
-from trainledger.verify.measure import MemoryMeasurement, environment, tracked_notes
+from trainledger.verify.measurement import MemoryMeasurement, environment, optimizer_states, tracked_notes
 
 #: runtimes this module can run on the fake process group
 MEASURABLE = ("hf", "fsdp2", "pytorch-fsdp")
@@ -137,27 +137,11 @@ def _local_tracker_class() -> type:
             return super()._kind_for(func, args, out)
 
         def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-            from torch.utils._pytree import tree_flatten
-
+            """One op seen at the FakeTensorMode: the tracker's own input / output accounting."""
             if self.shadow_scope or _op_name(func) in _UNCOUNTED_OPS:
                 return
-            for t in tree_flatten((args, kwargs))[0]:
-                if self._counted(t):
-                    st = t.untyped_storage()
-                    rec = self._live.get(st._cdata)
-                    if rec is None and st.nbytes() and t.dim():
-                        self.late_registered += 1
-                        rec = self._record(st, "other")
-                        rec.op, rec.phase = f"input of {func}", self.current_phase
-            for t in tree_flatten(out)[0]:
-                if self._counted(t):
-                    st = t.untyped_storage()
-                    if st._cdata in self._live:
-                        self._maybe_resized(self._live[st._cdata], st)
-                    else:
-                        rec = self._record(st, self._kind_for(func, args, t))
-                        rec.op, rec.phase = str(func), self.current_phase
-                        rec.shape, rec.dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
+            self.note_inputs(func, args, kwargs)
+            self.note_outputs(func, args, out)
 
         def resized(self, st: Any) -> None:
             rec = self._live.get(st._cdata)
@@ -486,14 +470,16 @@ def _ddp(model: Any, as_view: bool, s: _Setup) -> Any:
 
 
 def _flat_params(model: Any) -> list[Any]:
-    """FSDP1's sharded flat parameters: with ``use_orig_params`` an all-frozen unit's original
-    parameters are not views of its flat parameter's local shard (a clone made by
-    ``FlatParamHandle._get_shard``), which is the weight storage all the same."""
+    """FSDP1's sharded flat parameters (``FlatParameter._local_shard``, the clone made by
+    ``FlatParamHandle._get_shard``): with ``use_orig_params`` an all-frozen unit's original
+    parameters are not views of it, yet it is the unit's weight storage. (Not ``flat_param``
+    itself: between steps it may point at the gathered, unsharded buffer.)"""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
     if not isinstance(model, FSDP):
         return []
-    return [m._handle.flat_param for m in FSDP.fsdp_modules(model) if getattr(m, "_handle", None) is not None]
+    return [getattr(m._handle.flat_param, "_local_shard", None) for m in FSDP.fsdp_modules(model)
+            if getattr(m, "_handle", None) is not None]
 
 
 def _local(t: Any) -> Any:
@@ -595,7 +581,6 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     from torch.distributed.device_mesh import init_device_mesh
 
     from trainledger.load.hf import load_hf_config
-    from trainledger.verify.measure import _states
     from trainledger.verify.train_step import host_step_counters, make_optimizer
 
     lay, r = plan.layout, plan.recipe
@@ -622,7 +607,7 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
         tracker.label([_local(p) for p in s.model.parameters()], "weights")
         tracker.label(_flat_params(s.model), "weights")
         tracker.label(s.ddp_buckets, "sharding_buffers")
-        states = [_local(t) for t in _states(opt)]
+        states = [_local(t) for t in optimizer_states(opt)]
         tracker.label(states, "optimizer_states")
         tracker.ignore([_local(t) for t in host_step_counters(opt)])
         tracker.reset_peaks()
@@ -633,7 +618,7 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
         t0 = time.perf_counter()
         _train_step(s, plan, built, tracker.phase, on_grads, opt, cuda_autocast)
         wall = time.perf_counter() - t0
-        tracker.label([_local(t) for t in _states(opt)], "optimizer_states")
+        tracker.label([_local(t) for t in optimizer_states(opt)], "optimizer_states")
     rep = tracker.report()
     notes += tracked_notes(built, r, cuda_autocast and s.autocast)
     notes.append(f"rank 0 of {world} on torch's fake process group (collectives return at once)")

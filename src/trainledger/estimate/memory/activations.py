@@ -64,6 +64,12 @@ class LoraShape:
     rank: int
     targets: tuple[str, ...]
     dropout: bool
+    #: FSDP1 flat parameters: a unit's parameters are views of one FlatParameter, which requires
+    #: grad when any of them does (torch/distributed/fsdp/_flat_param.py, ``FlatParameter`` is
+    #: one ``nn.Parameter``; ``_use_unsharded_views`` hands the modules views of it), so a LoRA
+    #: layer's frozen base weights require grad in autograd and every op saves what a weight
+    #: gradient needs (as in full fine-tuning), beside the adapters' own saves
+    flat_units: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +107,8 @@ class _Layer:
         from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
 
         self.m, self.flow, self.lora = m, flow, lora
-        self.trainable = lora is None
+        # weights that need a gradient in autograd: all without LoRA, and with FSDP1's flat units
+        self.trainable = lora is None or lora.flat_units
         lin = layer_linears(m, 0 if not moe_layer else _first_moe(m))
         # peft >= 0.21 converts gate/up/down targets of these MoE families to the expert stacks:
         # they then wrap no nn.Linear (not even a dense layer's MLP or the shared expert)
@@ -133,7 +140,7 @@ class _Layer:
                 out += len(savers) * f.c * width
             elif not already_saved and (self.trainable or src == FP32 or src == f.adapter):
                 out += src * width
-        for _r in savers if not self.trainable else ():
+        for _r in (r for r in present if r in self.wrapped) if self.lora is not None else ():
             out += self._lora(width, src)
         return out
 
@@ -293,7 +300,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     first, first_per_s = 0.0, 0.0
     if lora is not None:
         first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
-        if not any(p in x.wrapped for p in _ATTN_INPUTS):
+        if not lora.flat_units and not any(p in x.wrapped for p in _ATTN_INPUTS):
             # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
             first += rep_a + sh_a - _o_proj_part(x, attention)
             first_per_s = per_s

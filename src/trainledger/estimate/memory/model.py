@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
-from trainledger.estimate.stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
+from trainledger.estimate.stage import Stage, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes
 from trainledger.estimate.memory.states import (
@@ -98,16 +98,10 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
     return Flow(c=c, R=R, autocast=autocast), w, train_w
 
 
-def _layers_on_stage(plan: Plan) -> tuple[int, int]:
-    """(decoder layers, MoE layers) on the busiest pipeline stage."""
-    st = Stage.of(plan)
-    return st.layers, st.moe_layers
-
-
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
     """Decoder layers on the busiest stage by (MoE layer, explicit SDPA mask)."""
     m, r = plan.model, plan.recipe
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     win = m.sliding_window
     n_masked = 0
     if win is not None and r.seq_len > win:
@@ -137,7 +131,7 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     m, lay = plan.model, plan.layout
     sh = model_shape(m)
     t = lay.tp
-    n_layers, _ = _layers_on_stage(plan)
+    n_layers, _ = layers_on_stage(plan)
     frac = n_layers / m.num_layers
     experts = sh.experts * frac
     other = sh.total - sh.layers - sh.embedding - sh.lm_head  # final norm
@@ -307,10 +301,11 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     sp = lay.sp and t > 1
     s_local = Stage.of(plan).seq_per_rank
     T = r.micro_batch * s_local
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     lora = None
     if r.method in ("lora", "qlora"):
-        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0)
+        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0,
+                         flat_units=RT.fsdp_sharded(plan) and RT.framework(plan) == "pytorch-fsdp")
     s_att = r.seq_len
     per_layer = []
     for (moe_layer, masked), count in _layer_kinds(plan).items():
@@ -426,7 +421,7 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     c, R, t = flow.c, flow.R, lay.tp
     ctx = r.seq_len + r.generate_len
     b = r.micro_batch
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
     k_bytes = R if flow.autocast else c
