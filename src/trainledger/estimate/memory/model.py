@@ -26,7 +26,7 @@ from functools import lru_cache
 from trainledger.spec.plan import Plan
 from trainledger.estimate.stage import Stage, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
-from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes
+from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes, te_layer_bytes
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
 )
@@ -308,8 +308,12 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
                          flat_units=RT.fsdp_sharded(plan) and RT.framework(plan) == "pytorch-fsdp")
     s_att = r.seq_len
     per_layer = []
+    te = RT.framework(plan) == "megatron-core" and lora is None
     for (moe_layer, masked), count in _layer_kinds(plan).items():
-        lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
+        if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
+            lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)
+        else:
+            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
         if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
             full += lb.linear_inputs * (1 - 1 / t)
@@ -387,7 +391,19 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
     # the tanh output is saved for backward until the loss gradient reaches it
     capped = logit_b * V * T / t if m.logit_softcap else 0.0
-    if local_loss:
+    if RT.framework(plan) == "megatron-core" and r.method not in ("lora", "qlora"):
+        # Megatron's vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py and
+        # tensor_parallel/cross_entropy.py, ``_VocabParallelCrossEntropy``): ``calculate_logits_max``
+        # upcasts the c-byte logits to fp32 once, exp / normalisation run in place on that copy,
+        # which is saved as the softmax and overwritten in place by its gradient in backward; the
+        # gradient handed to the output layer is cast back to c bytes (``grad_input.to(
+        # logits_dtype)``). Forward: c-byte logits + the fp32 copy; backward: fp32 + c-byte gradient
+        parts.logits_fwd = (logit_b + up) * V * T / t + capped
+        parts.logits_bwd = (FP32 + logit_b) * V * T / t + capped
+        # Megatron's final norm (TE: input + rsigma) and output layer (its input) save no fp32 copy
+        parts.head_saves = (R * h + FP32 + c * h) * T
+        parts.head_out = 0.0
+    elif local_loss:
         # torch's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch 2.13) keeps the
         # logits vocab-sharded: ``_log_softmax`` runs on the local shard (all-reducing only the
         # row max and sum), where ``shifted = x - x_max`` and ``result = shifted - logsumexp`` are

@@ -493,7 +493,11 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     dist = lay.zero >= 1
     parts.master = P_t * FP32 / (N if dist else 1) if c < 4 else 0.0
     parts.states = optimizer_state_bytes(r.optimizer, P_t, FP32, sh, P_t / max(P, 1)) / (N if dist else 1)
-    parts.grads = P_t * FP32 / (N if lay.zero >= 2 else 1)  # main_grad buffer (fp32)
+    # the fp32 main_grad buffer is allocated once when the model is wrapped and only zeroed
+    # between steps (megatron/core/distributed/param_and_grad_buffer.py, ``_ParamAndGradBuffer``:
+    # ``self.grad_data = torch.zeros(self.numel, dtype=self.grad_dtype, ...)``): it lives all step
+    parts.grads_static = P_t * FP32 / (N if lay.zero >= 2 else 1)
+    parts.grads = 0.0
     parts.opt_temp = 0.0
     parts.ddp = 0.0
     if z == 3:
