@@ -66,6 +66,17 @@ CASES: list[tuple[str, dict]] = [
     ("fsdp2 tp2 sp qwen3-0.6b 8", dict(Q06, **F2, gpus=8, tp=2, sp=True)),
 ]
 
+#: pipeline parallelism: (name, PlanInputs keywords, rank role). Each role is measured on its own
+#: rank (torch.distributed.pipelining on the fake process group, verify/sharded.py
+#: measure_pipeline_stage) and compared with the estimate of that role (estimate/stage.py
+#: pipeline_role); the estimate of the plan is the busier of the two.
+PIPELINE: list[tuple[str, dict, str]] = [
+    ("pp4 1f1b llama-1b first stage", dict(L1, gpus=4, pp=4, grad_accum=8), "first"),
+    ("pp4 1f1b llama-1b last stage", dict(L1, gpus=4, pp=4, grad_accum=8), "last"),
+    ("pp2 1f1b qwen3-0.6b first stage", dict(Q06, gpus=2, pp=2, grad_accum=4), "first"),
+    ("pp2 1f1b qwen3-0.6b last stage", dict(Q06, gpus=2, pp=2, grad_accum=4), "last"),
+]
+
 #: known deviations beyond the tolerance, with what was found (kept in the table, marked xfail)
 KNOWN: dict[str, str] = {}
 

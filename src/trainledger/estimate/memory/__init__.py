@@ -17,6 +17,7 @@ from trainledger.units import gib
 from trainledger.estimate.memory.model import Parts, activations, inference, model_states
 from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.terms import Term
 
@@ -48,6 +49,9 @@ SOURCES: dict[str, tuple[str, str]] = {
                      "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
                      "largest wrapped unit = largest decoder layer or the embedding"),
     "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
+    "pipeline_buffers": ("torch.distributed.pipelining's receive buffers, one micro-batch of the residual "
+                         "stream per micro-batch (stage.py _create_grad_recv_info / act recv infos)",
+                         "framework hf with pp > 1; allocated when the schedule first runs, kept"),
 }
 
 
@@ -59,6 +63,7 @@ MEASURED_CATEGORY: dict[str, str] = {
     "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
     "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
     "ddp_buckets": "sharding_buffers", "zero_buffers": "sharding_buffers", "other": "activations",
+    "pipeline_buffers": "other",
 }
 
 
@@ -139,7 +144,7 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     g_prev = x.grads if ga else 0.0
     n = max(x.n_layers, 1)
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
-            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
     recompute = r.recompute == "full"
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
@@ -175,6 +180,18 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
         label = "last layer backward" if j == 0 else "first layer backward"
         points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
                                                activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    if current_role(plan) == "first" and x.emb_grad_transient:
+        # 1F1B first stage: a micro-batch's backward ends in the embedding backward while the other
+        # in-flight micro-batches' activations are still held
+        # in-flight micro-batches' activations are still held. Autocast's cached weight copies were
+        # cast in an earlier micro-batch's forward, so their ToCopyBackward nodes are older than
+        # this micro-batch's graph and the autograd engine (which runs the newest ready node first,
+        # torch/csrc/autograd/engine.cpp ``CompareNodeTaskTime``: by sequence number) leaves every
+        # c-byte weight gradient of the stage waiting until the embedding backward has run
+        m = inflight_microbatches(plan)
+        points.append(("backward", "embedding backward (first stage)", dict(
+            base, gradients=x.grads, autocast_weight_copies=x.copies,
+            activations=x.acts * (m - 1) / m + x.emb_grad_transient + x.copies, other=x.inputs + x.grad_flow)))
     end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
     points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
@@ -203,6 +220,22 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         from trainledger.estimate.serving.section import memory_estimate
 
         return memory_estimate(plan, opts)
+    if plan.layout.pp > 1 and plan.recipe.is_training and current_role(plan) is None:
+        # pipeline: the first and the last stage differ (embedding and p micro-batches in flight,
+        # or head, loss and one micro-batch): the busier of the two is the per-GPU peak
+        ests = []
+        for role in ("first", "last"):
+            with pipeline_role(role):
+                ests.append((estimate_memory(plan, opts, suggest=False), role))
+        est, role = max(ests, key=lambda e: e[0].peak_allocated_bytes)
+        est.notes = [n for n in est.notes if not n.startswith("pipeline:")]
+        est.notes.append(f"pipeline: the busiest rank is the {role} stage ("
+                         + ", ".join(f"{r_} {gib(e.peak_allocated_bytes):.2f} GiB" for e, r_ in ests) + ")")
+        if suggest and opts.suggestions and not est.fits:
+            from trainledger.estimate.memory.suggest import suggestions
+
+            est.suggestions = suggestions(plan, opts, est)
+        return est
     rt = runtime_defaults()
     x = Parts()
     model_states(plan, x)
@@ -278,7 +311,7 @@ def _notes(plan: Plan) -> list[str]:
         out.append(f"{plan.model.model_type}: LayerNorm/Conv1D/fused-projection details are approximated "
                    "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
-        out.append("pipeline: the busiest stage (first for activations, last for logits) is shown")
+        out.append("pipeline: one stage bounding both ends (the first stage's activations, the last's logits)")
     if r.precision == "fp8-mixed":
         out.append("fp8-mixed: activations modeled as bf16 (Transformer Engine keeps some in fp8)")
     return out

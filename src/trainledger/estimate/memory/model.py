@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
-from trainledger.estimate.stage import Stage, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
+from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes, te_layer_bytes
 from trainledger.estimate.memory.states import (
@@ -49,6 +49,7 @@ class Parts:
     grads: float = 0.0
     states: float = 0.0
     opt_temp: float = 0.0
+    pp_buffers: float = 0.0  # torch.distributed.pipelining's per-micro-batch receive buffers
     copies: float = 0.0  # autocast weight copies, all layers
     copies_layer: float = 0.0  # one layer's copies (recompute)
     copies_head: float = 0.0  # lm_head copy
@@ -149,14 +150,20 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
         sh_head = head_linear  # weight by its own DTensor: the tie is broken, both are held
     else:
         sh_head = sh.lm_head
+    role = current_role(plan)
+    head_lin_local = head_linear / head_t
     if lay.pp == 1:
         head = sh.embedding / emb_t + sh_head / head_t
-    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
+    elif role == "first":  # the embedding (not autocast: nn.Embedding is not cast)
+        head, head_lin_local, other = sh.embedding / emb_t, 0.0, 0.0
+    elif role == "last":  # the final norm and the head (a tied model's copy of the embedding)
+        head = head_linear / head_t
+    else:  # one stage bounding both: the larger of the embedding and the head
         head = max(sh.embedding / emb_t, head_linear / head_t)
     P = layers + head + other
     # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
-    linear = layers - layer_norms - experts / (lay.ep * t) + head_linear / head_t
-    return P, linear, layers - layer_norms, head_linear / head_t, n_layers
+    linear = layers - layer_norms - experts / (lay.ep * t) + head_lin_local
+    return P, linear, layers - layer_norms, head_lin_local, n_layers
 
 
 @lru_cache(maxsize=4096)
@@ -258,7 +265,11 @@ def model_states(plan: Plan, parts: Parts) -> None:
         parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
         if flow.autocast:
             parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
-        if not sh.lm_head and lay.pp == 1:
+        if lay.pp > 1 and current_role(plan) == "first":
+            # the first stage's embedding backward writes a dense V×h gradient while the .grad of
+            # the earlier micro-batches exists (AccumulateGrad adds it afterwards)
+            parts.emb_grad_transient = sh.embedding / (t if (lay.sp or not torch_tp(plan)) else 1) * g_bytes
+        elif not sh.lm_head and lay.pp == 1:
             # tied: lm_head's gradient is already in .grad when the embedding backward yields a
             # second V×h gradient; AccumulateGrad adds them out of place (measured, torch 2.13)
             parts.emb_grad_transient = 2 * head_lin * g_bytes / (N if lay.zero >= 2 else 1)
@@ -376,6 +387,16 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     R, c = flow.R, flow.c
     parts.inputs = T * INT64 * 3 + 2 * r.seq_len * m.head_dim * R
     parts.grad_flow = T * R * h
+    role = current_role(plan)
+    if role is not None and RT.framework(plan) == "hf":
+        # torch.distributed.pipelining allocates a receive buffer per micro-batch when the schedule
+        # starts (torch/distributed/pipelining/stage.py ``_setup_backward_recv_info`` /
+        # ``_create_grad_recv_info`` for the gradients a stage receives, the forward receive infos
+        # for its inputs): the first stage holds m gradient buffers, the last m input buffers, each
+        # one micro-batch of the R-byte residual stream
+        parts.pp_buffers = (lay.pp_microbatches or r.grad_accum) * T * R * h
+    if role == "first":  # no final norm, head or loss on the first stage
+        return
     cast = flow.autocast and R != c
     if r.method in ("lora", "qlora"):  # frozen final norm and lm_head: neither saves the input
         parts.head_saves = (FP32 * h + FP32) * T
@@ -416,6 +437,11 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
         parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
         parts.logits_bwd = 3 * FP32 * V * T / t + capped
     parts.logits_grad = logit_b * V * T / t
+    if role == "last" and RT.framework(plan) == "hf":
+        # torch.distributed.pipelining keeps a stage's output in ``fwd_cache`` until that
+        # micro-batch's backward (stage.py ``forward_one_chunk`` / ``backward_one_chunk``): the
+        # last stage's c-byte logits outlive the loss into log-softmax backward
+        parts.logits_bwd += logit_b * V * T / t
 
 
 def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:
