@@ -215,3 +215,22 @@ def test_megatron_core_fp8_keeps_te_fp8_copies_of_gemm_inputs() -> None:
     fp8 = te_layer_bytes(m, fp8=True, dropout=False)
     saved = (bf16.replicated + bf16.sharded) - (fp8.replicated + fp8.sharded)
     assert saved == 18_432
+
+
+#: Korthikanti et al. 2022 Figure 1 (korthikanti_2022_activation_recompute.yaml, case
+#: korthikanti-22B-memory-breakdown-fig1): GPT-22B, t = 8, activations per GPU with sequence
+#: parallelism + selective recompute, 9.5625 GiB (the formula value 34·s·b·h·L/t at s = 2048, b = 4;
+#: the figure's TP-only bar keeps the 5·a·s²·b score terms, which flash attention never stores).
+KORTHIKANTI_FIG1_22B_SP_SELECTIVE_GIB = 9.5625
+
+
+def test_megatron_core_22b_sp_selective_matches_figure1() -> None:
+    m = _gpt_22b()
+    inputs = PlanInputs(gpu="a100-sxm-80gb", gpus=8, tp=8, sp=True, framework="megatron-core",
+                        precision="bf16-mixed", seq_len=2048, micro_batch=4, dropout=0.1, recompute="selective")
+    plan = build_plan(inputs).model_copy(update={"model": m})
+    from trainledger.estimate.memory.model import activations
+
+    x = Parts()
+    activations(plan, MemoryOptions(), x)
+    assert x.acts / 2**30 == pytest.approx(KORTHIKANTI_FIG1_22B_SP_SELECTIVE_GIB, rel=0.01)

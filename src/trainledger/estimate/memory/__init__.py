@@ -312,6 +312,9 @@ def _notes(plan: Plan) -> list[str]:
                    "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
         out.append("pipeline: one stage bounding both ends (the first stage's activations, the last's logits)")
-    if r.precision == "fp8-mixed":
+    if r.precision == "fp8-mixed" and RT.framework(plan) == "megatron-core":
+        out.append("fp8-mixed under megatron-core: Transformer Engine's fp8 copies of GEMM inputs are the saved "
+                   "ones (normalized inputs, proj and fc2 inputs); the rest stays bf16")
+    elif r.precision == "fp8-mixed":
         out.append("fp8-mixed: activations modeled as bf16 (Transformer Engine keeps some in fp8)")
     return out
