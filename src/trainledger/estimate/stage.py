@@ -54,7 +54,13 @@ def inflight_microbatches(plan: Plan) -> float:
     m = lay.pp_microbatches or r.grad_accum
     if lay.pp_schedule == "gpipe":
         return float(m)
-    if current_role(plan) == "last":  # 1F1B: the last stage runs each backward right after its forward
+    if current_role(plan) == "last":
+        # 1F1B: the last stage runs each backward right after its forward. Interleaved with v chunks
+        # its warm-up holds (v-1)·p chunk forwards (Megatron-LM schedules.py
+        # ``forward_backward_pipelining_with_interleaving``: num_warmup_microbatches =
+        # (p - rank - 1)·2 + (v - 1)·p), each 1/v of the stage's layers, plus the one in flight
+        if lay.pp_schedule == "interleaved" and lay.vp > 1:
+            return min(float(m), ((lay.vp - 1) * p + 1) / lay.vp)
         return 1.0
     n = float(min(p, m))
     if lay.pp_schedule == "interleaved" and lay.vp > 1:
