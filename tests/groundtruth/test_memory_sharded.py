@@ -100,7 +100,7 @@ def test_pipeline_stage_estimate_matches_measurement(name, kw, role):
 def test_pipeline_plan_estimate_is_the_busier_rank():
     """Without a role the estimate is the busier of the two measured ranks' estimates."""
     by_kw: dict = {}
-    for name, kw, role in CASES_MOD.PIPELINE:
+    for _name, kw, role in CASES_MOD.PIPELINE:
         by_kw.setdefault(tuple(sorted(kw.items())), {})[role] = kw
     for key, roles in by_kw.items():
         kw = {"precision": "bf16-mixed", **dict(key)}
@@ -120,5 +120,17 @@ def test_committed_measurement_is_reproduced_live(name):
 
     kw = dict(CASES_MOD.CASES)[name]
     m = measure_sharded(build_plan(PlanInputs(**kw)))
+    assert m.peak_allocated_bytes == MEASURED[name]["peak_allocated_bytes"]
+    assert m.categories_at_peak == MEASURED[name]["categories_at_peak"]
+
+
+def test_committed_pipeline_measurement_is_reproduced_live():
+    """One pipeline role re-measured live (torch.distributed.pipelining on the fake process group)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from trainledger.verify.sharded import measure_pipeline_stage
+
+    name, kw, role = CASES_MOD.PIPELINE[-1]
+    m = measure_pipeline_stage(build_plan(PlanInputs(**{"precision": "bf16-mixed", **kw})), role)
     assert m.peak_allocated_bytes == MEASURED[name]["peak_allocated_bytes"]
     assert m.categories_at_peak == MEASURED[name]["categories_at_peak"]

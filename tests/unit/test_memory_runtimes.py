@@ -249,3 +249,24 @@ def test_phi3_fused_qkv_output_stays_alive_through_v():
     split = estimate_memory(build_plan(PlanInputs(model="phi-3-mini", **kw), model=other), suggest=False)
     q = kv = 3072  # 32 heads × 96, 32 KV heads
     assert fused.phases["forward"] - split.phases["forward"] == pytest.approx(2 * (q + kv) * 1024 * 32, rel=1e-6)
+
+
+def test_fsdp1_lora_norms_save_their_input_as_if_trained():
+    """FSDP1 flattens a decoder layer into one FlatParameter that requires grad when a LoRA adapter
+    in it does, so the frozen norm weights require grad in autograd and each RMSNorm keeps the
+    R-byte x.to(dtype) its weight multiplies (FSDP2 keeps frozen weights as they are): 2 norms
+    per layer, R = 2 bytes under MixedPrecision(param_dtype=bf16), every layer."""
+    kw = dict(model="llama-3.2-1b", gpus=8, method="lora", seq_len=2048, precision="bf16-mixed")
+    f1 = _states_and_acts(_plan(framework="pytorch-fsdp", **kw))
+    f2 = _states_and_acts(_plan(framework="fsdp2", **kw))
+    m = _plan(framework="fsdp2", **kw).model
+    assert f1.acts - f2.acts == pytest.approx(m.num_layers * 2 * 2 * m.hidden_size * 2048, rel=1e-9)
+
+
+def _states_and_acts(plan):
+    from trainledger.estimate.memory.model import Parts, activations
+    from trainledger.estimate.options import MemoryOptions
+
+    x = Parts()
+    activations(plan, MemoryOptions(), x)
+    return x
