@@ -270,3 +270,13 @@ def _states_and_acts(plan):
     x = Parts()
     activations(plan, MemoryOptions(), x)
     return x
+
+
+def test_megatron_main_grad_buffer_lives_all_step():
+    """Megatron's DDP allocates the fp32 main_grad buffer once (param_and_grad_buffer.py
+    ``_ParamAndGradBuffer``) and zeroes it between steps: 4 bytes per parameter at every moment,
+    the forward included, even without gradient accumulation."""
+    p = _plan(model="llama-3.2-1b", gpus=8, framework="megatron-core", grad_accum=1, zero=1)
+    e = estimate_memory(p)
+    assert e.peak_phase == "forward"  # the loss: no gradient computed yet, the buffer already there
+    assert e.breakdown["gradients"] == pytest.approx(4 * p.model.params.total, rel=1e-6)
