@@ -80,10 +80,11 @@ def sharded_table(only: str = "") -> bool:
     print(f"\nsharded (rank 0 on torch's fake process group)\n{'configuration':46s} {'predicted MiB':>14s} "
           f"{'measured MiB':>13s} {'error':>7s}  {'phase (pred/meas)':19s} major-term errors")
     rows = []
-    for name, kw in mod.CASES_MOD.CASES:
+    every = [(n, kw, None) for n, kw in mod.CASES_MOD.CASES] + list(mod.CASES_MOD.PIPELINE)
+    for name, kw, role in every:
         if (only and only not in name) or name not in mod.MEASURED:
             continue
-        row = mod.compare(name, kw, mod.MEASURED[name])
+        row = mod.compare(name, kw, mod.MEASURED[name], role)
         rows.append(row)
         te = ", ".join(f"{k} {v:+.1%}" for k, v in sorted(row["term_errors"].items()))
         print(f"{name:46s} {_mib(row['predicted']):>14s} {_mib(row['measured']):>13s} {row['error']:+7.2%}  "

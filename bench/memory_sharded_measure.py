@@ -20,30 +20,34 @@ DATA = ROOT / "tests" / "groundtruth" / "data" / "sharded_memory_measured.json"
 
 
 def cases():
+    """(name, keywords, pipeline role or None) of every sharded case."""
     spec = importlib.util.spec_from_file_location("sharded_cases", ROOT / "tests" / "groundtruth" / "sharded_cases.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.CASES
+    return [(n, kw, None) for n, kw in mod.CASES] + list(mod.PIPELINE)
 
 
 def main(argv: list[str]) -> int:
     from trainledger.load.plan import PlanInputs, build_plan
-    from trainledger.verify.sharded import measure_sharded
+    from trainledger.verify.sharded import measure_pipeline_stage, measure_sharded
 
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else DATA
     saved = json.loads(out.read_text()) if out.exists() else {}
-    for name, kw in cases():
+    for name, kw, role in cases():
         if only and not any(part in name for part in only.split("|")):
             continue
         t0 = time.time()
         try:
-            m = measure_sharded(build_plan(PlanInputs(**kw)))
+            # bf16-mixed unless the case says otherwise: the default of every method when the suite
+            # was measured (the test pins it the same way, tests/groundtruth/test_memory_sharded.py)
+            plan = build_plan(PlanInputs(**{"precision": "bf16-mixed", **kw}))
+            m = measure_pipeline_stage(plan, role) if role else measure_sharded(plan)
         except Exception as exc:  # noqa: BLE001 - report and go on with the next case
             traceback.print_exc()
             print(f"FAILED {name}: {exc}", flush=True)
             continue
-        saved[name] = {"inputs": kw, "peak_allocated_bytes": m.peak_allocated_bytes, "peak_phase": m.peak_phase,
+        saved[name] = {"inputs": kw, **({"pp_role": role} if role else {}), "peak_allocated_bytes": m.peak_allocated_bytes, "peak_phase": m.peak_phase,
                        "categories_at_peak": m.categories_at_peak, "phase_peaks": m.phase_peaks,
                        "env": m.env, "notes": m.notes}
         out.write_text(json.dumps(saved, indent=1, sort_keys=True))

@@ -152,3 +152,85 @@ def test_mla_kv_cache_576_elements_per_token() -> None:
     assert est.breakdown["kv_cache"] == 4096 * m.num_layers * 576 * 2
     gqa_equivalent = 4096 * m.num_layers * 2 * m.num_heads * m.head_dim * 2  # MHA-sized K and V
     assert est.breakdown["kv_cache"] / gqa_equivalent < 0.1  # DeepSeek-V2: -93.3% vs MHA 67B
+
+
+# --------------------------------------------------------------- Megatron-Core + Transformer Engine
+#: Korthikanti et al. 2022 (arXiv:2205.05198) §4.1 / Table 2, GPT layer in 16 bits with dropout:
+#: 34·s·b·h without the score terms, of which 10·s·b·h stay whole on every TP rank without SP
+#: (norm inputs 4, q/k/v and fc1 inputs 2 + 2, dropout masks 2) and 24·s·b·h are split over t
+#: (korthikanti_2022_activation_recompute.yaml, formulas_bytes_per_layer).
+KORTHIKANTI_LINEAR = 34
+KORTHIKANTI_REPLICATED = 10
+KORTHIKANTI_SPLIT = 24
+
+
+def _gpt_22b():
+    """GPT-22B of Korthikanti et al. Table 3 (h 6144, a 64, 4h GeLU MLP, LayerNorm, MHA, 48 layers)."""
+    m = _gpt_like(h=6144, layers=48, heads=64, f=4 * 6144, vocab=51200, name="gpt-22b")
+    return m.model_copy(update={"mlp_type": "plain", "norm_type": "layernorm"})
+
+
+def test_te_layer_is_korthikanti_table2_with_flash_attention() -> None:
+    """Transformer Engine's saved tensors of a GPT layer (16 bits, dropout) are Table 2's 34·s·b·h
+    term by term: 10 per token whole and 24 split under TP; flash attention replaces the 5·a·s²·b
+    score terms by its fp32 softmax statistics (4·a) and the norms add their fp32 statistics."""
+    from trainledger.estimate.memory.activations import te_layer_bytes
+
+    m = _gpt_22b()
+    h, a = m.hidden_size, m.num_heads
+    lb = te_layer_bytes(m, fp8=False, dropout=True)
+    assert lb.per_s == 0.0
+    assert lb.replicated == pytest.approx(KORTHIKANTI_REPLICATED * h, rel=0.002)  # + 2·8 B of LayerNorm mu/rsigma
+    assert lb.sharded == pytest.approx(KORTHIKANTI_SPLIT * h + 4 * a, rel=1e-9)
+    assert lb.replicated + lb.sharded == pytest.approx(KORTHIKANTI_LINEAR * h, rel=0.003)
+
+
+@pytest.mark.parametrize("tp,sp", [(1, False), (8, False), (8, True)])
+def test_megatron_core_activations_follow_table2_rows(tp: int, sp: bool) -> None:
+    """The estimate's saved activations per layer under --framework megatron-core follow Table 2's
+    rows without the score terms: sbh·34 (t = 1), sbh·(10 + 24/t) (TP), sbh·34/t (TP + SP)."""
+    m = _gpt_22b()
+    s, b = 2048, 1
+    inputs = PlanInputs(gpu="a100-sxm-80gb", gpus=tp, tp=tp, sp=sp, framework="megatron-core",
+                        precision="bf16-mixed", seq_len=s, micro_batch=b, dropout=0.1)
+    plan = build_plan(inputs).model_copy(update={"model": m})
+    from trainledger.estimate.memory.model import activations
+
+    x = Parts()
+    activations(plan, MemoryOptions(), x)
+    per_layer = x.acts / (m.num_layers * s * b * m.hidden_size)
+    expected = {(1, False): 34, (8, False): 10 + 24 / 8, (8, True): 34 / 8}[(tp, sp)]
+    assert per_layer == pytest.approx(expected, rel=0.005)
+
+
+def test_megatron_core_fp8_keeps_te_fp8_copies_of_gemm_inputs() -> None:
+    """Under fp8 TE saves one byte per element of each GEMM input it casts instead of the 16-bit
+    tensor: the two normalized inputs (h each) and fc2's input (f) halve, while proj keeps an fp8
+    copy (q) of the attention output that bf16 shares with attention. Llama-3-8B per token and
+    layer: 2h + f - q = 8192 + 14336 - 4096 = 18,432 bytes less than bf16."""
+    from trainledger.estimate.memory.activations import te_layer_bytes
+
+    m = build_plan(PlanInputs(model="llama-3.1-8b")).model
+    bf16 = te_layer_bytes(m, fp8=False, dropout=False)
+    fp8 = te_layer_bytes(m, fp8=True, dropout=False)
+    saved = (bf16.replicated + bf16.sharded) - (fp8.replicated + fp8.sharded)
+    assert saved == 18_432
+
+
+#: Korthikanti et al. 2022 Figure 1 (korthikanti_2022_activation_recompute.yaml, case
+#: korthikanti-22B-memory-breakdown-fig1): GPT-22B, t = 8, activations per GPU with sequence
+#: parallelism + selective recompute, 9.5625 GiB (the formula value 34·s·b·h·L/t at s = 2048, b = 4;
+#: the figure's TP-only bar keeps the 5·a·s²·b score terms, which flash attention never stores).
+KORTHIKANTI_FIG1_22B_SP_SELECTIVE_GIB = 9.5625
+
+
+def test_megatron_core_22b_sp_selective_matches_figure1() -> None:
+    m = _gpt_22b()
+    inputs = PlanInputs(gpu="a100-sxm-80gb", gpus=8, tp=8, sp=True, framework="megatron-core",
+                        precision="bf16-mixed", seq_len=2048, micro_batch=4, dropout=0.1, recompute="selective")
+    plan = build_plan(inputs).model_copy(update={"model": m})
+    from trainledger.estimate.memory.model import activations
+
+    x = Parts()
+    activations(plan, MemoryOptions(), x)
+    assert x.acts / 2**30 == pytest.approx(KORTHIKANTI_FIG1_22B_SP_SELECTIVE_GIB, rel=0.01)

@@ -130,9 +130,14 @@ def test_torch_tp_keeps_embedding_and_logits_replicated():
     lp = _plan(model="llama-3.2-1b", gpus=2, tp=2, sp=False, loss_parallel=True)
     V, h, T = 128256, 2048, 4096
     et, em, elp = (estimate_memory(p) for p in (t, m, lp))
-    assert et.breakdown["logits"] == pytest.approx(2 * em.breakdown["logits"], rel=1e-9)
-    # loss_parallel: transformers' loss makes DTensor gather the whole vocabulary again (measured)
-    assert elp.breakdown["logits"] == pytest.approx(et.breakdown["logits"], rel=1e-9)
+    # replicated head output: log-softmax backward holds 3 fp32 tensors of the whole vocabulary
+    assert et.breakdown["logits"] == pytest.approx(12 * V * T, rel=1e-9)
+    # Megatron's vocab-parallel cross entropy: bf16 logits + one fp32 copy (softmax, then its
+    # gradient, in place) of V/t columns (megatron/core/fusions/fused_cross_entropy.py)
+    assert em.breakdown["logits"] == pytest.approx(6 * V * T / 2, rel=1e-9)
+    # loss_parallel: torch's local log-softmax on V/t columns; its fused nll+log-softmax backward
+    # holds the saved output, zeros_like, exp and their sum (torch/distributed/tensor/parallel/loss.py)
+    assert elp.breakdown["logits"] == pytest.approx(16 * V * T / 2, rel=1e-9)
     # decoder projections split in two, the (tied) embedding and the norms whole: fp32 on each rank
     pc = t.model.params
     expected = 4 * (sum(pc.per_layer) / 2 + pc.embedding + h)
@@ -244,3 +249,34 @@ def test_phi3_fused_qkv_output_stays_alive_through_v():
     split = estimate_memory(build_plan(PlanInputs(model="phi-3-mini", **kw), model=other), suggest=False)
     q = kv = 3072  # 32 heads × 96, 32 KV heads
     assert fused.phases["forward"] - split.phases["forward"] == pytest.approx(2 * (q + kv) * 1024 * 32, rel=1e-6)
+
+
+def test_fsdp1_lora_norms_save_their_input_as_if_trained():
+    """FSDP1 flattens a decoder layer into one FlatParameter that requires grad when a LoRA adapter
+    in it does, so the frozen norm weights require grad in autograd and each RMSNorm keeps the
+    R-byte x.to(dtype) its weight multiplies (FSDP2 keeps frozen weights as they are): 2 norms
+    per layer, R = 2 bytes under MixedPrecision(param_dtype=bf16), every layer."""
+    kw = dict(model="llama-3.2-1b", gpus=8, method="lora", seq_len=2048, precision="bf16-mixed")
+    f1 = _states_and_acts(_plan(framework="pytorch-fsdp", **kw))
+    f2 = _states_and_acts(_plan(framework="fsdp2", **kw))
+    m = _plan(framework="fsdp2", **kw).model
+    assert f1.acts - f2.acts == pytest.approx(m.num_layers * 2 * 2 * m.hidden_size * 2048, rel=1e-9)
+
+
+def _states_and_acts(plan):
+    from trainledger.estimate.memory.model import Parts, activations
+    from trainledger.estimate.options import MemoryOptions
+
+    x = Parts()
+    activations(plan, MemoryOptions(), x)
+    return x
+
+
+def test_megatron_main_grad_buffer_lives_all_step():
+    """Megatron's DDP allocates the fp32 main_grad buffer once (param_and_grad_buffer.py
+    ``_ParamAndGradBuffer``) and zeroes it between steps: 4 bytes per parameter at every moment,
+    the forward included, even without gradient accumulation."""
+    p = _plan(model="llama-3.2-1b", gpus=8, framework="megatron-core", grad_accum=1, zero=1)
+    e = estimate_memory(p)
+    assert e.peak_phase == "forward"  # the loss: no gradient computed yet, the buffer already there
+    assert e.breakdown["gradients"] == pytest.approx(4 * p.model.params.total, rel=1e-6)

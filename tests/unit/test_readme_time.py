@@ -26,8 +26,8 @@ def test_readme_plan_any_gpu_count():
     out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
-    assert ("1*  h100-sxm   768  megatron-core dp384·tp2 z3 mb2×1 rc-full  13.9/80            4.00      "
-            "1,023  46%  29.5 days (26.1 days-33.8 days)  542,912  $1,623,306") in out
+    assert ("1*  h100-sxm   768  megatron-core dp768 z3 mb1×1 rc-full  16.8/80            4.02      "
+            "1,020  46%  29.5 days (26.2 days-34.0 days)  544,608  $1,628,379") in out
 
 
 def test_readme_calibrate_then_estimate(tmp_path):

@@ -11,10 +11,34 @@ m micro-batches per step, v virtual stages.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
+
+
+#: which pipeline rank an estimate describes: "first" (embedding, the most micro-batches in flight),
+#: "last" (final norm, head, loss: one micro-batch in flight under 1F1B) or None (one stage holding
+#: the worst of both, as a bound)
+_ROLE: contextvars.ContextVar[str | None] = contextvars.ContextVar("trainledger_pipeline_role", default=None)
+
+
+@contextlib.contextmanager
+def pipeline_role(role: str | None) -> Iterator[None]:
+    """Estimate the given pipeline rank (see ``_ROLE``) inside this block."""
+    token = _ROLE.set(role)
+    try:
+        yield
+    finally:
+        _ROLE.reset(token)
+
+
+def current_role(plan: Plan) -> str | None:
+    """The pipeline rank being estimated (None without pipeline parallelism)."""
+    return _ROLE.get() if plan.layout.pp > 1 else None
 
 
 def inflight_microbatches(plan: Plan) -> float:
@@ -30,6 +54,14 @@ def inflight_microbatches(plan: Plan) -> float:
     m = lay.pp_microbatches or r.grad_accum
     if lay.pp_schedule == "gpipe":
         return float(m)
+    if current_role(plan) == "last":
+        # 1F1B: the last stage runs each backward right after its forward. Interleaved with v chunks
+        # its warm-up holds (v-1)·p chunk forwards (Megatron-LM schedules.py
+        # ``forward_backward_pipelining_with_interleaving``: num_warmup_microbatches =
+        # (p - rank - 1)·2 + (v - 1)·p), each 1/v of the stage's layers, plus the one in flight
+        if lay.pp_schedule == "interleaved" and lay.vp > 1:
+            return min(float(m), ((lay.vp - 1) * p + 1) / lay.vp)
+        return 1.0
     n = float(min(p, m))
     if lay.pp_schedule == "interleaved" and lay.vp > 1:
         n *= 1 + (p - 1) / (p * lay.vp)
@@ -53,12 +85,12 @@ class Stage:
     def of(cls, plan: Plan) -> "Stage":
         """The stage of ``plan`` (cached per plan object: the planner asks many times)."""
         hit = _CACHE.get(id(plan))
-        if hit is not None and hit[0] is plan:
+        if hit is not None and hit[0] is plan and hit[2] == current_role(plan):
             return hit[1]
         if len(_CACHE) > 4096:
             _CACHE.clear()
         st = cls._derive(plan)
-        _CACHE[id(plan)] = (plan, st)
+        _CACHE[id(plan)] = (plan, st, current_role(plan))
         return st
 
     @classmethod
@@ -74,4 +106,10 @@ class Stage:
                    weight_bytes=float(DTYPE_BYTES[pol["weights"]]), grad_bytes=float(DTYPE_BYTES[pol["grads"]]))
 
 
-_CACHE: dict[int, tuple[Plan, Stage]] = {}
+_CACHE: dict[int, tuple[Plan, Stage, str | None]] = {}
+
+
+def layers_on_stage(plan: Plan) -> tuple[int, int]:
+    """(decoder layers, MoE layers) on the busiest pipeline stage."""
+    st = Stage.of(plan)
+    return st.layers, st.moe_layers

@@ -52,7 +52,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
     """Run ``steps`` steps on the GPU; measure the last (see the module docstring)."""
     import torch
 
-    from trainledger.verify.measure import MemoryMeasurement, register_state, tracked_notes
+    from trainledger.verify.measurement import MemoryMeasurement, register_state, tracked_notes
     from trainledger.verify.memtrace import MemoryTracker
     from trainledger.verify.train_step import StepRunner
 
@@ -104,7 +104,7 @@ def run_cuda(built: Any, recipe: Recipe, steps: int, seed: int) -> Any:
 
 
 def _states(opt: Any) -> list[Any]:
-    from trainledger.verify.measure import _states as states
+    from trainledger.verify.measurement import optimizer_states as states
 
     return states(opt)
 
@@ -112,7 +112,7 @@ def _states(opt: Any) -> list[Any]:
 def _oom_result(ph: _CudaPhases, exc: BaseException) -> Any:
     import torch
 
-    from trainledger.verify.measure import MemoryMeasurement
+    from trainledger.verify.measurement import MemoryMeasurement
 
     allocated = torch.cuda.max_memory_allocated()
     phase = ph.current or "forward"

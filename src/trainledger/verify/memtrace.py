@@ -275,8 +275,14 @@ class MemoryTracker(TorchDispatchMode):
         kwargs = kwargs or {}
         if _op_name(func) in _UNCOUNTED_OPS:
             return func(*args, **kwargs)
-        flat_in, _ = tree_flatten((args, kwargs))
-        for t in flat_in:
+        self.note_inputs(func, args, kwargs)
+        out = func(*args, **kwargs)
+        self.note_outputs(func, args, out)
+        return out
+
+    def note_inputs(self, func: object, args: tuple, kwargs: dict) -> None:
+        """Count op inputs never seen before (made before the tracker started, not registered)."""
+        for t in tree_flatten((args, kwargs))[0]:
             if self._counted(t) and t.untyped_storage()._cdata not in self._live:
                 if t.dim() == 0 or t.untyped_storage().nbytes() == 0:
                     continue  # host scalars (torch.tensor(1.0) step increments) and empty tensors
@@ -284,9 +290,10 @@ class MemoryTracker(TorchDispatchMode):
                 rec = self._record(t.untyped_storage(), "other")
                 rec.op, rec.phase = f"input of {func}", self.current_phase
                 rec.shape, rec.dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
-        out = func(*args, **kwargs)
-        flat_out, _ = tree_flatten(out)
-        for t in flat_out:
+
+    def note_outputs(self, func: object, args: tuple, out: object) -> None:
+        """Record the storages an op's outputs brought to life (or grew, for a resized one)."""
+        for t in tree_flatten(out)[0]:
             if self._counted(t):
                 st = t.untyped_storage()
                 if st._cdata in self._live:
@@ -295,7 +302,6 @@ class MemoryTracker(TorchDispatchMode):
                     rec = self._record(st, self._kind_for(func, args, t))
                     rec.op, rec.phase = str(func), self.current_phase
                     rec.shape, rec.dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
-        return out
 
     # ----------------------------------------------------------------- phases and peaks
     @contextlib.contextmanager

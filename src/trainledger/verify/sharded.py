@@ -36,9 +36,19 @@ What the fake process group needs (each found by running it, torch 2.13):
 * torch's ``FSDPMemTracker`` is not used: under FakeTensorMode in 2.13 it reported optimizer
   states far larger than the parameters they belong to.
 
+Pipeline parallelism (``measure_pipeline_stage(plan, role)``, PP alone under ``hf``): the model is
+split by hand into stages (embedding + the first ceil(L/p) layers, ..., the last layers + final norm
++ head), and rank 0 (first stage) or rank p-1 (last stage) runs its stage under
+torch.distributed.pipelining's ``Schedule1F1B`` / ``ScheduleGPipe`` on the fake process group of p
+ranks: sends return at once, receives hand over the stage's preallocated (fake) buffers. What it
+needs: the input/output shapes are given (STATIC mode; the P2P warm-up vote reads a tensor's value
+and is skipped), the example tensors must require grad (else no gradient buffers are made), and
+``step(return_outputs=False)`` as a training loop calls it (else the last stage keeps every
+micro-batch's logits). Autocast spans the whole schedule step.
+
 Not measurable here (``VerifyError`` says so): DeepSpeed (its engine needs an accelerator and a
 real communication backend; its ZeRO terms are checked against DeepSpeed's own estimators in the
-tests), Megatron, pipeline/context/expert parallelism, offload.
+tests), Megatron, context/expert parallelism, pipeline parallelism combined with DP/TP, offload.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from typing import Any
 
 from trainledger.errors import VerifyError
 from trainledger.verify.build import build_model, fake_runtime, require
-from trainledger.verify.measure import MemoryMeasurement, environment, tracked_notes
+from trainledger.verify.measurement import MemoryMeasurement, environment, optimizer_states, tracked_notes
 
 #: runtimes this module can run on the fake process group
 MEASURABLE = ("hf", "fsdp2", "pytorch-fsdp")
@@ -68,8 +78,8 @@ def check_measurable(plan: Any) -> None:
                           "against DeepSpeed's estimators in the test suite — measure the plan with --framework "
                           "fsdp2 or pytorch-fsdp instead")
     if max(lay.pp, lay.cp, lay.ep) > 1:
-        raise VerifyError("the sharded measurement runs data and tensor parallelism; pp/cp/ep > 1 cannot be "
-                          "measured yet — set them to 1")
+        raise VerifyError("the sharded measurement runs data and tensor parallelism; cp/ep > 1 cannot be "
+                          "measured yet — set them to 1 (pipeline parallelism alone: measure_pipeline_stage)")
     if lay.offload != "none":
         raise VerifyError("offload cannot be measured on the fake process group; set --offload none")
     if fw == "hf" and lay.zero:
@@ -113,9 +123,13 @@ def _local_tracker_class() -> type:
         """A MemoryTracker fed by the FakeTensorMode's dispatch: it sees the local shards of
         DTensors and storage resizes (see the module docstring). Not entered as a mode."""
 
-        def __init__(self, vocab_size: int | None = None) -> None:
+        def __init__(self, vocab_size: int | None = None, local_vocab: int | None = None) -> None:
             super().__init__(vocab_size=vocab_size)
+            # loss_parallel: the head's output and the loss path stay vocab-sharded, so rank 0's
+            # logits have ceil(V / tp) columns (torch's Shard chunks the dimension with ceil)
+            self.local_vocab = local_vocab
             self.buffer_scope = 0  # > 0 inside a runtime's collective helpers
+            self.shadow_scope = 0  # > 0 inside DTensor's shape propagation (no memory on a GPU)
 
         def _counted(self, t: object) -> bool:
             return isinstance(t, FakeTensor) and super()._counted(t)
@@ -123,6 +137,9 @@ def _local_tracker_class() -> type:
         def _kind_for(self, func: object, args: tuple, out: Any) -> str:
             if self.buffer_scope:
                 return "sharding_buffers"
+            if (self.local_vocab and getattr(out, "dim", lambda: 0)() >= 2 and out.shape[-1] == self.local_vocab
+                    and self.current_phase in ("forward", "backward")):
+                return "logits"
             if _op_name(func) == "_to_copy" and args and isinstance(args[0], FakeTensor):
                 src = self._live.get(args[0].untyped_storage()._cdata)
                 if src is not None and src.category == "sharding_buffers" and args[0].dtype != out.dtype:
@@ -130,27 +147,11 @@ def _local_tracker_class() -> type:
             return super()._kind_for(func, args, out)
 
         def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-            from torch.utils._pytree import tree_flatten
-
-            if _op_name(func) in _UNCOUNTED_OPS:
+            """One op seen at the FakeTensorMode: the tracker's own input / output accounting."""
+            if self.shadow_scope or _op_name(func) in _UNCOUNTED_OPS:
                 return
-            for t in tree_flatten((args, kwargs))[0]:
-                if self._counted(t):
-                    st = t.untyped_storage()
-                    rec = self._live.get(st._cdata)
-                    if rec is None and st.nbytes() and t.dim():
-                        self.late_registered += 1
-                        rec = self._record(st, "other")
-                        rec.op, rec.phase = f"input of {func}", self.current_phase
-            for t in tree_flatten(out)[0]:
-                if self._counted(t):
-                    st = t.untyped_storage()
-                    if st._cdata in self._live:
-                        self._maybe_resized(self._live[st._cdata], st)
-                    else:
-                        rec = self._record(st, self._kind_for(func, args, t))
-                        rec.op, rec.phase = str(func), self.current_phase
-                        rec.shape, rec.dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
+            self.note_inputs(func, args, kwargs)
+            self.note_outputs(func, args, out)
 
         def resized(self, st: Any) -> None:
             rec = self._live.get(st._cdata)
@@ -170,6 +171,14 @@ def _local_tracker_class() -> type:
                 yield
             finally:
                 self.buffer_scope -= 1
+
+        @contextlib.contextmanager
+        def shadow(self) -> Any:
+            self.shadow_scope += 1
+            try:
+                yield
+            finally:
+                self.shadow_scope -= 1
 
     return LocalTracker
 
@@ -232,20 +241,38 @@ def _wrap_collective_helpers(tracker: Any) -> list[tuple[Any, str, Any]]:
 
         setattr(mod, name, wrapped)
         patched.append((mod, name, fn))
+    # DTensor derives an op's global output shape by running the op on global-shape tensors under
+    # the current fake mode ("We must call the tracing in fake tensor mode so that it avoids
+    # materializing memory": torch/distributed/tensor/_sharding_prop.py,
+    # ShardingPropagator._propagate_tensor_meta_non_cached). On a GPU that mode is a fresh
+    # FakeTensorMode and nothing is allocated; here it is the measuring mode itself, so those
+    # global-shape "shadow" tensors (e.g. loss_parallel's full-vocabulary log-softmax, run by its
+    # handlers through _propagate_tensor_meta) would be counted: they are not.
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator as SP
+
+    fn = SP.__dict__["_propagate_tensor_meta_non_cached"]
+
+    @functools.wraps(fn)
+    def shadow(*a: Any, _fn: Any = fn, **k: Any) -> Any:
+        with tracker.shadow():
+            return _fn(*a, **k)
+
+    SP._propagate_tensor_meta_non_cached = shadow
+    patched.append((SP, "_propagate_tensor_meta_non_cached", fn))
     return patched
 
 
 # ---------------------------------------------------------------------------------------- runtime
-def _process_group(world: int) -> None:
+def _process_group(world: int, rank: int = 0) -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        if dist.get_world_size() == world and dist.get_backend() == "fake":
+        if dist.get_world_size() == world and dist.get_backend() == "fake" and dist.get_rank() == rank:
             return
         dist.destroy_process_group()
     # the fake backend never waits on a peer; the timeout only bounds the call like every other one
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world,
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
 
 
@@ -452,6 +479,19 @@ def _ddp(model: Any, as_view: bool, s: _Setup) -> Any:
     return ddp
 
 
+def _flat_params(model: Any) -> list[Any]:
+    """FSDP1's sharded flat parameters (``FlatParameter._local_shard``, the clone made by
+    ``FlatParamHandle._get_shard``): with ``use_orig_params`` an all-frozen unit's original
+    parameters are not views of it, yet it is the unit's weight storage. (Not ``flat_param``
+    itself: between steps it may point at the gathered, unsharded buffer.)"""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if not isinstance(model, FSDP):
+        return []
+    return [getattr(m._handle.flat_param, "_local_shard", None) for m in FSDP.fsdp_modules(model)
+            if getattr(m, "_handle", None) is not None]
+
+
 def _local(t: Any) -> Any:
     inner = getattr(t, "_local_tensor", None)
     return inner if inner is not None else t
@@ -551,7 +591,6 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     from torch.distributed.device_mesh import init_device_mesh
 
     from trainledger.load.hf import load_hf_config
-    from trainledger.verify.measure import _states
     from trainledger.verify.train_step import host_step_counters, make_optimizer
 
     lay, r = plan.layout, plan.recipe
@@ -564,7 +603,8 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     built = build_model(hf_config, r, device="fake", seed=seed)
     # DeviceMesh concatenates its (real) rank tensors when TP and FSDP meshes meet
     built.fake_mode.allow_non_fake_inputs = True
-    tracker = _local_tracker_class()(vocab_size=built.vocab_size)
+    local_vocab = -(-built.vocab_size // lay.tp) if (lay.tp > 1 and plan.runtime.loss_parallel) else None
+    tracker = _local_tracker_class()(vocab_size=built.vocab_size, local_vocab=local_vocab)
     notes: list[str] = list(built.notes)
     with fake_runtime(built.fake_mode), attach(tracker, built.fake_mode):
         tracker.register(built.model.parameters(), "weights")
@@ -575,8 +615,9 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
         for _ in range(steps - 1):
             _train_step(s, plan, built, lambda _n: contextlib.nullcontext(), lambda g: None, opt, cuda_autocast)
         tracker.label([_local(p) for p in s.model.parameters()], "weights")
+        tracker.label(_flat_params(s.model), "weights")
         tracker.label(s.ddp_buckets, "sharding_buffers")
-        states = [_local(t) for t in _states(opt)]
+        states = [_local(t) for t in optimizer_states(opt)]
         tracker.label(states, "optimizer_states")
         tracker.ignore([_local(t) for t in host_step_counters(opt)])
         tracker.reset_peaks()
@@ -587,7 +628,7 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
         t0 = time.perf_counter()
         _train_step(s, plan, built, tracker.phase, on_grads, opt, cuda_autocast)
         wall = time.perf_counter() - t0
-        tracker.label([_local(t) for t in _states(opt)], "optimizer_states")
+        tracker.label([_local(t) for t in optimizer_states(opt)], "optimizer_states")
     rep = tracker.report()
     notes += tracked_notes(built, r, cuda_autocast and s.autocast)
     notes.append(f"rank 0 of {world} on torch's fake process group (collectives return at once)")
@@ -603,4 +644,196 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     m.env["trace_wall_s"] = f"{wall:.2f}"
     m.recipe = r.model_dump(mode="json")
     del torch
+    return m
+
+
+# ---------------------------------------------------------------------------------------- pipeline
+#: the rank roles of a pipeline that differ in memory: the first stage holds the embedding and the
+#: most micro-batches in flight, the last the final norm, the head and the loss
+PP_ROLES = ("first", "last")
+
+
+def _stage_module(built: Any, lo: int, hi: int, first: bool, last: bool) -> Any:
+    """Layers [lo, hi) of a Llama-style transformers model as one pipeline stage (a manual split,
+    as torchtitan's ``pipeline_llm`` does): the embedding on the first stage, the final norm and
+    the head on the last; RoPE tables are recomputed per stage (they are not sent)."""
+    import torch
+
+    base = _base(built.model)
+    inner = base.model
+
+    class _Stage(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed_tokens = inner.embed_tokens if first else None
+            self.layers = torch.nn.ModuleList(list(inner.layers)[lo:hi])
+            self.rotary_emb = inner.rotary_emb
+            self.norm = inner.norm if last else None
+            self.lm_head = base.lm_head if last else None
+
+        def forward(self, x: Any) -> Any:
+            h = self.embed_tokens(x) if self.embed_tokens is not None else x
+            pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+            pe = self.rotary_emb(h, pos)
+            for layer in self.layers:
+                h = layer(h, attention_mask=None, position_ids=pos, position_embeddings=pe)
+                h = h[0] if isinstance(h, tuple) else h
+            if self.lm_head is not None:
+                h = self.lm_head(self.norm(h))
+            return h
+
+    return _Stage()
+
+
+def measure_pipeline_stage(plan: Any, role: str, steps: int = 2, seed: int = 0,
+                           cuda_autocast: bool = True) -> MemoryMeasurement:
+    """Memory of one pipeline rank (``role``: first or last stage) running the plan's schedule
+    with torch.distributed.pipelining (``Schedule1F1B`` or ``ScheduleGPipe``) on the fake process
+    group of pp ranks: this rank's stage runs its real forward/backward for every micro-batch, the
+    sends/receives return at once (the received activations and gradients are fake tensors)."""
+    require("torch")
+    lay = plan.layout
+    if role not in PP_ROLES:
+        raise VerifyError(f"pipeline role must be one of {', '.join(PP_ROLES)}")
+    if lay.pp < 2 or lay.dp_size * lay.tp * lay.cp * lay.ep > 1 or plan.runtime.framework != "hf":
+        raise VerifyError("the pipeline measurement runs pipeline parallelism alone (--gpus equal to --pp, "
+                          "framework hf)")
+    if lay.pp_schedule not in ("1f1b", "gpipe"):
+        raise VerifyError("the pipeline measurement runs the 1f1b and gpipe schedules")
+    rank = 0 if role == "first" else lay.pp - 1
+    _process_group(lay.pp, rank)
+    try:
+        return _measure_stage(plan, role, rank, steps, seed, cuda_autocast)
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _measure_stage(plan: Any, role: str, rank: int, steps: int, seed: int, cuda_autocast: bool) -> MemoryMeasurement:
+    import torch
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining.stage import InferenceMode
+
+    from trainledger.load.hf import load_hf_config
+    from trainledger.verify.train_step import autocast_context, host_step_counters, make_optimizer
+
+    lay, r = plan.layout, plan.recipe
+    p = lay.pp
+    n_mb = lay.pp_microbatches or r.grad_accum
+    hf_config = load_hf_config(plan.model.name)
+    built = build_model(hf_config, r, device="fake", seed=seed)
+    if getattr(_base(built.model), "lm_head", None) is None or not hasattr(_base(built.model), "model"):
+        raise VerifyError("the pipeline measurement splits Llama-style transformers models (model.layers, lm_head)")
+    n_layers = len(_decoder_layers(built.model))
+    per = -(-n_layers // p)  # ceil(L / p) layers on every stage but the last ones
+    lo, hi = rank * per, min((rank + 1) * per, n_layers)
+    first, last = rank == 0, rank == p - 1
+    b, s, h = r.micro_batch, r.seq_len, plan.model.hidden_size
+    # what crosses a stage boundary: the residual stream (the weights' dtype: fp32 under autocast
+    # with fp32 weights), and out of the last stage the head's logits (compute dtype). Shape
+    # examples only (STATIC mode allocates its own receive buffers): real meta tensors, made
+    # outside the fake mode so that they own no (fake) storage
+    act_dtype = next(built.model.parameters()).dtype
+    logit_dtype = torch.float32 if r.precision == "fp32" else (
+        torch.float16 if r.precision.startswith("fp16") else torch.bfloat16)
+    inp = torch.empty((b, s), dtype=torch.long, device="meta") if first else torch.empty(
+        (b, s, h), dtype=act_dtype, device="meta").requires_grad_()
+    out = torch.empty((b, s, built.vocab_size) if last else (b, s, h),
+                      dtype=logit_dtype if last else act_dtype, device="meta").requires_grad_()
+    tracker = _local_tracker_class()(vocab_size=built.vocab_size)
+    notes: list[str] = list(built.notes)
+    with fake_runtime(built.fake_mode), attach(tracker, built.fake_mode):
+        stage_mod = _stage_module(built, lo, hi, first, last)
+        params = [q for q in stage_mod.parameters() if q.requires_grad]
+        tracker.register(stage_mod.parameters(), "weights")
+        tracker.register(stage_mod.buffers(), "other")
+        stage = PipelineStage(stage_mod, rank, p, torch.device("cpu"), input_args=(inp,), output_args=(out,))
+        base = _base(built.model)
+
+        def loss_fn(logits: Any, target: Any) -> Any:  # transformers' ForCausalLMLoss
+            return base.loss_function(logits=logits, labels=target, vocab_size=built.vocab_size)
+
+        cls = Schedule1F1B if lay.pp_schedule == "1f1b" else ScheduleGPipe
+        sched = cls(stage, n_mb, loss_fn=loss_fn)
+        # the warm-up vote reads a tensor's value (.item()); the shapes are given, so the stage is static
+        sched._warmup_p2p = lambda stages, *_a: [setattr(st, "_inference_mode", InferenceMode.STATIC)
+                                                for st in stages]
+        cur_phase: list[Any] = [lambda _n: contextlib.nullcontext()]
+        fwd_one, bwd_one = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def forward_one_chunk(*a: Any, **k: Any) -> Any:
+            with cur_phase[0]("forward"):
+                return fwd_one(*a, **k)
+
+        def backward_one_chunk(*a: Any, **k: Any) -> Any:
+            with cur_phase[0]("backward"):
+                return bwd_one(*a, **k)
+
+        stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
+        loss_one = sched._maybe_compute_loss
+
+        def compute_loss(*a: Any, **k: Any) -> Any:  # the loss belongs to the forward
+            with cur_phase[0]("forward"):
+                return loss_one(*a, **k)
+
+        sched._maybe_compute_loss = compute_loss
+        opt = make_optimizer(r, params, "cpu", notes)
+        x = torch.empty((b * n_mb, s), dtype=torch.long)
+
+        def one_step(phase: Any) -> None:
+            amp = autocast_context(r, "cpu", cuda_autocast)
+            with amp:
+                # a training loop keeps no merged output (return_outputs=False, as torchtitan's
+                # trainer): else the last stage holds every micro-batch's logits until the step ends
+                if first:
+                    sched.step(x, return_outputs=False)
+                elif last:
+                    sched.step(target=x, losses=[], return_outputs=False)
+                else:
+                    sched.step(return_outputs=False)
+            with phase("optimizer"):
+                if r.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(params, r.grad_clip, foreach=True)
+                opt.step()
+            with phase("zero_grad"):
+                opt.zero_grad(set_to_none=True)
+
+        for _ in range(steps - 1):
+            one_step(lambda _n: contextlib.nullcontext())
+        tracker.label(params, "weights")
+        tracker.label(optimizer_states(opt), "optimizer_states")
+        tracker.ignore(host_step_counters(opt))
+        tracker.reset_peaks()
+        cur_phase[0] = tracker.phase
+        grads_seen: list[Any] = []
+        orig_step = opt.step
+
+        def step_after_labels(*a: Any, **k: Any) -> Any:
+            tracker.label([q.grad for q in params if q.grad is not None], "gradients")
+            grads_seen.append(True)
+            return orig_step(*a, **k)
+
+        opt.step = step_after_labels
+        t0 = time.perf_counter()
+        one_step(tracker.phase)
+        wall = time.perf_counter() - t0
+        tracker.label(optimizer_states(opt), "optimizer_states")
+    rep = tracker.report()
+    notes += tracked_notes(built, r, cuda_autocast)
+    notes.append(f"pipeline rank {rank} of {p} ({role} stage: layers {lo}..{hi - 1}"
+                 + (", embedding" if first else "") + (", final norm + head + loss" if last else "")
+                 + f"), torch.distributed.pipelining {cls.__name__} over {n_mb} micro-batches on the fake "
+                 "process group (sends/receives return at once)")
+    m = MemoryMeasurement(
+        peak_allocated_bytes=rep.peak_bytes, peak_phase=rep.peak_phase, phase_peaks=rep.phase_peaks,
+        categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
+        device="fake", start_bytes=rep.start_bytes, notes=notes, tracker_peak_bytes=rep.peak_bytes,
+        timeline=rep.timeline)
+    m.env = environment("fake")
+    m.env["world_size"] = str(p)
+    m.env["pp_role"] = role
+    m.env["trace_wall_s"] = f"{wall:.2f}"
+    m.recipe = r.model_dump(mode="json")
     return m

@@ -19,6 +19,7 @@ from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.memory.phases import peak_bytes, step_points
 from trainledger.estimate.memory.suggest import suggestions
+from trainledger.estimate.stage import current_role, pipeline_role
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.terms import Term
 
@@ -51,6 +52,9 @@ SOURCES: dict[str, tuple[str, str]] = {
                      "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
                      "largest wrapped unit = largest decoder layer or the embedding"),
     "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
+    "pipeline_buffers": ("torch.distributed.pipelining's receive buffers, one micro-batch of the residual "
+                         "stream per micro-batch (stage.py _create_grad_recv_info / act recv infos)",
+                         "framework hf with pp > 1; allocated when the schedule first runs, kept"),
 }
 
 
@@ -62,6 +66,7 @@ MEASURED_CATEGORY: dict[str, str] = {
     "autocast_weight_copies": "autocast_weight_copies", "activations": "activations",
     "logits": "logits", "dynamic_cache": "activations", "kv_cache": "activations",
     "ddp_buckets": "sharding_buffers", "zero_buffers": "sharding_buffers", "other": "activations",
+    "pipeline_buffers": "other",
 }
 
 
@@ -137,6 +142,20 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         from trainledger.estimate.serving.section import memory_estimate
 
         return memory_estimate(plan, opts)
+    if plan.layout.pp > 1 and plan.recipe.is_training and current_role(plan) is None:
+        # pipeline: the first and the last stage differ (embedding and p micro-batches in flight,
+        # or head, loss and one micro-batch): the busier of the two is the per-GPU peak
+        ests = []
+        for role in ("first", "last"):
+            with pipeline_role(role):
+                ests.append((estimate_memory(plan, opts, suggest=False), role))
+        est, role = max(ests, key=lambda e: e[0].peak_allocated_bytes)
+        est.notes = [n for n in est.notes if not n.startswith("pipeline:")]
+        est.notes.append(f"pipeline: the busiest rank is the {role} stage ("
+                         + ", ".join(f"{r_} {gib(e.peak_allocated_bytes):.2f} GiB" for e, r_ in ests) + ")")
+        if suggest and opts.suggestions and not est.fits:
+            est.suggestions = suggestions(plan, opts, est)
+        return est
     rt = runtime_defaults()
     x, points = step_points(plan, opts, rt)
     pk = peak_bytes(points, opts, rt)
@@ -187,7 +206,10 @@ def _notes(plan: Plan) -> list[str]:
         out.append(f"{plan.model.model_type}: LayerNorm/Conv1D/fused-projection details are approximated "
                    "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
-        out.append("pipeline: the busiest stage (first for activations, last for logits) is shown")
-    if r.precision == "fp8-mixed":
+        out.append("pipeline: one stage bounding both ends (the first stage's activations, the last's logits)")
+    if r.precision == "fp8-mixed" and RT.framework(plan) == "megatron-core":
+        out.append("fp8-mixed under megatron-core: Transformer Engine's fp8 copies of GEMM inputs are the saved "
+                   "ones (normalized inputs, proj and fc2 inputs); the rest stays bf16")
+    elif r.precision == "fp8-mixed":
         out.append("fp8-mixed: activations modeled as bf16 (Transformer Engine keeps some in fp8)")
     return out

@@ -64,6 +64,12 @@ class LoraShape:
     rank: int
     targets: tuple[str, ...]
     dropout: bool
+    #: FSDP1 flat parameters: a unit's parameters are views of one FlatParameter, which requires
+    #: grad when any of them does (torch/distributed/fsdp/_flat_param.py, ``FlatParameter`` is
+    #: one ``nn.Parameter``; ``_use_unsharded_views`` hands the modules views of it), so a LoRA
+    #: layer's frozen base weights require grad in autograd and every op saves what a weight
+    #: gradient needs (as in full fine-tuning), beside the adapters' own saves
+    flat_units: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +107,8 @@ class _Layer:
         from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
 
         self.m, self.flow, self.lora = m, flow, lora
-        self.trainable = lora is None
+        # weights that need a gradient in autograd: all without LoRA, and with FSDP1's flat units
+        self.trainable = lora is None or lora.flat_units
         lin = layer_linears(m, 0 if not moe_layer else _first_moe(m))
         # peft >= 0.21 converts gate/up/down targets of these MoE families to the expert stacks:
         # they then wrap no nn.Linear (not even a dense layer's MLP or the shared expert)
@@ -133,7 +140,7 @@ class _Layer:
                 out += len(savers) * f.c * width
             elif not already_saved and (self.trainable or src == FP32 or src == f.adapter):
                 out += src * width
-        for _r in savers if not self.trainable else ():
+        for _r in (r for r in present if r in self.wrapped) if self.lora is not None else ():
             out += self._lora(width, src)
         return out
 
@@ -293,7 +300,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
     first, first_per_s = 0.0, 0.0
     if lora is not None:
         first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
-        if not any(p in x.wrapped for p in _ATTN_INPUTS):
+        if not lora.flat_units and not any(p in x.wrapped for p in _ATTN_INPUTS):
             # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
             first += rep_a + sh_a - _o_proj_part(x, attention)
             first_per_s = per_s
@@ -318,3 +325,50 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool
     if sp:
         return sbh / t * (34 + scores)
     return sbh * (10 + 24 / t + scores / t)
+
+
+def te_layer_bytes(m: ModelSpec, fp8: bool, dropout: bool) -> LayerBytes:
+    """Saved bytes per token of one dense decoder layer under Megatron-Core with Transformer Engine
+    (``get_gpt_layer_with_transformer_engine_spec``: TELayerNormColumnParallelLinear for qkv and
+    fc1, TEDotProductAttention, TERowParallelLinear for proj and fc2, Megatron's fused bias-SwiGLU
+    / bias-GeLU), 16-bit activations (c = 2 bytes):
+
+    * each fused norm + linear saves the norm input (2h), its fp32 statistics (rsigma, and mu for
+      LayerNorm: 4 or 8 bytes) and the normalized input the GEMM reads for its weight gradient:
+      2h, or 1h as TE's fp8 copy under fp8 (TE ``_LayerNormLinear.forward`` /
+      ``_LayerNormMLP.forward``: ``ctx.save_for_backward(inputmat, ln_weight, mu, rsigma, ln_out,
+      ...)``; ``ln_out`` is the fp8-cast output when fp8 is on);
+    * fused / flash attention saves q, k, v, its output and the fp32 softmax statistics (4 per
+      head and token); no s×s tensor (TE ``FusedAttnFunc``: ``aux_ctx_tensors``);
+    * the row-parallel proj and fc2 save their input: the attention output itself in 16 bits (no
+      extra), TE's fp8 copy of it under fp8 (1 byte per element; the 16-bit tensor is then not kept
+      by proj, though attention keeps its own output); fc2 likewise keeps its fp8 copy (1·f), or the
+      16-bit activation output (2·f);
+    * the fused activation saves only its input, fc1's output (2·2f gated, 2·f plain;
+      megatron/core/fusions/fused_bias_swiglu.py ``BiasSwiGLUFunction.forward``:
+      ``ctx.save_for_backward(input, bias)``);
+    * hidden dropout (when > 0) keeps a 1-byte mask after proj and after fc2.
+
+    For a GPT layer in 16 bits with dropout this is Korthikanti et al. 2022 (arXiv:2205.05198)
+    §4.1 term by term: 4sbh norm inputs, 2+2 sbh linear inputs, 6sbh q/k/v, 2sbh proj input, 8+8
+    sbh GeLU input/output, 2sbh masks (34·s·b·h), with flash attention's statistics (4·a per token)
+    instead of the 5·a·s²·b score terms. Of these, the norm inputs, normalized inputs and masks are
+    what Megatron TP without SP keeps whole on every rank ("10sbh"), the rest is split ("24sbh/t").
+    """
+    h, a, q, kv = m.hidden_size, m.num_heads, m.q_dim, m.kv_dim
+    c = 2
+    x = 1 if fp8 else c  # a GEMM's saved input: TE's fp8 copy, or the 16-bit tensor
+    stats = FP32 * (1 if m.norm_type == "rmsnorm" else 2)  # rsigma (and mu for LayerNorm)
+    norms = 2 * (c * h + stats + x * h)  # qkv's and fc1's fused norm: input, statistics, normalized input
+    masks = 2 * h if dropout else 0  # bool masks of the two hidden dropouts
+    gated = m.mlp_type == "gated"
+    f = m.intermediate_size
+    core = c * (q + 2 * kv) + c * q + FP32 * a  # q, k, v, output, softmax statistics
+    proj_in = 0 if x == c else x * q  # 16 bits: the attention output already kept
+    mlp = c * (2 * f if gated else f) + x * f  # fc1 output (activation input) + fc2 input
+    return LayerBytes(replicated=norms + masks, sharded=core + proj_in + mlp, per_s=0.0,
+                      layer_input=float(c * h), cache_extra=0.0, first_layer_saving=0.0,
+                      # selective recompute of the core (``--recompute-modules core_attn``) keeps its
+                      # inputs q, k, v and, in 16 bits, the output proj saves anyway
+                      core_drop=float(core), core_keep=float(c * (q + 2 * kv) + (c * q if x == c else 0)),
+                      linear_inputs=float(2 * x * h))

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
-from trainledger.estimate.stage import Stage, inflight_microbatches  # noqa: F401  (inflight_microbatches: re-exported)
+from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
-from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes
+from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes, te_layer_bytes
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
 )
@@ -49,6 +49,7 @@ class Parts:
     grads: float = 0.0
     states: float = 0.0
     opt_temp: float = 0.0
+    pp_buffers: float = 0.0  # torch.distributed.pipelining's per-micro-batch receive buffers
     copies: float = 0.0  # autocast weight copies, all layers
     copies_layer: float = 0.0  # one layer's copies (recompute)
     copies_head: float = 0.0  # lm_head copy
@@ -98,16 +99,10 @@ def flow_of(plan: Plan) -> tuple[Flow, float, float]:
     return Flow(c=c, R=R, autocast=autocast), w, train_w
 
 
-def _layers_on_stage(plan: Plan) -> tuple[int, int]:
-    """(decoder layers, MoE layers) on the busiest pipeline stage."""
-    st = Stage.of(plan)
-    return st.layers, st.moe_layers
-
-
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
     """Decoder layers on the busiest stage by (MoE layer, explicit SDPA mask)."""
     m, r = plan.model, plan.recipe
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     win = m.sliding_window
     n_masked = 0
     if win is not None and r.seq_len > win:
@@ -137,7 +132,7 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     m, lay = plan.model, plan.layout
     sh = model_shape(m)
     t = lay.tp
-    n_layers, _ = _layers_on_stage(plan)
+    n_layers, _ = layers_on_stage(plan)
     frac = n_layers / m.num_layers
     experts = sh.experts * frac
     other = sh.total - sh.layers - sh.embedding - sh.lm_head  # final norm
@@ -156,14 +151,20 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
         sh_head = head_linear  # weight by its own DTensor: the tie is broken, both are held
     else:
         sh_head = sh.lm_head
+    role = current_role(plan)
+    head_lin_local = head_linear / head_t
     if lay.pp == 1:
         head = sh.embedding / emb_t + sh_head / head_t
-    else:  # first stage: embedding; last: lm_head (a tied copy) -- the larger one
+    elif role == "first":  # the embedding (not autocast: nn.Embedding is not cast)
+        head, head_lin_local, other = sh.embedding / emb_t, 0.0, 0.0
+    elif role == "last":  # the final norm and the head (a tied model's copy of the embedding)
+        head = head_linear / head_t
+    else:  # one stage bounding both: the larger of the embedding and the head
         head = max(sh.embedding / emb_t, head_linear / head_t)
     P = layers + head + other
     # grouped_mm experts run in the parameter dtype: autocast makes no copies of them
-    linear = layers - layer_norms - experts / (lay.ep * et) + head_linear / head_t
-    return P, linear, layers - layer_norms, head_linear / head_t, n_layers
+    linear = layers - layer_norms - experts / (lay.ep * et) + head_lin_local
+    return P, linear, layers - layer_norms, head_lin_local, n_layers
 
 
 @lru_cache(maxsize=4096)
@@ -231,7 +232,15 @@ def model_states(plan: Plan, parts: Parts) -> None:
     parts.master = master / N if lay.zero >= 1 else master
     parts.states = states / N if lay.zero >= 1 else states
     parts.grads = grads / N if lay.zero >= 2 else grads
-    temp = optimizer_temp_bytes(r.optimizer, P_t, s_bytes, sh.largest_param / t, tw) if training else 0.0
+    step_params = P_t
+    if torch_tp(plan) and not lay.sp and not lora and lay.pp == 1 and training:
+        # torch TP without sequence parallelism leaves the embedding, the norms (and an unsharded
+        # head) plain tensors beside the DTensor projections; foreach kernels refuse the mix, so the
+        # optimizer runs one parameter group per kind and a foreach step's temporaries exist for
+        # one group at a time (the larger one)
+        plain = sh.embedding + sh.norms + (0.0 if plan.runtime.loss_parallel else sh.lm_head)
+        step_params = max(plain, P_t - plain)
+    temp = optimizer_temp_bytes(r.optimizer, step_params, s_bytes, sh.largest_param / t, tw) if training else 0.0
     parts.opt_temp = temp / N if lay.zero >= 1 else temp
     if "gemm" in pol and training and not lora:
         # block-scaled recipes (mxfp8-mixed, nvfp4-mixed): each Transformer Engine linear quantizes
@@ -267,7 +276,11 @@ def model_states(plan: Plan, parts: Parts) -> None:
         parts.grad_head = (head_lin * g_bytes) / (N if lay.zero >= 2 else 1)
         if flow.autocast:
             parts.grad_transient = head_lin * flow.c  # bf16 grad of the lm_head copy before its cast
-        if not sh.lm_head and lay.pp == 1:
+        if lay.pp > 1 and current_role(plan) == "first":
+            # the first stage's embedding backward writes a dense V×h gradient while the .grad of
+            # the earlier micro-batches exists (AccumulateGrad adds it afterwards)
+            parts.emb_grad_transient = sh.embedding / (t if (lay.sp or not torch_tp(plan)) else 1) * g_bytes
+        elif not sh.lm_head and lay.pp == 1:
             # tied: lm_head's gradient is already in .grad when the embedding backward yields a
             # second V×h gradient; AccumulateGrad adds them out of place (measured, torch 2.13)
             parts.emb_grad_transient = 2 * head_lin * g_bytes / (N if lay.zero >= 2 else 1)
@@ -310,14 +323,19 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     sp = lay.sp and t > 1
     s_local = Stage.of(plan).seq_per_rank
     T = r.micro_batch * s_local
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     lora = None
     if r.method in ("lora", "qlora"):
-        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0)
+        lora = LoraShape(rank=r.lora_rank, targets=tuple(r.lora_targets), dropout=r.dropout > 0,
+                         flat_units=RT.fsdp_sharded(plan) and RT.framework(plan) == "pytorch-fsdp")
     s_att = r.seq_len
     per_layer = []
+    te = RT.framework(plan) == "megatron-core" and lora is None
     for (moe_layer, masked), count in _layer_kinds(plan).items():
-        lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
+        if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
+            lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)
+        else:
+            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
         if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
             full += lb.linear_inputs * (1 - 1 / t)
@@ -380,6 +398,16 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     R, c = flow.R, flow.c
     parts.inputs = T * INT64 * 3 + 2 * r.seq_len * m.head_dim * R
     parts.grad_flow = T * R * h
+    role = current_role(plan)
+    if role is not None and RT.framework(plan) == "hf":
+        # torch.distributed.pipelining allocates a receive buffer per micro-batch when the schedule
+        # starts (torch/distributed/pipelining/stage.py ``_setup_backward_recv_info`` /
+        # ``_create_grad_recv_info`` for the gradients a stage receives, the forward receive infos
+        # for its inputs): the first stage holds m gradient buffers, the last m input buffers, each
+        # one micro-batch of the R-byte residual stream
+        parts.pp_buffers = (lay.pp_microbatches or r.grad_accum) * T * R * h
+    if role == "first":  # no final norm, head or loss on the first stage
+        return
     cast = flow.autocast and R != c
     if r.method in ("lora", "qlora"):  # frozen final norm and lm_head: neither saves the input
         parts.head_saves = (FP32 * h + FP32) * T
@@ -388,18 +416,43 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     parts.head_out = R * h * T if cast else 0.0
     logit_b = c if c != FP32 else FP32
     up = FP32 if logit_b != FP32 else 0.0
-    if torch_tp(plan):
-        # the head's output is replicated: every rank holds the whole vocabulary's logits. With
-        # loss_parallel the head output is vocab-sharded, but transformers' ForCausalLMLoss
-        # (logits.float().view(-1, V)) makes DTensor gather the whole vocabulary again (measured
-        # on the fake process group: full-vocabulary fp32 logits in forward, tp 2 and 4 alike)
+    local_loss = torch_tp(plan) and plan.runtime.loss_parallel and t > 1
+    if torch_tp(plan) and not local_loss:
+        # the head's output is replicated: every rank holds the whole vocabulary's logits
         t = 1
     # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
     # the tanh output is saved for backward until the loss gradient reaches it
     capped = logit_b * V * T / t if m.logit_softcap else 0.0
-    parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
-    parts.logits_bwd = 3 * FP32 * V * T / t + capped
+    if RT.framework(plan) == "megatron-core" and r.method not in ("lora", "qlora"):
+        # Megatron's vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py and
+        # tensor_parallel/cross_entropy.py, ``_VocabParallelCrossEntropy``): ``calculate_logits_max``
+        # upcasts the c-byte logits to fp32 once, exp / normalisation run in place on that copy,
+        # which is saved as the softmax and overwritten in place by its gradient in backward; the
+        # gradient handed to the output layer is cast back to c bytes (``grad_input.to(
+        # logits_dtype)``). Forward: c-byte logits + the fp32 copy; backward: fp32 + c-byte gradient
+        parts.logits_fwd = (logit_b + up) * V * T / t + capped
+        parts.logits_bwd = (FP32 + logit_b) * V * T / t + capped
+        # Megatron's final norm (TE: input + rsigma) and output layer (its input) save no fp32 copy
+        parts.head_saves = (R * h + FP32 + c * h) * T
+        parts.head_out = 0.0
+    elif local_loss:
+        # torch's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch 2.13) keeps the
+        # logits vocab-sharded: ``_log_softmax`` runs on the local shard (all-reducing only the
+        # row max and sum), where ``shifted = x - x_max`` and ``result = shifted - logsumexp`` are
+        # both alive at its end, beside the c-byte logits and ForCausalLMLoss' fp32 upcast; the
+        # fused ``_nll_loss_and_log_softmax_backward`` holds the saved log-softmax output x,
+        # ``zeros_like(x)``, ``exp(x)`` and their sum at once: 4 fp32 tensors of V/t columns
+        parts.logits_fwd = (logit_b + up + 2 * FP32) * V * T / t + capped
+        parts.logits_bwd = 4 * FP32 * V * T / t + capped
+    else:
+        parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
+        parts.logits_bwd = 3 * FP32 * V * T / t + capped
     parts.logits_grad = logit_b * V * T / t
+    if role == "last" and RT.framework(plan) == "hf":
+        # torch.distributed.pipelining keeps a stage's output in ``fwd_cache`` until that
+        # micro-batch's backward (stage.py ``forward_one_chunk`` / ``backward_one_chunk``): the
+        # last stage's c-byte logits outlive the loss into log-softmax backward
+        parts.logits_bwd += logit_b * V * T / t
 
 
 def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:
@@ -421,7 +474,7 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     c, R, t = flow.c, flow.R, lay.tp
     ctx = r.seq_len + r.generate_len
     b = r.micro_batch
-    n_layers, n_moe = _layers_on_stage(plan)
+    n_layers, n_moe = layers_on_stage(plan)
     if opts.kv_cache == "paged":
         ctx = -(-ctx // block_tokens) * block_tokens
     k_bytes = R if flow.autocast else c

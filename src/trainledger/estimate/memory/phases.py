@@ -17,6 +17,7 @@ from trainledger.estimate.memory.model import Parts, activations, inference, mod
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.options import MemoryOptions
+from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
 
 Point = tuple[str, str, dict[str, float]]  # (phase, moment, term -> bytes)
 
@@ -33,7 +34,7 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     g_prev = x.grads if ga else 0.0
     n = max(x.n_layers, 1)
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
-            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf}
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
     recompute = r.recompute == "full"
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
@@ -69,6 +70,17 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
         label = "last layer backward" if j == 0 else "first layer backward"
         points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
                                                activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    if current_role(plan) == "first" and x.emb_grad_transient:
+        # 1F1B first stage: a micro-batch's backward ends in the embedding backward while the other
+        # in-flight micro-batches' activations are still held. Autocast's cached weight copies were
+        # cast in an earlier micro-batch's forward, so their ToCopyBackward nodes are older than
+        # this micro-batch's graph and the autograd engine (which runs the newest ready node first,
+        # torch/csrc/autograd/engine.cpp ``CompareNodeTaskTime``: by sequence number) leaves every
+        # c-byte weight gradient of the stage waiting until the embedding backward has run
+        m = inflight_microbatches(plan)
+        points.append(("backward", "embedding backward (first stage)", dict(
+            base, gradients=x.grads, autocast_weight_copies=x.copies,
+            activations=x.acts * (m - 1) / m + x.emb_grad_transient + x.copies, other=x.inputs + x.grad_flow)))
     end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
     points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
@@ -152,6 +164,13 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
 
         est = memory_estimate(plan, opts)
         return est.peak_allocated_bytes, est.device_total_bytes, est.budget_bytes
+    if plan.layout.pp > 1 and plan.recipe.is_training and current_role(plan) is None:
+        # the busier of the first and the last pipeline stage, as ``estimate_memory`` reports it
+        figures = []
+        for role in ("first", "last"):
+            with pipeline_role(role):
+                figures.append(fit_bytes(plan, opts))
+        return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
     pk = peak_bytes(step_points(plan, opts, rt)[1], opts, rt)
     return pk.allocated, pk.device_total, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from trainledger.estimate.stage import layers_on_stage
 from trainledger.spec.runtime import DS_DEFAULTS
 from trainledger.units import DTYPE_BYTES
 
@@ -168,12 +169,10 @@ def _layer_shapes(m: Any, i: int, t: int, n: int, flat: bool) -> tuple[float, fl
 
 def shapes(plan: Any) -> Shapes:
     m, lay = plan.model, plan.layout
-    from trainledger.estimate.memory.model import _layers_on_stage
-
     n = shard_group(plan) if fsdp_sharded(plan) else 1
     t = lay.tp
     flat = framework(plan) == "pytorch-fsdp"
-    n_layers, _ = _layers_on_stage(plan)
+    n_layers, _ = layers_on_stage(plan)
     full0, local0 = _layer_shapes(m, 0, t, n, flat)
     fulls, locals_ = [], []
     for i in range(min(n_layers, m.num_layers)):
@@ -240,9 +239,7 @@ def fsdp_parts(plan: Any) -> FsdpParts:
     gb = 2.0 if (mixed and rt.param_dtype == "bf16") else w  # gathered dtype
     rb = (FP32 if rt.reduce_dtype == "fp32" else 2.0) if (mixed and rt.param_dtype == "bf16") else w
     lora = r.method in ("lora", "qlora")
-    from trainledger.estimate.memory.model import _layers_on_stage
-
-    n_layers, _ = _layers_on_stage(plan)
+    n_layers, _ = layers_on_stage(plan)
     f = FsdpParts(n_layers=n_layers, reshard=reshard_after_forward(plan))
     # a tied embedding/head cannot be wrapped on its own (FSDP2 needs both in one group): root
     sep = rt.wrap == "layers+embed+head" and framework(plan) == "fsdp2" and bool(s.head_full)
@@ -288,9 +285,18 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     layers_kept = 0.0 if f.reshard else n * f.layer_gathered + f.emb_gathered + f.head_gathered
     gathered_fwd = f.root_gathered + layers_kept
     copies_bwd = x.copies_head if r.recompute == "full" else x.copies
+    # FSDP2 frees a forward all-gather's output only after the next group's copy-out (overlap),
+    # and the last one in the root's post-forward (torch/distributed/fsdp/_fully_shard/
+    # _fsdp_param_group.py ``wait_for_unshard``: ``comm_ctx.all_gather_state``; _fsdp_state.py
+    # ``_post_forward``: "Free the last all-gather result"). transformers computes the loss inside
+    # the root module's forward, so at the loss the last group's all-gather output (the head's when
+    # wrapped on its own, else the last decoder layer's) is still alive
+    last_ag = 0.0
+    if framework(plan) == "fsdp2" and shard_group(plan) > 1:
+        last_ag = f.head_gathered or f.layer_gathered
     fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
-               dynamic_cache=x.cache, other=x.inputs, zero_buffers=gathered_fwd)
+               dynamic_cache=x.cache, other=x.inputs, zero_buffers=gathered_fwd + last_ag)
     # backward starts by gathering (prefetching) the head group, or else the last layer; without
     # reshard-after-forward they are still gathered from forward
     prefetch = (f.head_gathered or f.layer_gathered) if f.reshard else 0.0
@@ -496,7 +502,11 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
     dist = lay.zero >= 1
     parts.master = P_t * FP32 / (N if dist else 1) if c < 4 else 0.0
     parts.states = optimizer_state_bytes(r.optimizer, P_t, FP32, sh, P_t / max(P, 1)) / (N if dist else 1)
-    parts.grads = P_t * FP32 / (N if lay.zero >= 2 else 1)  # main_grad buffer (fp32)
+    # the fp32 main_grad buffer is allocated once when the model is wrapped and only zeroed
+    # between steps (megatron/core/distributed/param_and_grad_buffer.py, ``_ParamAndGradBuffer``:
+    # ``self.grad_data = torch.zeros(self.numel, dtype=self.grad_dtype, ...)``): it lives all step
+    parts.grads_static = P_t * FP32 / (N if lay.zero >= 2 else 1)
+    parts.grads = 0.0
     parts.opt_temp = 0.0
     parts.ddp = 0.0
     if z == 3:
