@@ -110,7 +110,7 @@ PEFT_MOE_CONVERSION: dict[str, dict[str, str]] = {
 }
 
 
-def _converted(targets: tuple[str, ...], names: dict[str, str]) -> tuple[set[str], tuple[str, ...]]:
+def converted(targets: tuple[str, ...], names: dict[str, str]) -> tuple[set[str], tuple[str, ...]]:
     """(roles selected by converted names, targets left as module targets)."""
     roles, rest = set(), []
     for t in targets:
@@ -151,7 +151,7 @@ def lora_targets_of(m: ModelSpec, layer: int, targets: tuple[str, ...]) -> tuple
     projections; for the MoE families in :data:`PEFT_MOE_CONVERSION` the expert/router names become
     roles on the stacked experts (only in MoE layers).
     """
-    roles, module_targets = _converted(tuple(targets), PEFT_MOE_CONVERSION.get(m.model_type, {}))
+    roles, module_targets = converted(tuple(targets), PEFT_MOE_CONVERSION.get(m.model_type, {}))
     mods = [(path, lin) for path, lin in layer_linears(m, layer).items()
             if lin.count == 1 and any(matches(path, t) for t in module_targets)]
     return mods, (roles if m.is_moe_layer(layer) else set())

@@ -104,7 +104,7 @@ class _Layer:
     """Accumulates the saved bytes of one layer while walking its modules (see module docstring)."""
 
     def __init__(self, m: ModelSpec, flow: Flow, lora: LoraShape | None, moe_layer: bool) -> None:
-        from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
+        from trainledger.spec.layers import PEFT_MOE_CONVERSION, converted, layer_linears, matches
 
         self.m, self.flow, self.lora = m, flow, lora
         # weights that need a gradient in autograd: all without LoRA, and with FSDP1's flat units
@@ -113,7 +113,7 @@ class _Layer:
         # peft >= 0.21 converts gate/up/down targets of these MoE families to the expert stacks:
         # they then wrap no nn.Linear (not even a dense layer's MLP or the shared expert)
         names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if (lora and m.moe) else {}
-        roles, targets = _converted(tuple(lora.targets), names) if names else (set(), lora.targets if lora else ())
+        roles, targets = converted(tuple(lora.targets), names) if names else (set(), lora.targets if lora else ())
         self.wrapped = {p for p, x in lin.items() if lora and x.count == 1
                         and any(matches(p, t) for t in targets)}
         self.lin = lin

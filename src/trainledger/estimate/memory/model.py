@@ -177,12 +177,12 @@ def lora_params(m, targets: tuple[str, ...], rank: int) -> int:
 def _dense_lora_params(m, targets: tuple[str, ...], rank: int) -> int:
     """LoRA parameters on nn.Linear modules only (peft's expert-stack adapters run in grouped_mm,
     outside autocast, so autocast makes no copies of them)."""
-    from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted
+    from trainledger.spec.layers import PEFT_MOE_CONVERSION, converted
 
     names = PEFT_MOE_CONVERSION.get(m.model_type, {})
     if not names or m.moe is None:
         return lora_params(m, targets, rank)
-    _, module_targets = _converted(targets, names)
+    _, module_targets = converted(targets, names)
     return _lora_params_uncached(m, tuple(module_targets), rank)
 
 
@@ -191,11 +191,11 @@ def _unsaved_first(m, targets: tuple[str, ...]) -> float:
     """LoRA: layer 0's frozen projections that read tensors needing no gradient (the embedding
     output) keep no autocast weight copy: q/k/v (q_a/kv_a for MLA), and the whole attention when
     no attention input projection carries an adapter."""
-    from trainledger.spec.layers import PEFT_MOE_CONVERSION, _converted, layer_linears, matches
+    from trainledger.spec.layers import PEFT_MOE_CONVERSION, converted, layer_linears, matches
     from trainledger.estimate.memory.activations import _ATTN_INPUTS
 
     names = PEFT_MOE_CONVERSION.get(m.model_type, {}) if m.moe else {}
-    module_targets = _converted(targets, names)[1] if names else targets
+    module_targets = converted(targets, names)[1] if names else targets
     lin = {p: x for p, x in layer_linears(m, 0).items() if p.startswith("self_attn.")}
     wrapped = any(p in _ATTN_INPUTS and any(matches(p, t) for t in module_targets) for p in lin)
     first = ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa")

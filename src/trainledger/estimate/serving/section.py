@@ -18,6 +18,7 @@ from typing import Any
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
 from trainledger.estimate.terms import Term
+from trainledger.estimate.memory.result import MemoryEstimate
 from trainledger.estimate.serving.memory import EngineMemory, engine_memory
 from trainledger.estimate.serving.perf import ServingPerf
 
@@ -45,8 +46,6 @@ _SRC = {
 
 def memory_estimate(plan: Plan, opts: Any = None):
     """The memory section (a ``MemoryEstimate``) of an inference plan served by an engine."""
-    from trainledger.estimate.memory import MemoryEstimate
-
     em = engine_memory(plan)
     total = plan.cluster.gpu.memory_bytes
     breakdown = {"weights": int(em.weights), "kv_cache": int(em.batch_kv), "activations": int(em.activations),
