@@ -64,6 +64,12 @@ def cost_options(func: Callable) -> Callable:
     return func
 
 
+def _flag_of() -> dict[str, str]:
+    """CostOptions field -> the flag that sets it (``electricity_usd_per_kwh`` -> ``--electricity-price``)."""
+    params = cost_options(lambda **kw: None).__click_params__  # type: ignore[attr-defined]
+    return {p.name: p.opts[0] for p in params}
+
+
 def cost_options_from_kwargs(kwargs: dict[str, Any]) -> CostOptions:
     """Pop the cost flags from a command's kwargs into a validated CostOptions."""
     data = {k: kwargs.pop(k) for k in _KEYS if k in kwargs}
@@ -71,7 +77,10 @@ def cost_options_from_kwargs(kwargs: dict[str, Any]) -> CostOptions:
     try:
         return CostOptions.model_validate(data)
     except ValidationError as exc:
-        raise spec_error(exc, "cost options") from None
+        from trainledger.cli.options import with_flags
+
+        flags = {k: v for k, v in _flag_of().items() if k in data}
+        raise with_flags(spec_error(exc, "cost options"), "cost options", flags) from None
 
 
 def _rate(bytes_per_s: float) -> str:

@@ -144,14 +144,31 @@ _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "atte
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")
 
 
+def _example_default(name: str) -> str | None:
+    """The help's default of a plan flag: the built-in example job's value where it is not the field's.
+
+    ``plan`` with no flags plans EXAMPLE_JOB, and a flag changes one field of it; so the default a
+    user gets is the example job's (20B tokens, 7 days, 64 GPUs, ranked by cost), which --help must say.
+    """
+    from trainledger.planner.search import EXAMPLE_JOB, Job
+
+    value = getattr(EXAMPLE_JOB, name, None)
+    info = Job.model_fields.get(name)
+    if info is None or value is None or value == info.default:
+        return None
+    if name == "tokens":
+        return f"{fmt_params(value)} tokens, the example job"
+    return f"{value:g}, the example job" if isinstance(value, float) else f"{value}, the example job"
+
+
 def _plan_options(func: Any) -> Any:
     from trainledger.load.plan import PlanInputs
     from trainledger.planner.search import Job
     from trainledger.cli.options import _field_option
 
-    opts = [_field_option(n, PlanInputs.model_fields[n]) for n in _SHARED_FLAGS]
+    opts = [_field_option(n, PlanInputs.model_fields[n], _example_default(n)) for n in _SHARED_FLAGS]
     opts.insert(-1, click.option("--epochs", type=float, help="passes over the --corpus data [1]"))
-    opts += [_field_option(n, Job.model_fields[n]) for n in _JOB_FLAGS]
+    opts += [_field_option(n, Job.model_fields[n], _example_default(n)) for n in _JOB_FLAGS]
     opts += [
         click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]"),
         click.option("--gpus-per-node", "gpus_per_node", type=int, multiple=True, help="node size (repeatable) [8]"),

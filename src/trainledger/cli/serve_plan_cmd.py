@@ -46,6 +46,10 @@ def serve_plan_cmd(gpu_types: str | None, tps: str, top: int, as_json: bool, **k
     except ValueError:
         raise click.BadParameter(f"--tps {tps!r}: give comma-separated integers such as 1,2,4,8") from None
     res = serve_plan(inputs, names, tp_list, corpus, cost)
+    if inputs.generate_len == 0:  # the planner sizes one output token per request: say so, never silently
+        click.echo("note: no --generate-len: each request generates 1 token (prefill only), so TPOT and "
+                   "$/M output tokens describe a prefill-only load; give --generate-len for chat or "
+                   "completion traffic", err=True)
     if as_json:
         echo_json(res)
         return
@@ -73,7 +77,10 @@ def serve_plan_lines(res: dict[str, Any], top: int = 8) -> list[str]:
         out += table(rows, ["gpu", "tp", "replicas", "GPUs", "conc", "TTFT p99", "TPOT p99", "tok/s/GPU",
                             "cloud $/h", "cloud $/M", "owned $/M", "kWh/M"], align="llrrrrrrrrrr").splitlines()
         b = res["best"]
-        out.append(f"cheapest: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --to vllm "
+        # ranked by cloud $/h, then GPU count: with no price for the first, it is the fewest GPUs, not the cheapest
+        first = "cheapest" if "cloud_usd_per_hour" in b["cost"] else (
+            "fewest GPUs (no cloud price for it: give --price-per-gpu-hour, --provider or --prices)")
+        out.append(f"{first}: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --to vllm "
                    f"--model {res['model']} --gpu {b['gpu']} --tp {b['tp']} --gpus {b['tp']} --method inference ...)")
     else:
         out.append("no GPU type and TP degree meets the SLOs at this load; relax an SLO or try other GPUs")

@@ -129,6 +129,34 @@ class PlanInputs(Spec):
                                "and tokens (padding included) unless they are given")
 
 
+#: serving-engine fields: read by inference plans only (``serving_of``); a training estimate never looks at them
+SERVING_ONLY = ("serving_engine", "quantization", "quant_group_size", "kv_cache_dtype", "mla_latent_cache",
+                "block_size", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                "cuda_graphs", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "generate_len")
+#: training fields an inference estimate never reads (no backward, no recomputation, no adapters)
+TRAINING_ONLY = ("recompute", "recompute_layers", "grad_clip", "lora_rank", "lora_alpha", "lora_targets")
+
+
+def unused_inputs(inputs: PlanInputs, given: set[str] | frozenset[str]) -> list[tuple[str, str]]:
+    """The ``given`` fields that ``inputs`` never uses, each with why: (field, reason).
+
+    A stated value that changes nothing is a mistake the user should see (``--quantization awq`` on a
+    full fine-tune, ``--recompute-layers 4`` without ``--recompute full``), not a silent default.
+    """
+    out: list[tuple[str, str]] = []
+    if inputs.method != "inference":
+        why = f"it applies to --method inference only; a {inputs.method} estimate does not read it"
+        if inputs.method == "qlora":
+            why += " (QLoRA's base is always NF4)"
+        out += [(k, why) for k in SERVING_ONLY if k in given]
+    else:
+        out += [(k, "training only; an inference estimate does not read it") for k in TRAINING_ONLY if k in given]
+    if "recompute_layers" in given and inputs.method != "inference" and inputs.recompute != "full":
+        out.append(("recompute_layers", f"it applies with --recompute full only (recompute is {inputs.recompute})"))
+    return out
+
+
 def load_plan_file(path: str | Path) -> dict[str, Any]:
     """Read a plan file (YAML, TOML or JSON) into a flat dict of PlanInputs keys."""
     p = Path(path)

@@ -1,0 +1,158 @@
+"""What a new user hits in the first hour: each test is a path that was wrong before its fix.
+
+Expected values come from the command's own documented contract (its --help or docstring), from the
+flag the user typed, or from public facts — never from the output being tested.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from trainledger.cli import main
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _help_of(args: list[str], flag: str) -> str:
+    """The help text of one option, whitespace-joined (click wraps it over lines)."""
+    r = run(*args, "--help")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith(flag + " "))
+    out = [lines[start]]
+    for ln in lines[start + 1:]:
+        if ln.strip().startswith("-"):
+            break
+        out.append(ln)
+    return " ".join(" ".join(out).split())
+
+
+# -- plan --help states the defaults plan really uses ----------------------------------------------
+
+def test_plan_help_states_the_example_jobs_defaults():
+    # `plan`'s docstring: the example job is "20B tokens, 7-day deadline, up to 64 GPUs, cheapest
+    # first"; --help listed the Job field defaults instead ([time], [1024], no token budget)
+    assert "[cost" in _help_of(["plan"], "--rank-by")
+    assert "[time]" not in _help_of(["plan"], "--rank-by")
+    assert "[64" in _help_of(["plan"], "--max-gpus")
+    assert "[7" in _help_of(["plan"], "--deadline-days")
+    assert "20" in _help_of(["plan"], "--tokens")
+    # global batch: 256 sequences in the docstring, whatever the --seq-len ("~1M tokens" only at 4096)
+    gb = _help_of(["plan"], "--global-batch")
+    assert "[256" in gb and "1M tokens" not in gb
+
+
+def test_plan_help_default_is_what_a_bare_plan_uses():
+    # the contract the help now states: a flag not given keeps the example job's value
+    r = run("plan", "--top", "1", "--json")
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.output)["job"]
+    assert job["rank_by"] == "cost" and job["max_gpus"] == 64 and job["deadline_days"] == 7
+
+
+def test_estimate_help_keeps_the_fields_own_defaults():
+    # estimate has no example job: its --tokens has no default and --seq-len is the field's 4096
+    assert "example job" not in _help_of(["estimate"], "--seq-len")
+    assert "[4096]" in _help_of(["estimate"], "--seq-len")
+
+
+# -- a flag the plan never reads is said, not silently dropped -------------------------------------
+
+@pytest.mark.parametrize("flags, flag", [
+    (["--quantization", "awq"], "--quantization"),              # weight quantization: serving only
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
+    (["--generate-len", "256"], "--generate-len"),
+    (["--max-num-seqs", "8"], "--max-num-seqs"),
+    (["--recompute-layers", "4"], "--recompute-layers"),        # without --recompute full
+])
+def test_a_flag_a_training_estimate_ignores_is_warned(flags, flag):
+    r = run("estimate", "--model", "llama-3.1-8b", "--no-ledger", *flags)
+    assert r.exit_code == 0, r.output
+    assert f"warning: {flag} is ignored" in r.output
+
+
+def test_qlora_quantization_flag_is_warned_with_the_reason():
+    # QLoRA's base is NF4 (Dettmers et al. 2023): --quantization fp8 on a qlora plan changes nothing
+    r = run("estimate", "--method", "qlora", "--quantization", "fp8", "--no-ledger")
+    assert r.exit_code == 0, r.output
+    assert "warning: --quantization is ignored" in r.output and "NF4" in r.output
+
+
+def test_recompute_on_an_inference_estimate_is_warned():
+    r = run("estimate", "--method", "inference", "--recompute", "full", "--no-ledger")
+    assert r.exit_code == 0, r.output
+    assert "warning: --recompute is ignored" in r.output
+
+
+def test_flags_that_are_read_are_not_warned():
+    for args in (["--method", "inference", "--quantization", "awq", "--generate-len", "64"],
+                 ["--recompute", "full", "--recompute-layers", "4"],
+                 ["--method", "lora", "--lora-rank", "64"]):
+        r = run("estimate", "--no-ledger", *args)
+        assert r.exit_code == 0, r.output
+        assert "warning:" not in r.output, (args, r.output)
+
+
+def test_ignored_flags_change_nothing_they_are_warned_about():
+    # the warning is honest only if the flag really has no effect: same figures with and without it
+    def est(*extra):
+        r = run("estimate", "--no-ledger", "--json", "--model", "llama-3.1-8b", *extra)
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output[r.output.index("{"):])
+        return d["memory"]["device_total_bytes"], d["compute"]["step_time_s"]
+
+    assert est() == est("--quantization", "awq", "--kv-cache-dtype", "fp8", "--generate-len", "512")
+    assert est("--recompute", "selective") == est("--recompute", "selective", "--recompute-layers", "3")
+
+
+# -- errors name the flag the user typed ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, flag", [
+    (["estimate", "--gpus", "0"], "--gpus"),
+    (["estimate", "--seq-len", "0"], "--seq-len"),
+    (["check", "--micro-batch", "0"], "--micro-batch"),
+    (["estimate", "--headroom", "1.5"], "--headroom"),
+    (["estimate", "--price-per-gpu-hour", "-1"], "--price-per-gpu-hour"),
+    (["estimate", "--electricity-price", "-1"], "--electricity-price"),  # field electricity_usd_per_kwh
+    (["serve-plan", "--requests-per-s", "0"], "--requests-per-s"),
+])
+def test_a_bad_flag_value_names_the_flag(args, flag):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: {flag}: "), r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_bad_plan_file_key_still_names_the_file_key(tmp_path):
+    # a key from a plan file is not a flag: the message keeps the key name
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus: 0\n")
+    r = run("estimate", "--plan", str(f))
+    assert r.exit_code == 2
+    assert "gpus: Input should be greater than 0" in r.output and "--gpus" not in r.output
+
+
+# -- serve-plan says what it assumed ---------------------------------------------------------------
+
+def test_serve_plan_does_not_call_an_unpriced_plan_cheapest():
+    # serve-plan ranks by cloud $/h, then GPU count: a first plan without a price is the fewest GPUs
+    r = run("serve-plan", "--model", "llama-3.1-8b", "--requests-per-s", "1", "--generate-len", "64",
+            "--gpu-types", "a100-pcie-80gb", "--tps", "1")
+    assert r.exit_code == 0, r.output
+    assert "no cloud price" in run("prices", "a100-pcie-80gb").output  # the catalog has no price for it
+    assert "cheapest:" not in r.output and "fewest GPUs" in r.output
+
+
+def test_serve_plan_without_generate_len_says_one_output_token():
+    r = run("serve-plan", "--model", "llama-3.1-8b", "--requests-per-s", "1", "--gpu-types", "h100-sxm",
+            "--tps", "1")
+    assert r.exit_code == 0, r.output
+    assert "no --generate-len" in r.output
+    r = run("serve-plan", "--model", "llama-3.1-8b", "--requests-per-s", "1", "--gpu-types", "h100-sxm",
+            "--tps", "1", "--generate-len", "128")
+    assert "no --generate-len" not in r.output
