@@ -156,3 +156,37 @@ def test_serve_plan_without_generate_len_says_one_output_token():
     r = run("serve-plan", "--model", "llama-3.1-8b", "--requests-per-s", "1", "--gpu-types", "h100-sxm",
             "--tps", "1", "--generate-len", "128")
     assert "no --generate-len" not in r.output
+
+
+# -- one run, one checkpoint interval: the output says when two sections assume different ones ------
+
+def test_checkpoint_and_goodput_intervals_are_reconciled_in_the_text():
+    # without --checkpoint-interval the checkpoint line assumes its default (3600 s, its --help) while
+    # goodput uses the Daly optimum: the text must say they differ, and --checkpoint-interval sets both
+    base = ["estimate", "--no-ledger", "--model", "llama-3.1-8b", "--method", "lora", "--tokens", "1B"]
+    assert "[3600]" in _help_of(["estimate"], "--checkpoint-interval")
+    r = run(*base)
+    assert r.exit_code == 0, r.output
+    assert "one per 60.0 min" in r.output and "Daly optimum" in r.output
+    assert "note: the checkpoint line assumes one per 60.0 min" in r.output
+    r = run(*base, "--checkpoint-interval", "3600")
+    assert "note: the checkpoint line assumes" not in r.output
+    assert "at a checkpoint every 60.0 min" in r.output
+
+
+# -- export: the formats the docstring names are the formats --to takes; -o as in `report` ----------
+
+def test_export_help_names_every_format():
+    from trainledger.runconfig import EXPORT_FORMATS, SERVING_EXPORT_FORMATS
+
+    r = run("export", "--help")
+    doc = " ".join(r.output.split("Options:")[0].split())
+    missing = [f for f in EXPORT_FORMATS + SERVING_EXPORT_FORMATS if f not in doc]
+    assert not missing, missing
+
+
+def test_export_takes_dash_o_like_report(tmp_path):
+    r = run("export", "--to", "deepspeed", "--gpus", "8", "--zero", "3", "-o", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "deepspeed.json").read_text())
+    assert cfg["zero_optimization"]["stage"] == 3 and cfg["train_micro_batch_size_per_gpu"] == 1

@@ -135,7 +135,13 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                  + ("" if g["utilization"] is None else f" = {g['utilization']:.0%} of {g['link']}")
                  for k, g in ic["groups"].items()]
         out.append("links       " + ", ".join(parts) + ("" if ic.get("ok") else " (TOO SLOW)"))
-    out += goodput_lines(extra.get("goodput"))
+    g = extra.get("goodput")
+    out += goodput_lines(g)
+    if ck is not None and g is not None and g.get("goodput") is not None and g.get("interval_s") is not None \
+            and abs(g["interval_s"] - ck["interval_s"]) > 1e-6 * ck["interval_s"]:
+        # two sections, two intervals (the catalog's default, the Daly optimum): say so, not silently
+        out.append(f"  note: the checkpoint line assumes one per {fmt_seconds(ck['interval_s'])} (its default), goodput "
+                   f"the Daly optimum {fmt_seconds(g['interval_s'])}; --checkpoint-interval sets both")
     for name, sec in extra.items():
         if name in ("energy", "cost", "io", "host", "checkpoint", "interconnect", "goodput"):
             out += [f"  note ({name}): {n}" for n in getattr(sec, "notes", [])]
