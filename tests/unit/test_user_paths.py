@@ -190,3 +190,33 @@ def test_export_takes_dash_o_like_report(tmp_path):
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "deepspeed.json").read_text())
     assert cfg["zero_optimization"]["stage"] == 3 and cfg["train_micro_batch_size_per_gpu"] == 1
+
+
+# -- plan: when nothing fits, the text shows why (every kind of rejection), with the flags as typed ---
+
+def test_plan_that_misses_the_deadline_shows_the_deadline_in_text():
+    # 405B on 15T tokens: 6·N·T = 6 · 405e9 · 15e12 = 3.6e25 FLOP; 16,384 H100 at the 989 TFLOP/s dense
+    # bf16 peak (NVIDIA H100 datasheet) need 3.6e25 / (16384 · 989e12) s = 26 days even at 100% MFU,
+    # so the example job's 7-day deadline rejects every count. The text listed only the first
+    # rejection per GPU ("megatron-core: needs ... over 1"): every reason shares the stack prefix.
+    r = run("plan", "--model", "llama-3.1-405b", "--method", "pretrain", "--seq-len", "8192",
+            "--global-batch", "2048", "--tokens", "15T", "--max-gpus", "16384", "--gpu", "h100-sxm",
+            "--framework", "megatron-core")
+    assert r.exit_code == 1, r.output
+    rejected = r.output.split("\nrejected (")[1]
+    assert "misses the 7-day deadline" in rejected
+    assert "h100-sxm x 16384" in rejected             # the nearest miss: the most GPUs tried
+    assert "--deadline-days" in rejected              # the deadline was the example job's, not the user's
+    head = r.output.splitlines()[0]
+    assert "--gpu," in head and "--gpus" not in head  # the user typed --gpu
+
+
+def test_rejected_kinds_keep_one_per_kind_and_the_nearest_miss():
+    from trainledger.cli.plan_cmd import _rejected_kinds
+
+    rej = [{"gpu": "a", "gpus": n, "framework": "hf", "reason": f"hf: needs at least {m} GiB of states"}
+           for n, m in ((1, 400), (2, 200), (4, 100))]
+    rej += [{"gpu": "a", "gpus": n, "framework": "hf", "reason": f"hf: misses the 7-day deadline: {d} days"}
+            for n, d in ((8, 20.5), (16, 10.2))]
+    out = _rejected_kinds(rej)
+    assert [(r["gpus"], r["reason"][:15]) for r in out] == [(4, "hf: needs at le"), (16, "hf: misses the ")]

@@ -96,7 +96,7 @@ def _plans_table(plans: list[dict[str, Any]], ranked: bool = True) -> str:
 def _render(res: dict[str, Any], changed: list[str]) -> None:
     job = res["job"]
     head = "built-in example job" if not changed else (
-        "job (the built-in example with " + ", ".join("--" + k.replace("_", "-") for k in changed) + ")")
+        "job (the built-in example with " + ", ".join(_FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in changed) + ")")
     tokens = f"{fmt_params(job['tokens'])} tokens" if job.get("tokens") else "no token budget"
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}, "
@@ -126,17 +126,38 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
              b["gpus_needed"] or "-"] for b in res["gpu_count"]]
     click.echo("\nGPU count = max(memory bound, deadline bound):")
     click.echo(table(rows, ["gpu", "network", "memory bound", "deadline bound", "needed"], align="llrrr"))
-    seen, shown = set(), []
-    for r in res["rejected"]:
-        key = (r["gpu"], r["reason"].split(":")[0][:30])
-        if key not in seen:
-            seen.add(key)
-            shown.append(r)
-    click.echo(f"\nrejected (first of each kind; --json lists all {len(res['rejected'])}):")
+    shown = _rejected_kinds(res["rejected"])
+    click.echo(f"\nrejected (most GPUs tried of each kind; --json lists all {len(res['rejected'])}):")
     for r in shown[:12]:
         click.echo(f"  {r['gpu']} x {r['gpus']}: {r['reason']}")
+    if not res["plans"] and not res.get("unpriced") and job.get("deadline_days") and "deadline_days" not in changed \
+            and any("deadline" in r["reason"] for r in res["rejected"]):
+        click.echo(f"  (the {job['deadline_days']:g}-day deadline is the example job's: give --deadline-days "
+                   "for yours, or --max-gpus for more GPUs)")
 
 
+def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One rejected candidate per GPU and kind of reason: the one with the most GPUs (the nearest miss).
+
+    The kind is the reason without its stack prefix ("megatron-core: ") and without its figures, so
+    "needs at least 6048 GiB ..." and "misses the 7-day deadline ..." are two kinds, not one.
+    """
+    import re
+
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rejected:
+        reason = r["reason"]
+        if r.get("framework") and reason.startswith(r["framework"] + ": "):
+            reason = reason[len(r["framework"]) + 2:]
+        key = (r["gpu"], r.get("framework", ""), re.sub(r"[\d.,]+", "#", reason.split(":")[0])[:40])
+        if key not in out or r["gpus"] >= out[key]["gpus"]:
+            out[key] = r
+    return list(out.values())
+
+
+#: Job fields whose flag is not the field name (--gpu, repeatable, fills the job's ``gpus``)
+_FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--network",
+            "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
 _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "tokens",
                  "lora_rank", "headroom", "corpus")
