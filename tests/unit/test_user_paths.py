@@ -220,3 +220,26 @@ def test_rejected_kinds_keep_one_per_kind_and_the_nearest_miss():
             for n, d in ((8, 20.5), (16, 10.2))]
     out = _rejected_kinds(rej)
     assert [(r["gpus"], r["reason"][:15]) for r in out] == [(4, "hf: needs at le"), (16, "hf: misses the ")]
+
+
+# -- an instruct variant of a bundled preset: the error names the preset to use --------------------
+
+@pytest.mark.parametrize("hub_id, preset", [
+    # Meta's and Qwen's instruct releases keep the base config.json (same shapes, same vocabulary)
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+])
+def test_uncached_instruct_variant_points_to_its_base_preset(monkeypatch, tmp_path, hub_id, preset):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
+    r = run("estimate", "--no-ledger", "--model", hub_id)
+    assert r.exit_code == 2
+    assert f"--model {preset}" in r.output
+    assert run("estimate", "--no-ledger", "--model", preset).exit_code == 0  # and that hint works
+
+
+def test_uncached_model_without_a_base_preset_gets_no_hint(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    r = run("estimate", "--no-ledger", "--model", "meta-llama/Meta-Llama-3-8B")
+    assert r.exit_code == 2 and "Its base" not in r.output
