@@ -243,3 +243,30 @@ def test_uncached_model_without_a_base_preset_gets_no_hint(monkeypatch, tmp_path
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     r = run("estimate", "--no-ledger", "--model", "meta-llama/Meta-Llama-3-8B")
     assert r.exit_code == 2 and "Its base" not in r.output
+
+
+# -- a misspelt link names the flag it came from ----------------------------------------------------
+
+@pytest.mark.parametrize("args, flag, right", [
+    (["--intra", "nvlnk4"], "--intra", "nvlink4"),
+    (["--network", "ib-hdrr", "--gpus", "16"], "--network", "ib-hdr"),
+])
+def test_unknown_link_names_its_flag_and_the_close_name(args, flag, right):
+    r = run("estimate", "--no-ledger", *args)
+    assert r.exit_code == 2
+    assert r.output.startswith(f"error: {flag}: unknown network") and right in r.output
+
+
+# -- ledger show: an estimate record reads as one ----------------------------------------------------
+
+def test_ledger_show_of_an_estimate_summarises_it(tmp_path):
+    db = str(tmp_path / "l.db")
+    r = run("estimate", "--model", "llama-3.1-8b", "--method", "lora", "--ledger", db, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    want = f"{d['memory']['device_total_bytes'] / 2**30:.2f} GiB"  # the figure estimate printed
+    shown = run("ledger", "show", "1", "--ledger", db)
+    assert shown.exit_code == 0, shown.output
+    first, last = shown.output.splitlines()[0], shown.output.splitlines()[-1]
+    assert not first.rstrip().endswith(","), first   # was "... at <time>, " with nothing after the comma
+    assert want in last and "fits" in last and "(see --json)" not in last

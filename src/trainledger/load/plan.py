@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError
 from trainledger.spec.base import Spec, spec_error
 from trainledger.load.catalog import load_gpu, load_network, read_data_file
 from trainledger.spec.cluster import Cluster
-from trainledger.errors import LayoutError, SpecError
+from trainledger.errors import CatalogError, LayoutError, SpecError
 from trainledger.load.hf import load_model
 from trainledger.spec.layout import Layout, Offload, PipelineSchedule
 from trainledger.spec.model import ModelSpec
@@ -208,6 +208,14 @@ def _default_intra(gpu: Any, per_node: int) -> str:
     return gpu.link
 
 
+def _network(name: str, field: str) -> Any:
+    """The link the user named in ``field`` (--intra or --network); an unknown one names that flag."""
+    try:
+        return load_network(name)
+    except CatalogError as exc:
+        raise CatalogError(f"--{field}: {exc}", field=field) from None
+
+
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
     if inputs.power_limit_w:
@@ -225,10 +233,10 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
             f"use --gpus-per-node {limit} (the nodes talk over --network)"
         )
     nodes = inputs.gpus // per_node
-    intra = load_network(inputs.intra or _default_intra(gpu, per_node))
+    intra = _network(inputs.intra, "intra") if inputs.intra else load_network(_default_intra(gpu, per_node))
     inter = None
     if nodes > 1 or inputs.network:
-        inter = load_network(inputs.network or "ib-ndr")
+        inter = _network(inputs.network, "network") if inputs.network else load_network("ib-ndr")
     extra: dict[str, Any] = {}
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node
