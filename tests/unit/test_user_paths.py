@@ -270,3 +270,24 @@ def test_ledger_show_of_an_estimate_summarises_it(tmp_path):
     first, last = shown.output.splitlines()[0], shown.output.splitlines()[-1]
     assert not first.rstrip().endswith(","), first   # was "... at <time>, " with nothing after the comma
     assert want in last and "fits" in last and "(see --json)" not in last
+
+
+# -- layouts that cannot run are errors, and the header shows every degree ---------------------------
+
+def test_more_virtual_stages_than_layers_is_an_error():
+    # Llama-3.1-8B has 32 decoder layers (its config.json num_hidden_layers); pp=4 × vp=16 = 64 virtual
+    # stages would hold half a layer each: Megatron-Core cannot build that model
+    r = run("estimate", "--no-ledger", "--framework", "megatron-core", "--gpus", "4", "--pp", "4", "--vp", "16")
+    assert r.exit_code == 2 and "32 layers" in r.output and "--vp 8" in r.output
+    ok = run("estimate", "--no-ledger", "--framework", "megatron-core", "--gpus", "4", "--pp", "4", "--vp", "8")
+    assert ok.exit_code == 0, ok.output
+    assert "vp=8" in ok.output.splitlines()[0]  # the header showed pp=4 only
+
+
+def test_mla_latent_cache_on_a_model_without_mla_is_warned():
+    # Llama 3.1 uses grouped-query attention (8 KV heads), not DeepSeek's multi-head latent attention
+    r = run("estimate", "--no-ledger", "--method", "inference", "--mla-latent-cache")
+    assert r.exit_code == 0 and "warning: --mla-latent-cache is ignored" in r.output
+    r = run("estimate", "--no-ledger", "--method", "inference", "--mla-latent-cache", "--model", "deepseek-v3",
+            "--gpu", "h200", "--gpus", "8", "--tp", "8")
+    assert r.exit_code == 0 and "warning:" not in r.output

@@ -190,7 +190,12 @@ def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, A
 
 
 def plan_from_options(kwargs: dict[str, Any]) -> Plan:
-    return build_plan(inputs_from_options(kwargs))
+    inputs = inputs_from_options(kwargs)
+    plan = build_plan(inputs)
+    if inputs.mla_latent_cache and inputs.method == "inference" and plan.model.mla is None:
+        click.echo(f"warning: --mla-latent-cache is ignored: {plan.model.name} has no multi-head latent "
+                   "attention (MLA: DeepSeek-V2/V3, Kimi K2); its KV cache holds per-head K and V", err=True)
+    return plan
 
 
 #: time-model overrides (issue 4); ``time_options_from_kwargs`` turns them into TimeOptions.
