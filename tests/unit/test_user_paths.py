@@ -291,3 +291,21 @@ def test_mla_latent_cache_on_a_model_without_mla_is_warned():
     r = run("estimate", "--no-ledger", "--method", "inference", "--mla-latent-cache", "--model", "deepseek-v3",
             "--gpu", "h200", "--gpus", "8", "--tp", "8")
     assert r.exit_code == 0 and "warning:" not in r.output
+
+
+# -- plan files: check takes one as export does; a misspelt key gets the close name ------------------
+
+def test_check_takes_the_plan_file_as_an_argument_like_export(tmp_path):
+    f = tmp_path / "plan.toml"
+    f.write_text('model = "llama-3.1-8b"\ngpus = 8\nzero = 3\n')
+    as_arg, as_flag = run("check", str(f)), run("check", "--plan", str(f))
+    assert as_arg.exit_code == as_flag.exit_code == 0, as_arg.output
+    assert as_arg.output == as_flag.output
+    assert run("check", str(f), "--plan", str(f)).exit_code == 2
+
+
+def test_plan_file_typo_suggests_the_key(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("model: llama-3.1-8b\nseqlen: 2048\n")
+    r = run("estimate", "--plan", str(f))
+    assert r.exit_code == 2 and "seqlen: Did you mean: seq_len?" in r.output

@@ -174,7 +174,12 @@ def load_plan_file(path: str | Path) -> dict[str, Any]:
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(data) - set(PlanInputs.model_fields))
     if unknown:
-        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)}; accepted: {', '.join(PlanInputs.model_fields)}")
+        from trainledger.errors import did_you_mean
+
+        hints = "".join(f" {k}:{did_you_mean(k, PlanInputs.model_fields, n=2)}" for k in unknown[:5]
+                        if did_you_mean(k, PlanInputs.model_fields, n=2))
+        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)};{hints or ''} accepted: "
+                        f"{', '.join(PlanInputs.model_fields)}")
     return data
 
 
