@@ -309,3 +309,10 @@ def test_plan_file_typo_suggests_the_key(tmp_path):
     f.write_text("model: llama-3.1-8b\nseqlen: 2048\n")
     r = run("estimate", "--plan", str(f))
     assert r.exit_code == 2 and "seqlen: Did you mean: seq_len?" in r.output
+
+
+def test_plan_value_errors_name_the_flag():
+    r = run("plan", "--tokens", "0")
+    assert r.exit_code == 2 and r.output.startswith("error: --tokens: "), r.output
+    r = run("plan", "--deadline-days", "-1")
+    assert r.exit_code == 2 and r.output.startswith("error: --deadline-days: "), r.output

@@ -54,7 +54,10 @@ def _job(kw: dict[str, Any]):
     try:
         return Job.model_validate(data), sorted({*given, *time_flags})
     except ValidationError as exc:
-        raise spec_error(exc, "plan") from None
+        from trainledger.cli.options import with_flags
+
+        flags = {k: _FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in given}
+        raise with_flags(spec_error(exc, "plan"), "plan", flags) from None
 
 
 def _layout_text(lay: dict[str, Any]) -> str:
