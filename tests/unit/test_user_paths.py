@@ -316,3 +316,27 @@ def test_plan_value_errors_name_the_flag():
     assert r.exit_code == 2 and r.output.startswith("error: --tokens: "), r.output
     r = run("plan", "--deadline-days", "-1")
     assert r.exit_code == 2 and r.output.startswith("error: --deadline-days: "), r.output
+
+
+# -- an exported config predicts what re-reading that config estimates ------------------------------
+
+@pytest.mark.parametrize("fmt, fname", [("accelerate", "accelerate_config.yaml"),
+                                        ("trainer-args", "training_args.yaml")])
+@pytest.mark.parametrize("zero", ["2", "3"])
+def test_export_header_agrees_with_estimate_from_the_exported_file(tmp_path, fmt, fname, zero):
+    # an hf plan with ZeRO-3 is written as an FSDP2 config (fsdp_version: 2) and with ZeRO-2 as a
+    # DeepSpeed one; the header predicted the hf plan while `estimate --from` the file modelled the
+    # stack the file runs (27.6 vs 30.4 GiB on the device for 8B, zero 3, mb 2, seq 2048, recompute full)
+    args = ["--model", "llama-3.1-8b", "--gpus", "8", "--zero", zero, "--micro-batch", "2", "--grad-accum", "4",
+            "--seq-len", "2048", "--recompute", "full"]
+    r = run("export", "--to", fmt, *args, "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / fname).read_text()
+    header = next(ln for ln in text.splitlines() if ln.startswith("# Predicted peak memory: "))
+    predicted = float(header.split(": ")[1].split(" GiB")[0])
+    again = run("estimate", "--from", str(tmp_path / fname), "--model", "llama-3.1-8b", "--gpus", "8",
+                "--seq-len", "2048", "--json", "--no-ledger")
+    assert again.exit_code == 0, again.output
+    d = json.loads(again.output[again.output.index("{"):])
+    assert d["plan"]["zero"] == int(zero)
+    assert predicted == pytest.approx(d["memory"]["peak_allocated_bytes"] / 2**30, abs=0.006)
