@@ -340,3 +340,14 @@ def test_export_header_agrees_with_estimate_from_the_exported_file(tmp_path, fmt
     d = json.loads(again.output[again.output.index("{"):])
     assert d["plan"]["zero"] == int(zero)
     assert predicted == pytest.approx(d["memory"]["peak_allocated_bytes"] / 2**30, abs=0.006)
+
+
+def test_serve_plan_tp_narrows_the_search_and_gpus_is_warned():
+    # --tp was silently ignored (the search always tried 1,2,4,8) and so was --gpus
+    r = run("serve-plan", "--model", "llama-3.1-8b", "--requests-per-s", "1", "--generate-len", "64",
+            "--gpu", "h100-sxm", "--tp", "2", "--gpus", "2", "--json")
+    assert r.exit_code == 0, r.output
+    assert "warning: --gpus is ignored" in r.output
+    d = json.loads(r.output[r.output.index("{"):])
+    assert {c["tp"] for c in d["candidates"] + d["rejected"]} == {2}
+    assert run("serve-plan", "--requests-per-s", "1", "--tp", "2", "--tps", "4").exit_code == 2
