@@ -351,3 +351,9 @@ def test_serve_plan_tp_narrows_the_search_and_gpus_is_warned():
     d = json.loads(r.output[r.output.index("{"):])
     assert {c["tp"] for c in d["candidates"] + d["rejected"]} == {2}
     assert run("serve-plan", "--requests-per-s", "1", "--tp", "2", "--tps", "4").exit_code == 2
+
+
+def test_report_compare_gpus_typo_is_an_error_not_a_report_row(tmp_path):
+    r = run("report", "--compare-gpus", "h100-sxm,h10", "-o", str(tmp_path / "r.md"))
+    assert r.exit_code == 2 and "--compare-gpus" in r.output and "h100-sxm" in r.output
+    assert not (tmp_path / "r.md").exists()
