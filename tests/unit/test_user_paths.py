@@ -357,3 +357,11 @@ def test_report_compare_gpus_typo_is_an_error_not_a_report_row(tmp_path):
     r = run("report", "--compare-gpus", "h100-sxm,h10", "-o", str(tmp_path / "r.md"))
     assert r.exit_code == 2 and "--compare-gpus" in r.output and "h100-sxm" in r.output
     assert not (tmp_path / "r.md").exists()
+
+
+def test_many_bad_flags_name_each_flag_and_keep_the_count():
+    r = run("estimate", "--gpus", "0", "--seq-len", "0", "--micro-batch", "0", "--grad-accum", "0", "--tp", "0",
+            "--pp", "0", "--cp", "0")
+    assert r.exit_code == 2
+    assert r.output.startswith("error: --gpus: ") and "--tp: " in r.output
+    assert r.output.rstrip().endswith("; and 2 more") and "plan: and" not in r.output

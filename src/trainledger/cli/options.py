@@ -163,7 +163,10 @@ def with_flags(exc: SpecError, where: str, flag_names: dict[str, str]) -> SpecEr
     if named == parts:
         return exc
     renamed = [p for p, q in zip(named, parts) if p != q]
-    out = "; ".join(renamed + [f"{where}: {q}" for p, q in zip(named, parts) if p == q])
+    kept = [q for p, q in zip(named, parts) if p == q]  # plan-file keys
+    more = [q for q in kept if re.fullmatch(r"and \d+ more", q)]  # spec_error's tail
+    kept = [q for q in kept if q not in more]
+    out = "; ".join(renamed + ([f"{where}: " + "; ".join(kept)] if kept else []) + more)
     return type(exc)(out, field=exc.field)
 
 
