@@ -365,3 +365,29 @@ def test_many_bad_flags_name_each_flag_and_keep_the_count():
     assert r.exit_code == 2
     assert r.output.startswith("error: --gpus: ") and "--tp: " in r.output
     assert r.output.rstrip().endswith("; and 2 more") and "plan: and" not in r.output
+
+
+# -- --corpus: the header names what was typed; the dataset itself gets a pointed error -------------
+
+def _stats(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": "word " * (20 * (i % 7 + 1))}) + "\n" for i in range(50)))
+    r = run("corpus", str(data), "-q", "--json")
+    assert r.exit_code == 0, r.output
+    stats = tmp_path / "stats.json"
+    stats.write_text(r.output[r.output.index("{"):])
+    return data, stats
+
+
+def test_plan_header_names_corpus_not_the_fields_it_derived(tmp_path):
+    _, stats = _stats(tmp_path)
+    r = run("plan", "--corpus", str(stats), "--epochs", "2", "--top", "1")
+    head = r.output.splitlines()[0]
+    assert "--corpus" in head and "--epochs" in head
+    assert "--seq-len" not in head and "--tokens" not in head   # the user typed neither
+
+
+def test_corpus_flag_given_the_dataset_says_to_run_corpus_first(tmp_path):
+    data, _ = _stats(tmp_path)
+    r = run("estimate", "--no-ledger", "--corpus", str(data))
+    assert r.exit_code == 2 and "trainledger corpus" in r.output and "--json" in r.output

@@ -29,10 +29,12 @@ def _job(kw: dict[str, Any]):
 
     given = {k: v for k, v in kw.items() if v is not None and v != ()}
     corpus, epochs = given.pop("corpus", None), given.pop("epochs", None)
+    derived: set[str] = set()
     if corpus:
         from trainledger.corpus.recommend import plan_hints
 
         hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
+        derived = {k for k in ("seq_len", "tokens") if k not in given}  # from --corpus, not typed
         given.setdefault("seq_len", hints["seq_len"])
         given.setdefault("tokens", float(hints["tokens"]) * (epochs or 1.0))
     time_flags = {k: given.pop(k) for k in ("tp_comm_overlap", "ep_comm_overlap", "runtime") if k in given}
@@ -52,7 +54,8 @@ def _job(kw: dict[str, Any]):
         raise SpecError("plan ranks training layouts; to size a serving deployment (GPU type, TP, replicas for a "
                         "load and latency targets) use `trainledger serve-plan --model ...`", field="method")
     try:
-        return Job.model_validate(data), sorted({*given, *time_flags})
+        typed = ({*given, *time_flags} - derived) | ({"corpus"} if corpus else set()) | ({"epochs"} if epochs else set())
+        return Job.model_validate(data), sorted(typed)
     except ValidationError as exc:
         from trainledger.cli.options import with_flags
 
