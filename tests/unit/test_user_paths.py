@@ -391,3 +391,20 @@ def test_corpus_flag_given_the_dataset_says_to_run_corpus_first(tmp_path):
     data, _ = _stats(tmp_path)
     r = run("estimate", "--no-ledger", "--corpus", str(data))
     assert r.exit_code == 2 and "trainledger corpus" in r.output and "--json" in r.output
+
+
+# -- calibrate after `ledger import`: the error names the environment that has the measurement -------
+
+def test_calibrate_after_import_names_the_imported_environment(tmp_path):
+    state = tmp_path / "trainer_state.json"
+    logs = [{"step": 10 * i, "loss": 2.0, "learning_rate": 1e-5, "epoch": 0.01 * i} for i in range(1, 20)]
+    logs.append({"step": 190, "train_runtime": 380.0, "train_steps_per_second": 0.5, "train_loss": 1.9})
+    state.write_text(json.dumps({"log_history": logs, "global_step": 190, "max_steps": 190}))
+    db = str(tmp_path / "l.db")
+    r = run("ledger", "import", str(state), "--ledger", db, "--model", "llama-3.1-8b", "--method", "lora",
+            "--gpus", "8", "--json")
+    assert r.exit_code == 0, r.output
+    env = json.loads(r.output[r.output.index("{"):])["env_id"]
+    r = run("calibrate", "--ledger", db)          # this machine is not the logged run's environment
+    assert r.exit_code == 2 and f"calibrate --env {env}" in r.output
+    assert run("calibrate", "--ledger", db, "--env", env).exit_code == 0

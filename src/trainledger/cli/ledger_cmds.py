@@ -194,7 +194,19 @@ def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool, measured:
             env["env_id"] = env_id
         else:
             env = fingerprint()
-        fitted = calibrate.calibrate(led, env)
+        try:
+            fitted = calibrate.calibrate(led, env)
+        except LedgerError as exc:
+            if env_id:
+                raise
+            # imported logs are stored under the environment they ran on (`ledger import` says which):
+            # name the environments that do have measurements, so --env is one copy away
+            others = sorted({r.env_id for r in led.list(kind="measurement", limit=1000)} - {env["env_id"]})
+            if not others:
+                raise
+            raise LedgerError(f"{exc}. This machine is environment {env['env_id']}; the ledger has measurements "
+                              f"of {', '.join(others[:5])}: fit one with `trainledger calibrate --env "
+                              f"{others[0]}`") from None
     if as_json:
         echo_json(fitted)
     else:
