@@ -408,3 +408,10 @@ def test_calibrate_after_import_names_the_imported_environment(tmp_path):
     r = run("calibrate", "--ledger", db)          # this machine is not the logged run's environment
     assert r.exit_code == 2 and f"calibrate --env {env}" in r.output
     assert run("calibrate", "--ledger", db, "--env", env).exit_code == 0
+
+
+def test_prices_of_an_unknown_gpu_is_a_typo_error_not_a_missing_price():
+    r = run("prices", "h10O")
+    assert r.exit_code == 2 and "unknown gpu" in r.output and "no cloud price" not in r.output
+    r = run("prices", "a100-pcie-80gb")   # a catalog GPU the price catalog does not price
+    assert r.exit_code == 0 and "no cloud price" in r.output
