@@ -84,7 +84,7 @@ def test_cli_text_json_and_flags():
     d = json.loads(r.output)["goodput"]
     assert d["failures_per_gpu_hour"] == 1e-4 and d["inputs"]["failures_per_gpu_hour_source"].startswith("user")
     r = CliRunner().invoke(main, args + ["--failures-per-gpu-hour", "-1"])
-    assert r.exit_code != 0 and "failures_per_gpu_hour" in r.output and "Traceback" not in r.output
+    assert r.exit_code != 0 and "--failures-per-gpu-hour" in r.output and "Traceback" not in r.output
 
 
 def test_planner_deadline_counts_interruptions():

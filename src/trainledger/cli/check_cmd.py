@@ -44,14 +44,20 @@ def check_result(plan: Any) -> dict[str, Any]:
 
 
 @click.command("check")
+@click.argument("plan_path", required=False, type=click.Path(dir_okay=False))
 @plan_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--quiet", "-q", is_flag=True, help="print nothing; only the exit status")
-def check_cmd(as_json: bool, quiet: bool, **kwargs: Any) -> None:
-    """Exit 0 when the plan fits in GPU memory, 1 (with the reason) when it does not.
+def check_cmd(plan_path: str | None, as_json: bool, quiet: bool, **kwargs: Any) -> None:
+    """Exit 0 when the plan (file PLAN_PATH and/or flags) fits in GPU memory, 1 (with the reason)
+    when it does not.
 
     Example, in a launch script: trainledger check --from axolotl.yml --gpus 8 && accelerate launch ...
     """
+    if plan_path and kwargs.get("plan_file"):
+        raise click.UsageError("give the plan file once: as PLAN_PATH or as --plan, not both")
+    if plan_path:  # as `export PLAN_PATH`: `trainledger check plan.yaml`
+        kwargs["plan_file"] = plan_path
     plan = plan_from_options(kwargs)
     res = check_result(plan)
     if as_json:

@@ -64,6 +64,12 @@ def cost_options(func: Callable) -> Callable:
     return func
 
 
+def _flag_of() -> dict[str, str]:
+    """CostOptions field -> the flag that sets it (``electricity_usd_per_kwh`` -> ``--electricity-price``)."""
+    params = cost_options(lambda **kw: None).__click_params__  # type: ignore[attr-defined]
+    return {p.name: p.opts[0] for p in params}
+
+
 def cost_options_from_kwargs(kwargs: dict[str, Any]) -> CostOptions:
     """Pop the cost flags from a command's kwargs into a validated CostOptions."""
     data = {k: kwargs.pop(k) for k in _KEYS if k in kwargs}
@@ -71,7 +77,10 @@ def cost_options_from_kwargs(kwargs: dict[str, Any]) -> CostOptions:
     try:
         return CostOptions.model_validate(data)
     except ValidationError as exc:
-        raise spec_error(exc, "cost options") from None
+        from trainledger.cli.options import with_flags
+
+        flags = {k: v for k, v in _flag_of().items() if k in data}
+        raise with_flags(spec_error(exc, "cost options"), "cost options", flags) from None
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -126,7 +135,13 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                  + ("" if g["utilization"] is None else f" = {g['utilization']:.0%} of {g['link']}")
                  for k, g in ic["groups"].items()]
         out.append("links       " + ", ".join(parts) + ("" if ic.get("ok") else " (TOO SLOW)"))
-    out += goodput_lines(extra.get("goodput"))
+    g = extra.get("goodput")
+    out += goodput_lines(g)
+    if ck is not None and g is not None and g.get("goodput") is not None and g.get("interval_s") is not None \
+            and abs(g["interval_s"] - ck["interval_s"]) > 1e-6 * ck["interval_s"]:
+        # two sections, two intervals (the catalog's default, the Daly optimum): say so, not silently
+        out.append(f"  note: the checkpoint line assumes one per {fmt_seconds(ck['interval_s'])} (its default), goodput "
+                   f"the Daly optimum {fmt_seconds(g['interval_s'])}; --checkpoint-interval sets both")
     for name, sec in extra.items():
         if name in ("energy", "cost", "io", "host", "checkpoint", "interconnect", "goodput"):
             out += [f"  note ({name}): {n}" for n in getattr(sec, "notes", [])]

@@ -76,7 +76,7 @@ def estimate_cmd(as_json: bool, **kwargs: Any) -> None:
 
 
 def _header(p: dict[str, Any]) -> str:
-    extra = [f"{k}={p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p.get(k, 1) != 1]
+    extra = [f"{k}={p[k]}" for k in ("dp", "tp", "pp", "vp", "cp", "ep") if p.get(k, 1) != 1]
     extra += [f"ZeRO-{p['zero']}"] if p.get("zero") else []
     extra += [f"offload {p['offload']}"] if p.get("offload") not in (None, "none") else []
     if p.get("serving"):  # inference: the engine and its formats instead of the training recipe

@@ -23,14 +23,18 @@ def register(main: click.Group) -> None:
 @click.option("--to", "formats", multiple=True, required=True,
               type=click.Choice(EXPORT_FORMATS + SERVING_EXPORT_FORMATS + ("all",)),
               help="output format (repeatable, or 'all'); vllm/sglang for --method inference")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
+@click.option("--out", "-o", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="directory to write the files into")
 @click.option("--force", is_flag=True, help="overwrite existing files")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def export_cmd(plan_path: str | None, formats: tuple[str, ...], out_dir: str, force: bool,
                as_json: bool, **kwargs: Any) -> None:
-    """Export a plan (file PLAN_PATH and/or flags) as torchrun, accelerate, deepspeed, fsdp,
-    trainer-args or slurm configuration. Each file's header names the plan and its predictions."""
+    """Export a plan (file PLAN_PATH and/or flags) as ready-to-launch files: torchrun, accelerate,
+    deepspeed, fsdp, trainer-args, slurm, torchtitan, megatron or nemo for training; vllm or sglang
+    for --method inference. Each file's header names the plan and its predictions.
+
+    Example: trainledger export --to deepspeed --gpus 8 --zero 3 -o launch/
+    """
     if plan_path and not kwargs.get("plan_file"):
         kwargs["plan_file"] = plan_path
     inputs = inputs_from_options(kwargs)

@@ -57,6 +57,14 @@ def _summary_of(result: dict[str, Any]) -> str:
     if "storage" in result:
         st = result["storage"]
         return f"read {fmt_rate(st['seq_read_bytes_per_s'])}, {st['random_4k_iops']:,.0f} IOPS"
+    mem = result.get("memory")
+    if isinstance(mem, dict) and mem.get("device_total_bytes") is not None:  # an estimate
+        from trainledger.units import fmt_bytes, fmt_seconds
+
+        step = (result.get("compute") or {}).get("step_time_s")
+        return (f"predicted {fmt_bytes(mem['device_total_bytes'])} per GPU on the device "
+                f"({'fits' if mem.get('fits') else 'does not fit'})"
+                + (f", step {fmt_seconds(step)}" if step else ""))
     if "findings" in result and "gpu" in result:
         fails = sum(f["level"] == "fail" for f in result["findings"] or [])
         return f"{len(result['gpu'].get('gpus', []))} GPU(s), {fails} failing finding(s)"
@@ -99,8 +107,8 @@ def show_cmd(record_id: int, path: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(rec.to_dict())
         return
-    click.echo(f"record {rec.id}: {rec.kind} by `{rec.command}` at {rec.created_at}, "
-               f"{'ok' if rec.ok else 'failed' if rec.ok is False else ''}")
+    status = "ok" if rec.ok else "failed" if rec.ok is False else None  # an estimate has no pass/fail
+    click.echo(f"record {rec.id}: {rec.kind} by `{rec.command}` at {rec.created_at}" + (f", {status}" if status else ""))
     env = rec.env
     click.echo(f"environment {rec.env_id}: GPU {env.get('gpu_name') or 'none'} x{env.get('gpu_count', 0)}, "
                f"driver {env.get('driver')}, torch {env.get('torch')}, transformers {env.get('transformers')}, "
@@ -186,7 +194,19 @@ def calibrate_cmd(path: str | None, env_id: str | None, as_json: bool, measured:
             env["env_id"] = env_id
         else:
             env = fingerprint()
-        fitted = calibrate.calibrate(led, env)
+        try:
+            fitted = calibrate.calibrate(led, env)
+        except LedgerError as exc:
+            if env_id:
+                raise
+            # imported logs are stored under the environment they ran on (`ledger import` says which):
+            # name the environments that do have measurements, so --env is one copy away
+            others = sorted({r.env_id for r in led.list(kind="measurement", limit=1000)} - {env["env_id"]})
+            if not others:
+                raise
+            raise LedgerError(f"{exc}. This machine is environment {env['env_id']}; the ledger has measurements "
+                              f"of {', '.join(others[:5])}: fit one with `trainledger calibrate --env "
+                              f"{others[0]}`") from None
     if as_json:
         echo_json(fitted)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import Any
 import click
 from pydantic_core import PydanticUndefined
 
+from trainledger.errors import SpecError
 from trainledger.load.plan import PlanInputs, build_plan, load_plan_file, parse_inputs
 from trainledger.spec.plan import Plan
 from trainledger.units import parse_count
@@ -58,10 +60,18 @@ def _default_text(info: Any) -> str:
     return f" [{default}]"
 
 
-def _field_option(name: str, info: Any) -> Callable:
-    """One click option generated from one PlanInputs field (None when not given on the line)."""
+def _field_option(name: str, info: Any, default_text: str | None = None) -> Callable:
+    """One click option generated from one PlanInputs field (None when not given on the line).
+
+    ``default_text`` replaces the field's own default in the help, for a command whose default is
+    not the field's (``plan`` plans the built-in example job: 20B tokens, ranked by cost).
+    """
     flag = "--" + name.replace("_", "-")
-    help_text = (info.description or name) + _default_text(info)
+    help_text = info.description or name
+    if default_text is None:
+        help_text += _default_text(info)
+    else:  # the description's own "[default]" is the field's, not this command's: replace it
+        help_text = re.sub(r"\s*\[[^\]]*\]$", "", help_text) + f" [{default_text}]"
     decls = [flag] + ([_SHORT[name]] if name in _SHORT else [])
     if info.annotation in (bool, bool | None):
         on = "on" if info.default else "off"
@@ -123,7 +133,49 @@ def inputs_from_options(kwargs: dict[str, Any]) -> PlanInputs:
         from trainledger.runconfig.importers import require_essentials
 
         require_essentials(data, from_files)
-    return parse_inputs(data, "plan")
+    try:
+        inputs = parse_inputs(data, "plan")
+    except SpecError as exc:
+        raise with_flags(exc, "plan", {k: flag_of(k) for k in flags}) from None
+    warn_unused(inputs, flags)
+    return inputs
+
+
+def flag_of(field: str) -> str:
+    """The command-line flag of a PlanInputs field: ``seq_len`` -> ``--seq-len``."""
+    return "--" + field.replace("_", "-")
+
+
+def with_flags(exc: SpecError, where: str, flag_names: dict[str, str]) -> SpecError:
+    """``exc`` with each ``where: field:`` part about a flag given on the line named by that flag.
+
+    ``plan: gpus: Input should be greater than 0 (got 0)`` becomes ``--gpus: Input should be greater
+    than 0 (got 0)``: the user typed ``--gpus``, not the field name. Parts about plan-file keys stay.
+    """
+    msg = str(exc)
+    if not msg.startswith(where + ": "):
+        return exc
+    parts = msg[len(where) + 2:].split("; ")
+    named = []
+    for part in parts:
+        field, sep, rest = part.partition(": ")
+        named.append(f"{flag_names[field]}: {rest}" if sep and field in flag_names else part)
+    if named == parts:
+        return exc
+    renamed = [p for p, q in zip(named, parts) if p != q]
+    kept = [q for p, q in zip(named, parts) if p == q]  # plan-file keys
+    more = [q for q in kept if re.fullmatch(r"and \d+ more", q)]  # spec_error's tail
+    kept = [q for q in kept if q not in more]
+    out = "; ".join(renamed + ([f"{where}: " + "; ".join(kept)] if kept else []) + more)
+    return type(exc)(out, field=exc.field)
+
+
+def warn_unused(inputs: PlanInputs, flags: set[str]) -> None:
+    """One stderr warning per flag given on the line that this plan never reads (never silent)."""
+    from trainledger.load.plan import unused_inputs
+
+    for key, why in unused_inputs(inputs, flags):
+        click.echo(f"warning: {flag_of(key)} is ignored: {why}", err=True)
 
 
 def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, Any]:
@@ -141,7 +193,12 @@ def _imported(paths: tuple[str, ...], checks: list | None = None) -> dict[str, A
 
 
 def plan_from_options(kwargs: dict[str, Any]) -> Plan:
-    return build_plan(inputs_from_options(kwargs))
+    inputs = inputs_from_options(kwargs)
+    plan = build_plan(inputs)
+    if inputs.mla_latent_cache and inputs.method == "inference" and plan.model.mla is None:
+        click.echo(f"warning: --mla-latent-cache is ignored: {plan.model.name} has no multi-head latent "
+                   "attention (MLA: DeepSeek-V2/V3, Kimi K2); its KV cache holds per-head K and V", err=True)
+    return plan
 
 
 #: time-model overrides (issue 4); ``time_options_from_kwargs`` turns them into TimeOptions.

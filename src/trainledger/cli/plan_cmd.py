@@ -29,10 +29,12 @@ def _job(kw: dict[str, Any]):
 
     given = {k: v for k, v in kw.items() if v is not None and v != ()}
     corpus, epochs = given.pop("corpus", None), given.pop("epochs", None)
+    derived: set[str] = set()
     if corpus:
         from trainledger.corpus.recommend import plan_hints
 
         hints = plan_hints(corpus)  # padded tokens per epoch and the sequence length they assume
+        derived = {k for k in ("seq_len", "tokens") if k not in given}  # from --corpus, not typed
         given.setdefault("seq_len", hints["seq_len"])
         given.setdefault("tokens", float(hints["tokens"]) * (epochs or 1.0))
     time_flags = {k: given.pop(k) for k in ("tp_comm_overlap", "ep_comm_overlap", "runtime") if k in given}
@@ -52,9 +54,13 @@ def _job(kw: dict[str, Any]):
         raise SpecError("plan ranks training layouts; to size a serving deployment (GPU type, TP, replicas for a "
                         "load and latency targets) use `trainledger serve-plan --model ...`", field="method")
     try:
-        return Job.model_validate(data), sorted({*given, *time_flags})
+        typed = ({*given, *time_flags} - derived) | ({"corpus"} if corpus else set()) | ({"epochs"} if epochs else set())
+        return Job.model_validate(data), sorted(typed)
     except ValidationError as exc:
-        raise spec_error(exc, "plan") from None
+        from trainledger.cli.options import with_flags
+
+        flags = {k: _FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in given}
+        raise with_flags(spec_error(exc, "plan"), "plan", flags) from None
 
 
 def _layout_text(lay: dict[str, Any]) -> str:
@@ -96,7 +102,7 @@ def _plans_table(plans: list[dict[str, Any]], ranked: bool = True) -> str:
 def _render(res: dict[str, Any], changed: list[str]) -> None:
     job = res["job"]
     head = "built-in example job" if not changed else (
-        "job (the built-in example with " + ", ".join("--" + k.replace("_", "-") for k in changed) + ")")
+        "job (the built-in example with " + ", ".join(_FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in changed) + ")")
     tokens = f"{fmt_params(job['tokens'])} tokens" if job.get("tokens") else "no token budget"
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}, "
@@ -126,17 +132,38 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
              b["gpus_needed"] or "-"] for b in res["gpu_count"]]
     click.echo("\nGPU count = max(memory bound, deadline bound):")
     click.echo(table(rows, ["gpu", "network", "memory bound", "deadline bound", "needed"], align="llrrr"))
-    seen, shown = set(), []
-    for r in res["rejected"]:
-        key = (r["gpu"], r["reason"].split(":")[0][:30])
-        if key not in seen:
-            seen.add(key)
-            shown.append(r)
-    click.echo(f"\nrejected (first of each kind; --json lists all {len(res['rejected'])}):")
+    shown = _rejected_kinds(res["rejected"])
+    click.echo(f"\nrejected (most GPUs tried of each kind; --json lists all {len(res['rejected'])}):")
     for r in shown[:12]:
         click.echo(f"  {r['gpu']} x {r['gpus']}: {r['reason']}")
+    if not res["plans"] and not res.get("unpriced") and job.get("deadline_days") and "deadline_days" not in changed \
+            and any("deadline" in r["reason"] for r in res["rejected"]):
+        click.echo(f"  (the {job['deadline_days']:g}-day deadline is the example job's: give --deadline-days "
+                   "for yours, or --max-gpus for more GPUs)")
 
 
+def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One rejected candidate per GPU and kind of reason: the one with the most GPUs (the nearest miss).
+
+    The kind is the reason without its stack prefix ("megatron-core: ") and without its figures, so
+    "needs at least 6048 GiB ..." and "misses the 7-day deadline ..." are two kinds, not one.
+    """
+    import re
+
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rejected:
+        reason = r["reason"]
+        if r.get("framework") and reason.startswith(r["framework"] + ": "):
+            reason = reason[len(r["framework"]) + 2:]
+        key = (r["gpu"], r.get("framework", ""), re.sub(r"[\d.,]+", "#", reason.split(":")[0])[:40])
+        if key not in out or r["gpus"] >= out[key]["gpus"]:
+            out[key] = r
+    return list(out.values())
+
+
+#: Job fields whose flag is not the field name (--gpu, repeatable, fills the job's ``gpus``)
+_FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--network",
+            "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
 _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "tokens",
                  "lora_rank", "headroom", "corpus")
@@ -144,14 +171,31 @@ _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "atte
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")
 
 
+def _example_default(name: str) -> str | None:
+    """The help's default of a plan flag: the built-in example job's value where it is not the field's.
+
+    ``plan`` with no flags plans EXAMPLE_JOB, and a flag changes one field of it; so the default a
+    user gets is the example job's (20B tokens, 7 days, 64 GPUs, ranked by cost), which --help must say.
+    """
+    from trainledger.planner.search import EXAMPLE_JOB, Job
+
+    value = getattr(EXAMPLE_JOB, name, None)
+    info = Job.model_fields.get(name)
+    if info is None or value is None or value == info.default:
+        return None
+    if name == "tokens":
+        return f"{fmt_params(value)} tokens, the example job"
+    return f"{value:g}, the example job" if isinstance(value, float) else f"{value}, the example job"
+
+
 def _plan_options(func: Any) -> Any:
     from trainledger.load.plan import PlanInputs
     from trainledger.planner.search import Job
     from trainledger.cli.options import _field_option
 
-    opts = [_field_option(n, PlanInputs.model_fields[n]) for n in _SHARED_FLAGS]
+    opts = [_field_option(n, PlanInputs.model_fields[n], _example_default(n)) for n in _SHARED_FLAGS]
     opts.insert(-1, click.option("--epochs", type=float, help="passes over the --corpus data [1]"))
-    opts += [_field_option(n, Job.model_fields[n]) for n in _JOB_FLAGS]
+    opts += [_field_option(n, Job.model_fields[n], _example_default(n)) for n in _JOB_FLAGS]
     opts += [
         click.option("--gpu", "gpus", multiple=True, help="candidate GPU (repeatable) [all catalog GPUs]"),
         click.option("--gpus-per-node", "gpus_per_node", type=int, multiple=True, help="node size (repeatable) [8]"),

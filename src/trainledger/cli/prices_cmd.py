@@ -20,6 +20,13 @@ def register(main: click.Group) -> None:
 def prices_cmd(gpu: str | None, prices_file: str | None, as_json: bool) -> None:
     """Cloud prices per GPU-hour (by provider and tier), server prices and facility defaults."""
     cat = load_prices(prices_file)
+    if gpu:
+        from trainledger.errors import CatalogError, did_you_mean
+        from trainledger.load.catalog import entries
+
+        known = list(entries("gpus"))
+        if not any(gpu.lower() in g for g in known):  # a typo, not a GPU without a price
+            raise CatalogError(f"unknown gpu {gpu!r}.{did_you_mean(gpu, known)} (`trainledger gpus` lists them)")
     rows = []
     for prov, cloud in sorted(cat.clouds.items()):
         for g, tiers in sorted(cloud.gpus.items()):

@@ -26,6 +26,14 @@ def _gpu_list(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
         raise click.BadParameter("give GPU names separated by commas, e.g. h100-sxm,h200,l40s")
+    from trainledger.errors import CatalogError
+    from trainledger.load.catalog import load_gpu
+
+    for name in names:  # a typo is an error now, not a row of the report saying "invalid"
+        try:
+            load_gpu(name)
+        except CatalogError as exc:
+            raise click.BadParameter(str(exc)) from None
     return names
 
 

@@ -23,10 +23,10 @@ def register(main: click.Group) -> None:
 @plan_options
 @cost_options
 @click.option("--gpu-types", help="comma-separated catalog GPUs to try [every NVIDIA GPU; --gpu alone: that one]")
-@click.option("--tps", default="1,2,4,8", show_default=True, help="tensor-parallel degrees to try")
+@click.option("--tps", default=None, help="tensor-parallel degrees to try [1,2,4,8; --tp N alone: N]")
 @click.option("--top", type=int, default=8, show_default=True, help="candidates shown")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def serve_plan_cmd(gpu_types: str | None, tps: str, top: int, as_json: bool, **kwargs: Any) -> None:
+def serve_plan_cmd(gpu_types: str | None, tps: str | None, top: int, as_json: bool, **kwargs: Any) -> None:
     """Plan an inference deployment: for every GPU type and TP degree, the largest concurrency that
     meets the TTFT/TPOT SLOs, the replicas the load needs, and cost and energy per million output
     tokens. Prompt lengths: --seq-len, or --corpus STATS.json (median and p99).
@@ -38,6 +38,15 @@ def serve_plan_cmd(gpu_types: str | None, tps: str, top: int, as_json: bool, **k
 
     cost = cost_options_from_kwargs(kwargs)
     gpu = kwargs.get("gpu")
+    if tps is None:  # --tp N alone narrows the search to N, as --gpu alone narrows it to that GPU
+        tps = str(kwargs["tp"]) if kwargs.get("tp") else "1,2,4,8"
+    elif kwargs.get("tp"):
+        raise click.UsageError("give the tensor-parallel degrees once: --tp N or --tps 1,2,4,8")
+    for key in ("gpus", "dp", "pp", "gpus_per_node"):  # the planner sizes each replica (tp GPUs) and counts them
+        if kwargs.get(key) is not None:
+            click.echo(f"warning: --{key.replace('_', '-')} is ignored: serve-plan sizes one replica as --tps GPUs "
+                       "and counts the replicas the load needs", err=True)
+            kwargs[key] = None
     corpus = kwargs.pop("corpus", None)
     inputs = inputs_from_options(dict(kwargs, method="inference"))
     names = [g.strip() for g in gpu_types.split(",") if g.strip()] if gpu_types else ([gpu] if gpu else None)
@@ -46,6 +55,10 @@ def serve_plan_cmd(gpu_types: str | None, tps: str, top: int, as_json: bool, **k
     except ValueError:
         raise click.BadParameter(f"--tps {tps!r}: give comma-separated integers such as 1,2,4,8") from None
     res = serve_plan(inputs, names, tp_list, corpus, cost)
+    if inputs.generate_len == 0:  # the planner sizes one output token per request: say so, never silently
+        click.echo("note: no --generate-len: each request generates 1 token (prefill only), so TPOT and "
+                   "$/M output tokens describe a prefill-only load; give --generate-len for chat or "
+                   "completion traffic", err=True)
     if as_json:
         echo_json(res)
         return
@@ -73,7 +86,10 @@ def serve_plan_lines(res: dict[str, Any], top: int = 8) -> list[str]:
         out += table(rows, ["gpu", "tp", "replicas", "GPUs", "conc", "TTFT p99", "TPOT p99", "tok/s/GPU",
                             "cloud $/h", "cloud $/M", "owned $/M", "kWh/M"], align="llrrrrrrrrrr").splitlines()
         b = res["best"]
-        out.append(f"cheapest: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --to vllm "
+        # ranked by cloud $/h, then GPU count: with no price for the first, it is the fewest GPUs, not the cheapest
+        first = "cheapest" if "cloud_usd_per_hour" in b["cost"] else (
+            "fewest GPUs (no cloud price for it: give --price-per-gpu-hour, --provider or --prices)")
+        out.append(f"{first}: {b['replicas']} × {b['tp']}× {b['gpu']} (export it: trainledger export --to vllm "
                    f"--model {res['model']} --gpu {b['gpu']} --tp {b['tp']} --gpus {b['tp']} --method inference ...)")
     else:
         out.append("no GPU type and TP degree meets the SLOs at this load; relax an SLO or try other GPUs")

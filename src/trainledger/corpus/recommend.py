@@ -50,7 +50,8 @@ def load_stats(path: str | Path) -> dict:
     try:  # bounded read of a regular file; RecursionError: JSON nested deeper than the parser goes
         data = json.loads(read_text(p, 64 << 20, what="corpus stats file"))
     except (ValueError, RecursionError) as exc:
-        raise CorpusError(f"{p}: not valid JSON ({exc})") from None
+        raise CorpusError(f"{p}: not valid JSON ({exc}); --corpus takes the stats that `trainledger corpus "
+                          f"DATA --json > stats.json` writes, not the dataset itself") from None
     if not isinstance(data, dict) or data.get("kind") != STATS_KIND:
         raise CorpusError(f"{p}: not the JSON output of `trainledger corpus --json` (no kind {STATS_KIND!r})")
     return data

@@ -111,6 +111,23 @@ def preset_sources() -> dict[str, str]:
     return out
 
 
+#: suffixes of fine-tuned variants whose config.json is the base model's (same shapes; chat template
+#: and generation config differ): Llama 3.x "-Instruct", Qwen2.5 "-Instruct", Gemma "-it", "-chat"
+_VARIANT_SUFFIXES = ("-instruct", "-chat", "-it")
+
+
+def base_preset_hint(repo_id: str) -> str:
+    """' The bundled preset X (its base) has the same architecture: --model X' for an instruct/chat
+    variant of a preset's Hub id, else ''. A hint in an error, never a silent substitution."""
+    want = repo_id.lower()
+    for suffix in _VARIANT_SUFFIXES:
+        if want.endswith(suffix) and want.removesuffix(suffix) in preset_sources():
+            name = preset_sources()[want.removesuffix(suffix)]
+            return (f" Its base {repo_id[: len(repo_id) - len(suffix)]} is the bundled preset {name}, with the "
+                    f"same architecture: --model {name}.")
+    return ""
+
+
 def _read_config(path: Path) -> Any:
     if is_dir(path):
         path = path / "config.json"
@@ -181,7 +198,8 @@ def _download_bounded(download: Any, repo_id: str, cache_dir: str | None) -> str
         raise HubUnreachable(
             f"{clip(repo_id, 80)} is not cached in {cache} and the Hub did not answer within "
             f"{HUB_TIMEOUT_S:g} s; without network set HF_HUB_OFFLINE=1 and put config.json in that cache "
-            f"(huggingface-cli download {clip(repo_id, 80)} config.json), or give a config.json path")
+            f"(huggingface-cli download {clip(repo_id, 80)} config.json), or give a config.json path."
+            + base_preset_hint(repo_id))
     return None
 
 
@@ -208,7 +226,7 @@ def resolve_config(ref: str | Path) -> tuple[Any, str, str | None]:
                 "the Hub could not be reached (or the repo is gated or missing)"
             raise CatalogError(f"model {clip(s, 80)} is not in the local cache and {why}. Download it once "
                                f"with `huggingface-cli download {clip(s, 80)} config.json`, give a "
-                               f"config.json path, or a preset (`trainledger models`)")
+                               f"config.json path, or a preset (`trainledger models`)." + base_preset_hint(s))
         if hub is None:
             choices = list(presets) + list(preset_sources())
             raise CatalogError(f"unknown model {clip(s, 80)}.{did_you_mean(s[:200], choices)} Give a preset "

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError
 from trainledger.spec.base import Spec, spec_error
 from trainledger.load.catalog import load_gpu, load_network, read_data_file
 from trainledger.spec.cluster import Cluster
-from trainledger.errors import LayoutError, SpecError
+from trainledger.errors import CatalogError, LayoutError, SpecError
 from trainledger.load.hf import load_model
 from trainledger.spec.layout import Layout, Offload, PipelineSchedule
 from trainledger.spec.model import ModelSpec
@@ -131,6 +131,34 @@ class PlanInputs(Spec):
                                "and tokens (padding included) unless they are given")
 
 
+#: serving-engine fields: read by inference plans only (``serving_of``); a training estimate never looks at them
+SERVING_ONLY = ("serving_engine", "quantization", "quant_group_size", "kv_cache_dtype", "mla_latent_cache",
+                "block_size", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                "cuda_graphs", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "generate_len")
+#: training fields an inference estimate never reads (no backward, no recomputation, no adapters)
+TRAINING_ONLY = ("recompute", "recompute_layers", "grad_clip", "lora_rank", "lora_alpha", "lora_targets")
+
+
+def unused_inputs(inputs: PlanInputs, given: set[str] | frozenset[str]) -> list[tuple[str, str]]:
+    """The ``given`` fields that ``inputs`` never uses, each with why: (field, reason).
+
+    A stated value that changes nothing is a mistake the user should see (``--quantization awq`` on a
+    full fine-tune, ``--recompute-layers 4`` without ``--recompute full``), not a silent default.
+    """
+    out: list[tuple[str, str]] = []
+    if inputs.method != "inference":
+        why = f"it applies to --method inference only; a {inputs.method} estimate does not read it"
+        if inputs.method == "qlora":
+            why += " (QLoRA's base is always NF4)"
+        out += [(k, why) for k in SERVING_ONLY if k in given]
+    else:
+        out += [(k, "training only; an inference estimate does not read it") for k in TRAINING_ONLY if k in given]
+    if "recompute_layers" in given and inputs.method != "inference" and inputs.recompute != "full":
+        out.append(("recompute_layers", f"it applies with --recompute full only (recompute is {inputs.recompute})"))
+    return out
+
+
 def load_plan_file(path: str | Path) -> dict[str, Any]:
     """Read a plan file (YAML, TOML or JSON) into a flat dict of PlanInputs keys."""
     p = Path(path)
@@ -148,7 +176,12 @@ def load_plan_file(path: str | Path) -> dict[str, Any]:
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(data) - set(PlanInputs.model_fields))
     if unknown:
-        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)}; accepted: {', '.join(PlanInputs.model_fields)}")
+        from trainledger.errors import did_you_mean
+
+        hints = "".join(f" {k}:{did_you_mean(k, PlanInputs.model_fields, n=2)}" for k in unknown[:5]
+                        if did_you_mean(k, PlanInputs.model_fields, n=2))
+        raise SpecError(f"{p}: unknown keys {clip(unknown, 200)};{hints or ''} accepted: "
+                        f"{', '.join(PlanInputs.model_fields)}")
     return data
 
 
@@ -182,6 +215,14 @@ def _default_intra(gpu: Any, per_node: int) -> str:
     return gpu.link
 
 
+def _network(name: str, field: str) -> Any:
+    """The link the user named in ``field`` (--intra or --network); an unknown one names that flag."""
+    try:
+        return load_network(name)
+    except CatalogError as exc:
+        raise CatalogError(f"--{field}: {exc}", field=field) from None
+
+
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
     if inputs.power_limit_w:
@@ -199,10 +240,10 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
             f"use --gpus-per-node {limit} (the nodes talk over --network)"
         )
     nodes = inputs.gpus // per_node
-    intra = load_network(inputs.intra or _default_intra(gpu, per_node))
+    intra = _network(inputs.intra, "intra") if inputs.intra else load_network(_default_intra(gpu, per_node))
     inter = None
     if nodes > 1 or inputs.network:
-        inter = load_network(inputs.network or "ib-ndr")
+        inter = _network(inputs.network, "network") if inputs.network else load_network("ib-ndr")
     extra: dict[str, Any] = {}
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node

@@ -429,6 +429,12 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
     if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
         # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
         inputs = inputs.model_copy(update={"framework": "deepspeed"})
+    if fmt in ("accelerate", "trainer-args") and inputs.framework == "hf":
+        # a sharded hf plan is written as a DeepSpeed (ZeRO 1/2) or FSDP2 (ZeRO-3) config: judge it
+        # under the stack the file runs, as `estimate --from` that file does (and the header says)
+        backend = sharding_backend(build_plan(inputs, model))
+        if backend != "ddp":
+            inputs = inputs.model_copy(update={"framework": "deepspeed" if backend == "deepspeed" else "fsdp2"})
     plan = build_plan(inputs, model)
     check_framework(plan, fmt)
     if plan.recipe.precision in ("mxfp8-mixed", "nvfp4-mixed") and fmt not in ("megatron", "slurm", "torchrun"):

@@ -40,6 +40,10 @@ class Plan(Spec):
             )
         if lay.pp > m.num_layers:
             raise LayoutError(f"pp={lay.pp} exceeds the {m.num_layers} layers of {m.name}", field="pp")
+        if lay.pp * lay.vp > m.num_layers:  # interleaved 1F1B: every virtual stage holds at least one layer
+            raise LayoutError(field="vp", message=
+                f"pp·vp = {lay.pp}·{lay.vp} = {lay.pp * lay.vp} virtual stages exceed the {m.num_layers} layers "
+                f"of {m.name}; use --vp {max(1, m.num_layers // lay.pp)} or less")
         if lay.ep > 1 and (m.moe is None or m.moe.num_experts % lay.ep):
             n = m.moe.num_experts if m.moe else 0
             raise LayoutError(field="ep", message=
