@@ -415,3 +415,16 @@ def test_prices_of_an_unknown_gpu_is_a_typo_error_not_a_missing_price():
     assert r.exit_code == 2 and "unknown gpu" in r.output and "no cloud price" not in r.output
     r = run("prices", "a100-pcie-80gb")   # a catalog GPU the price catalog does not price
     assert r.exit_code == 0 and "no cloud price" in r.output
+
+
+@pytest.mark.parametrize("framework", ["hf", "deepspeed", "megatron-deepspeed"])
+def test_offload_params_needs_zero3_under_deepspeed_semantics(framework):
+    """DeepSpeed: zero_optimization.offload_param is valid only with stage 3 (DeepSpeed config docs)."""
+    from trainledger.errors import LayoutError
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    with pytest.raises(LayoutError) as exc:
+        build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=2, offload="params", framework=framework))
+    assert exc.value.field == "offload" and "--zero 3" in str(exc.value)
+    build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=3, offload="params", framework=framework))
+    build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=2, offload="optimizer", framework=framework))

@@ -49,6 +49,13 @@ class Plan(Spec):
             raise LayoutError(field="ep", message=
                 f"ep={lay.ep} needs a MoE model whose experts it divides ({m.name} has {n})"
             )
+        if lay.offload == "params" and 0 < lay.zero < 3 and self.runtime.framework in ("hf", "deepspeed",
+                                                                                   "megatron-deepspeed"):
+            # DeepSpeed's offload_param is "valid only with stage 3" (DeepSpeed configuration JSON docs,
+            # zero_optimization.offload_param); ZeRO 1/2 under hf run through DeepSpeed
+            raise LayoutError(field="offload", message=
+                f"--offload params needs --zero 3: DeepSpeed offloads parameters only with ZeRO stage 3 "
+                f"(this plan has --zero {lay.zero} under {self.runtime.framework}); use --offload optimizer or --zero 3")
         if self.serving.quantization == "mxfp4" and m.moe is None:
             raise PlanError(field="quantization", message=
                 f"--quantization mxfp4 quantizes the routed experts only (as gpt-oss ships); {m.name} has "
