@@ -70,19 +70,19 @@ class Estimate:
             d[k] = v.to_dict() if hasattr(v, "to_dict") else v
         return d
 
-    def __repr__(self) -> str:  # notebook views: trainledger.report.notebook
-        from trainledger.report.notebook import estimate_repr
+    def __repr__(self) -> str:  # notebook views: trainledger.format
+        from trainledger.format import estimate_repr
 
         return estimate_repr(self)
 
     def _repr_html_(self) -> str:
-        from trainledger.report.notebook import estimate_html
+        from trainledger.format import estimate_html
 
         return estimate_html(self)
 
     def to_pandas(self) -> Any:
         """Memory terms as a DataFrame (needs pandas); the summary is in ``df.attrs``."""
-        from trainledger.report.notebook import estimate_frame
+        from trainledger.format import estimate_frame
 
         return estimate_frame(self)
 

@@ -81,7 +81,7 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
 
 def _from_transformers(cfg: dict[str, Any], name: str, source: str | None, mt: str) -> ModelSpec:
     """An architecture without a built-in reader: built by transformers on the meta device
-    (``trainledger.verify.meta_model``), or a message naming the extra on a core install."""
+    (``trainledger.load.meta_model``), or a message naming the extra on a core install."""
     import importlib.util
 
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
@@ -89,7 +89,7 @@ def _from_transformers(cfg: dict[str, Any], name: str, source: str | None, mt: s
                         f"{', '.join(SUPPORTED_FAMILIES)}, gemma3); pip install 'trainledger[verify]' lets "
                         "trainledger build it with transformers on the meta device, or write a config with "
                         "\"model_type\": \"generic\" and its dimensions.")
-    from trainledger.verify.meta_model import spec_from_transformers
+    from trainledger.load.meta_model import spec_from_transformers
 
     return spec_from_transformers(cfg, name, source)
 

@@ -109,19 +109,19 @@ class SearchResult:
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
                 "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None}
 
-    def __repr__(self) -> str:  # notebook views: trainledger.report.notebook
-        from trainledger.report.notebook import search_repr
+    def __repr__(self) -> str:  # notebook views: trainledger.format
+        from trainledger.format import search_repr
 
         return search_repr(self)
 
     def _repr_html_(self) -> str:
-        from trainledger.report.notebook import search_html
+        from trainledger.format import search_html
 
         return search_html(self)
 
     def to_pandas(self) -> Any:
         """One row per ranked plan (needs pandas)."""
-        from trainledger.report.notebook import search_frame
+        from trainledger.format import search_frame
 
         return search_frame(self)
 
