@@ -394,7 +394,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--catalog", action="store_true", help="mutate the catalog's numeric scalars instead")
     ap.add_argument("--tests", nargs="+", help="run these test paths for every mutant (no selection)")
-    ap.add_argument("--only", default="", help="substring of the file path (module) or file:key path")
+    ap.add_argument("--only", default="", help="regular expression searched in 'file:constant' "
+                    "(e.g. 'memory/', 'hopper.yaml:(?!.*(tf32|fp32|fp16))')")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--jobs", type=int, default=1, help="mutants judged at once (one scratch copy each)")
     ap.add_argument("--trace", type=Path, default=Path(tempfile.gettempdir()) / "trainledger-mutation-trace.json")
@@ -428,13 +429,15 @@ def main() -> None:
         mutants = [{"kind": "module", "file": str(f.relative_to(PKG.parent)), "line": line, "constant": name,
                     "value": src, "_units": index.readers({name}), "_words": {name}}
                    for f, line, name, src in constants(files)]
-    mutants = [m for m in mutants if a.only in f"{m['file']}:{m['constant']}"]
+    mutants = [m for m in mutants if re.search(a.only, f"{m['file']}:{m['constant']}")]
 
     previous, changed = {}, None
     if a.rerun:
         prev = json.loads(a.rerun.read_text())
         previous = {(r["file"], r["constant"]): r for r in prev["rows"]}
         changed = changed_tests(prev.get("commit"))
+    commit = git("rev-parse", "HEAD").strip()
+    dirty_tests = bool(git("status", "--porcelain", "tests").strip())
     traced = None if a.tests else load_trace(a.trace, a.retrace)
     todo, rows = [], {}
     for i, m in enumerate(mutants):
@@ -492,7 +495,7 @@ def main() -> None:
     if a.json_out:
         Path(a.json_out).write_text(json.dumps(
             {"family": "catalog" if a.catalog else "module", "tests": a.tests or "selected",
-             "commit": git("rev-parse", "HEAD").strip(), "dirty_tests": bool(git("status", "--porcelain", "tests")),
+             "commit": commit, "dirty_tests": dirty_tests,
              "rows": rows,
              "caught": k, "judged": n}, indent=1) + "\n")
 
