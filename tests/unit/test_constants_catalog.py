@@ -1,0 +1,133 @@
+"""Catalog values of the time and memory models against the sources cited next to them.
+
+Each expected value or range is computed here from the published figure the catalog file cites
+(a TFLOP/s or GB/s measurement divided by the datasheet peak, a library default read from torch
+itself, a configuration string of PyTorch's), not copied from the catalog. The ranges are the
+cited ranges, which are narrower than ±25%: a catalog value scaled by 1.25 (or 0.8) leaves them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch.nn.parallel.distributed as ddp
+
+from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.time.efficiency import gpu_efficiency, link_efficiency
+from trainledger.estimate.time.stack import stack_values
+from trainledger.units import MIB
+
+H100_BF16 = 989.5   # dense TFLOP/s, H100 SXM datasheet
+H100_FP8 = 1979.0
+A100_BF16 = 312.0   # dense TFLOP/s, A100 datasheet
+
+
+def _fwd_bwd(fwd: float, bwd: float) -> float:
+    """Rate of forward + backward attention, backward = 2.5× the forward FLOPs (FlashAttention-2,
+    Dao 2023, arXiv:2307.08691 §3: 5 backward GEMMs against 2 forward)."""
+    return 3.5 / (1.0 / fwd + 2.5 / bwd)
+
+
+# ------------------------------------------------------------------ GEMM best-shape rates
+
+def test_hopper_best_shape_rates_are_the_measured_cublaslt_rates():
+    eff = gpu_efficiency("hopper")
+    # bf16: ~780 of 989.5 TFLOP/s for large square GEMMs (NVIDIA, "New cuBLAS 12.0 Features and
+    # Matrix Multiplication Performance on NVIDIA Hopper GPUs", Fig. 2)
+    assert 740 / H100_BF16 <= eff.matmul_best["bf16"] <= 800 / H100_BF16
+    # fp8 e4m3 8192^3: 1600-1630 of 1979 (reports_cublaslt_fp8_crosscheck_20260524.md)
+    assert 1600 / H100_FP8 <= eff.matmul_best["fp8"] <= 1630 / H100_FP8
+
+
+def test_ampere_gemm_rates_are_the_a100_gemm_guide_range():
+    # large bf16/fp16 GEMMs on A100 SXM reach ~260-280 of 312 TFLOP/s (NVIDIA Matrix
+    # Multiplication Background guide); MosaicML's 79% HFU end to end puts η_max >= 0.85
+    eff = gpu_efficiency("ampere")
+    for dt in ("bf16", "fp16"):
+        assert 260 / A100_BF16 <= eff.matmul_best[dt] <= 280 / A100_BF16
+        assert 0.85 <= eff.matmul[dt] <= 280 / A100_BF16
+
+
+def test_torchao_fp8_gemm_rate():
+    # torchao tensorwise _scaled_mm: 1170 TFLOP/s at 8192^3 on H100 (the cited crosscheck report)
+    assert stack_values("fsdp2", "hopper")["matmul_efficiency"]["fp8"] == pytest.approx(1170 / H100_FP8, rel=0.03)
+
+
+# ------------------------------------------------------------------ fused attention
+
+def test_ampere_flash_attention_2_rate():
+    # FlashAttention-2 fwd+bwd on A100, head dim 128: ~190-225 TFLOP/s of 312 (Dao 2023, Fig. 4)
+    assert 190 / A100_BF16 <= gpu_efficiency("ampere").attention <= 225 / A100_BF16
+
+
+@pytest.mark.parametrize("framework", ["hf", "fsdp2", "pytorch-fsdp", "deepspeed", "megatron-deepspeed"])
+def test_stacks_on_flash_attention_2_use_its_h100_rate(framework):
+    # FA2 on H100 SXM, hd 128, causal: ~330-370 TFLOP/s forward, ~250-300 backward (Shah et al.
+    # 2024, FlashAttention-3, arXiv:2407.08608, Fig. 5-6, "FlashAttention-2" bars)
+    lo, hi = _fwd_bwd(330, 250) / H100_BF16, _fwd_bwd(370, 300) / H100_BF16
+    assert lo <= stack_values(framework, "hopper")["attention_efficiency"] <= hi
+
+
+def test_megatron_core_uses_the_cudnn_attention_rate_on_h100():
+    # TE's cuDNN fused attention, H100, hd 128, causal: ~550 fwd, ~430 bwd TFLOP/s (FA3 paper, Fig. 5-6)
+    expected = _fwd_bwd(550, 430) / H100_BF16
+    assert stack_values("megatron-core", "hopper")["attention_efficiency"] == pytest.approx(expected, rel=0.05)
+
+
+# ------------------------------------------------------------------ stack mechanisms
+
+def test_selective_recompute_recomputes_every_second_gemm():
+    # torchtitan op-level SAC: "Saves output of all compute ops, except every second mm"
+    # (torchtitan/distributed/activation_checkpoint.py, _custom_policy)
+    assert stack_values("fsdp2", "hopper")["selective_recompute_gemms"] == pytest.approx(1 / 2)
+
+
+def test_fsdp_copy_passes_follow_the_buffer_layout():
+    # FSDP2 copies out of the flat all-gather buffer and into the reduce-scatter input: one read and
+    # one write per collective (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py);
+    # FSDP1's FlatParameter is used in place (Zhao et al. 2023, arXiv:2304.11277 §3.2): none
+    read, write = 1, 1
+    assert stack_values("fsdp2", "hopper")["fsdp_copy_passes"] == read + write
+    for fw in ("hf", "pytorch-fsdp"):
+        assert stack_values(fw, "hopper")["fsdp_copy_passes"] == 0
+
+
+# ------------------------------------------------------------------ links
+
+def test_link_efficiencies_are_the_nccl_tests_bus_bandwidths():
+    bw = link_efficiency().bandwidth
+    # nccl-tests all_reduce busbw: ~230-240 of 300 GB/s on A100 NVLink, ~360 of 450 on H100
+    assert 230 / 300 <= bw["nvlink"] <= max(240 / 300, 360 / 450)
+    # IB: 22-23 of 25 GB/s per HDR port, 45-48 of 50 for NDR
+    assert 22 / 25 <= bw["infiniband"] <= 48 / 50
+    # RCCL on the MI300X xGMI mesh: ~300 of 448 GB/s ring busbw
+    assert bw["infinity-fabric"] == pytest.approx(300 / 448, rel=0.05)
+
+
+def test_dp_bucket_is_torch_ddp_default():
+    # the catalog states it in bytes (interconnect.yaml) and in MiB (runtime/cuda.yaml)
+    assert link_efficiency().dp_bucket_bytes == ddp._DEFAULT_BUCKET_CAP_MB * MIB
+    assert runtime_defaults().ddp_bucket_bytes == ddp._DEFAULT_BUCKET_CAP_MB * MIB
+
+
+# ------------------------------------------------------------------ CUDA runtime (memory model)
+
+def _workspace_config_bytes(config: str) -> int:
+    """Bytes of a CUBLAS_WORKSPACE_CONFIG string ':SIZE_KiB:COUNT[:SIZE_KiB:COUNT...]'."""
+    f = config.strip(":").split(":")
+    return sum(int(f[i]) * 1024 * int(f[i + 1]) for i in range(0, len(f), 2))
+
+
+def test_cublas_workspaces_are_pytorchs_hopper_defaults():
+    # aten/src/ATen/cuda/CublasHandlePool.cpp: default CUBLAS_WORKSPACE_CONFIG ':4096:8' on sm90+;
+    # CUDABlas.cpp: CUBLASLT_WORKSPACE_SIZE defaults to 1024 KiB
+    assert runtime_defaults().workspace_bytes == _workspace_config_bytes(":4096:8") + 1024 * 1024
+
+
+def test_cuda_runtime_published_figures():
+    d = runtime_defaults()
+    # Hugging Face "Model training anatomy": nvidia-smi shows 1343 MB after CUDA init on a V100
+    assert d.context_bytes == 1343 * MIB
+    # c10/cuda/CUDACachingAllocator.cpp: kRoundLarge = 2 MiB
+    assert d.segment_bytes == 2 * MIB
+    # vLLM CacheConfig block_size default: 16 tokens per KV block (Kwon et al. 2023, §4.2)
+    assert d.paged_block_tokens == 16
