@@ -228,8 +228,10 @@ class _Index:
 
         walk(tree, None, False, None, None)
 
-    def readers(self, names: set[str], start: set[str] = frozenset()) -> set[str]:
-        """Function keys whose calls can expose a change of any of ``names``."""
+    def readers(self, names: set[str], start: set[str] = frozenset()) -> tuple[set[str], set[str]]:
+        """Function keys whose calls can expose a change of any of ``names``, and the names the
+        search went through (derived constants, classes, cached readers: a test file that names
+        one of them uses the value even when the cache keeps its call out of the trace)."""
         units, seen, queue = set(start), set(), list(names)
         while queue:
             n = queue.pop()
@@ -245,7 +247,7 @@ class _Index:
                     queue.extend(a.split(","))
                 else:
                     units |= self.funcs.get(a, set())
-        return units
+        return units, seen
 
 
 def _decorator_name(d: ast.AST) -> str:
@@ -256,20 +258,32 @@ def _decorator_name(d: ast.AST) -> str:
     return d.id if isinstance(d, ast.Name) else ""
 
 
-def load_trace(path: Path, retrace: bool) -> dict[str, dict]:
+def _trace_run(paths: list[str], out: Path) -> dict[str, dict]:
+    env = dict(os.environ, MUTATION_TRACE_OUT=str(out),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT / "src")]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "mutation_trace", *paths], cwd=ROOT, env=env, capture_output=True, text=True)
+    data = json.loads(out.read_text())["tests"]
+    for t in set(re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M)) & set(data):
+        data[t]["failed"] = True  # failing without any mutant: never evidence of a catch
+    return data
+
+
+def load_trace(path: Path, retrace: bool, extra: set[str] = frozenset()) -> dict[str, dict]:
+    """The traced run of ``TRACED`` (cached in ``path``), plus test files in ``extra`` it lacks."""
     if retrace or not path.exists():
         print(f"tracing {' '.join(TRACED)} once (a few minutes) -> {path}", flush=True)
-        env = dict(os.environ, MUTATION_TRACE_OUT=str(path),
-                   PYTHONPATH=os.pathsep.join([str(ROOT / "bench"), str(ROOT / "src")]))
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "-p", "mutation_trace", *TRACED], cwd=ROOT, env=env, capture_output=True,
-                           text=True)
-        failed = set(re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M))
-        data = json.loads(path.read_text())
-        for t in failed & set(data["tests"]):
-            data["tests"][t]["failed"] = True
-        path.write_text(json.dumps(data))
-    return json.loads(path.read_text())["tests"]
+        path.write_text(json.dumps({"tests": _trace_run(TRACED, path)}))
+    data = json.loads(path.read_text())["tests"]
+    have = {t.split("::")[0] for t in data}
+    missing = sorted(f for f in extra if f not in have and f.endswith(".py") and (ROOT / f).exists()
+                     and Path(f).name.startswith("test_"))
+    if missing:
+        print(f"tracing {len(missing)} new test files", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            data.update(_trace_run(missing, Path(tmp) / "trace.json"))
+        path.write_text(json.dumps({"tests": data}))
+    return data
 
 
 def test_file_mentions(tests: dict[str, dict], words: set[str]) -> set[str]:
@@ -420,15 +434,18 @@ def main() -> None:
             start = set(index.named[(mod, fn)])
             keys = [p for p in s["path"] if not p.isdigit() and p not in _STRUCTURE | _DTYPES]
             words = {k for k in keys if len(k) > 4 and not (CATALOG / "efficiency" / f"{k}.yaml").exists()}
+            units, via = index.readers({fn}, start)
             mutants.append({"kind": "catalog", "file": f"catalog/{rel}", "line": s["line"],
                             "constant": ".".join(s["path"]), "value": s["value"], "_s": s,
-                            "_units": index.readers({fn}, start), "_words": words | {Path(rel).name},
+                            "_units": units, "_words": words | {Path(rel).name} | via,
                             "_allowed": catalog_filter(rel, s["path"])})
     else:
         files = sorted([*PKG.joinpath("estimate").rglob("*.py"), PKG / "units.py"])
-        mutants = [{"kind": "module", "file": str(f.relative_to(PKG.parent)), "line": line, "constant": name,
-                    "value": src, "_units": index.readers({name}), "_words": {name}}
-                   for f, line, name, src in constants(files)]
+        mutants = []
+        for f, line, name, src in constants(files):
+            units, via = index.readers({name})
+            mutants.append({"kind": "module", "file": str(f.relative_to(PKG.parent)), "line": line,
+                            "constant": name, "value": src, "_units": units, "_words": via})
     mutants = [m for m in mutants if re.search(a.only, f"{m['file']}:{m['constant']}")]
 
     previous, changed = {}, None
@@ -438,7 +455,7 @@ def main() -> None:
         changed = changed_tests(prev.get("commit"))
     commit = git("rev-parse", "HEAD").strip()
     dirty_tests = bool(git("status", "--porcelain", "tests").strip())
-    traced = None if a.tests else load_trace(a.trace, a.retrace)
+    traced = None if a.tests else load_trace(a.trace, a.retrace, changed or set())
     todo, rows = [], {}
     for i, m in enumerate(mutants):
         old = previous.get((m["file"], m["constant"]))
@@ -461,6 +478,11 @@ def main() -> None:
 
         def judge(item):
             i, m, tests = item
+            row = {k: v for k, v in m.items() if not k.startswith("_")}
+            if not tests:  # nothing new can see it (--rerun): it survives as before
+                rows[i] = {**row, "verdict": "survived", "by": "", "tests": 0, "seconds": 0.0}
+                print(f"survived {m['file']}:{m['line']} {m['constant']} = {m['value']}  (no new test sees it)")
+                return
             work = works.get()
             try:
                 target = work / ("src/trainledger/" + m["file"] if m["kind"] == "catalog" else "src/" + m["file"])
@@ -473,7 +495,6 @@ def main() -> None:
                     target.write_text(original)
             finally:
                 works.put(work)
-            row = {k: v for k, v in m.items() if not k.startswith("_")}
             row.update(verdict=verdict, by=why, tests=len(tests), seconds=round(secs, 1))
             rows[i] = row
             print(f"{verdict:8s} {m['file']}:{m['line']} {m['constant']} = {m['value']}  "
