@@ -131,3 +131,29 @@ def test_cuda_runtime_published_figures():
     assert d.segment_bytes == 2 * MIB
     # vLLM CacheConfig block_size default: 16 tokens per KV block (Kwon et al. 2023, §4.2)
     assert d.paged_block_tokens == 16
+
+
+# ------------------------------------------------------------------ stack identities
+
+def test_tp_comm_overlap_only_where_userbuffers_run():
+    # TP communication overlaps GEMMs only with TE userbuffers (Megatron-Core --tp-comm-overlap, on in
+    # the NeMo/Megatron-Core H100 recipes); eager DTensor TP, transformers' tp_plan, DeepSpeed and
+    # Megatron-DeepSpeed run the collectives on the critical path
+    for fw in ("hf", "fsdp2", "pytorch-fsdp", "deepspeed", "megatron-deepspeed"):
+        for fam in ("hopper", "ampere"):
+            assert stack_values(fw, fam)["tp_comm_overlap"] == 0
+    assert stack_values("megatron-core", "ampere")["tp_comm_overlap"] == 0
+    assert stack_values("megatron-core", "hopper")["tp_comm_overlap"] > 0
+
+
+def test_fused_adam_is_one_pass_over_the_states():
+    # Apex/TE FusedAdam and DeepSpeed FusedAdam: one multi_tensor_apply kernel reads and writes
+    # params, grads and both moments once per step
+    for fw in ("megatron-core", "megatron-deepspeed", "deepspeed"):
+        assert stack_values(fw, "hopper")["optimizer_passes"] == 1
+
+
+def test_megatron_step_overhead_is_the_interconnect_files():
+    # both Megatron stacks state their host step time as interconnect.yaml's step_overhead_s
+    for fw in ("megatron-core", "megatron-deepspeed"):
+        assert stack_values(fw, "hopper")["host_step_s"] == link_efficiency().step_overhead_s
