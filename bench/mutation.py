@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -270,16 +271,17 @@ def _trace_run(paths: list[str], out: Path) -> dict[str, dict]:
 
 
 def load_trace(path: Path, retrace: bool, extra: set[str] = frozenset()) -> dict[str, dict]:
-    """The traced run of ``TRACED`` (cached in ``path``), plus test files in ``extra`` it lacks."""
+    """The traced run of ``TRACED`` (cached in ``path``); the test files in ``extra`` (those changed
+    since the table a --rerun starts from) are traced again."""
     if retrace or not path.exists():
         print(f"tracing {' '.join(TRACED)} once (a few minutes) -> {path}", flush=True)
         path.write_text(json.dumps({"tests": _trace_run(TRACED, path)}))
     data = json.loads(path.read_text())["tests"]
-    have = {t.split("::")[0] for t in data}
-    missing = sorted(f for f in extra if f not in have and f.endswith(".py") and (ROOT / f).exists()
+    missing = sorted(f for f in extra if f.endswith(".py") and (ROOT / f).exists()
                      and Path(f).name.startswith("test_"))
     if missing:
-        print(f"tracing {len(missing)} new test files", flush=True)
+        print(f"tracing {len(missing)} changed test files", flush=True)
+        data = {t: v for t, v in data.items() if t.split("::")[0] not in missing}
         with tempfile.TemporaryDirectory() as tmp:
             data.update(_trace_run(missing, Path(tmp) / "trace.json"))
         path.write_text(json.dumps({"tests": data}))
@@ -496,28 +498,37 @@ def main() -> None:
             finally:
                 works.put(work)
             row.update(verdict=verdict, by=why, tests=len(tests), seconds=round(secs, 1))
-            rows[i] = row
+            with lock:
+                rows[i] = row
+                if a.json_out:  # a partial table survives an interrupted run
+                    write_table(a, [rows[j] for j in sorted(rows)], commit, dirty_tests, final=False)
             print(f"{verdict:8s} {m['file']}:{m['line']} {m['constant']} = {m['value']}  "
                   f"({len(tests)} tests, {secs:.0f} s) {why}", flush=True)
 
+        lock = threading.Lock()
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
             list(pool.map(judge, todo))
     rows = [rows[i] for i in sorted(rows)]
     if a.dry_run:
         return
+    write_table(a, rows, commit, dirty_tests, final=True)
+
+
+def write_table(a, rows: list[dict], commit: str, dirty_tests: bool, final: bool) -> None:
     judged = [r for r in rows if r["verdict"] in ("caught", "survived")]
     n, k = len(judged), sum(r["verdict"] == "caught" for r in judged)
     how = " ".join(a.tests) if a.tests else "the tests that can see each constant (+ tests/golden)"
-    print(f"\n{k}/{n} {'catalog' if a.catalog else 'module'} mutants caught ({100 * k / n:.0f}%) by {how}; "
-          f"{len(rows) - n} error/timeout (not counted)" if n else "no mutant judged")
-    for r in rows:
-        if r["verdict"] == "survived":
-            print(f"  survived: {r['file']}:{r['line']} {r['constant']}")
+    if final:
+        print(f"\n{k}/{n} {'catalog' if a.catalog else 'module'} mutants caught ({100 * k / n:.0f}%) by {how}; "
+              f"{len(rows) - n} error/timeout (not counted)" if n else "no mutant judged")
+        for r in rows:
+            if r["verdict"] == "survived":
+                print(f"  survived: {r['file']}:{r['line']} {r['constant']}")
     if a.json_out:
         Path(a.json_out).write_text(json.dumps(
             {"family": "catalog" if a.catalog else "module", "tests": a.tests or "selected",
              "commit": commit, "dirty_tests": dirty_tests,
-             "rows": rows,
+             "complete": final, "rows": rows,
              "caught": k, "judged": n}, indent=1) + "\n")
 
 
