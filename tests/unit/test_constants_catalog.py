@@ -157,3 +157,21 @@ def test_megatron_step_overhead_is_the_interconnect_files():
     # both Megatron stacks state their host step time as interconnect.yaml's step_overhead_s
     for fw in ("megatron-core", "megatron-deepspeed"):
         assert stack_values(fw, "hopper")["host_step_s"] == link_efficiency().step_overhead_s
+
+
+def test_pytorch_eager_stacks_share_their_gemm_rates():
+    # hf, fsdp2, pytorch-fsdp and deepspeed run the same torch.mm -> cuBLAS GEMMs (hf.yaml,
+    # pytorch-fsdp.yaml: "the same GEMMs as fsdp2.yaml"); only the fp8 path differs (torchao in fsdp2)
+    eager = ("hf", "fsdp2", "pytorch-fsdp")
+    for fam in ("hopper", "ampere"):
+        rates = [stack_values(fw, fam)["matmul_efficiency"] for fw in eager]
+        for dt in ("bf16", "fp16", "tf32", "fp32"):
+            assert len({r[dt] for r in rates}) == 1, (fam, dt)
+    ampere = [stack_values(fw, "ampere")["matmul_efficiency"]["fp8"] for fw in eager]
+    assert len(set(ampere)) == 1
+    for fw in (*eager, "deepspeed"):  # no fp8 tensor cores on Ampere: fp8 GEMMs run at the 16-bit rate
+        r = stack_values(fw, "ampere")["matmul_efficiency"]
+        assert r["fp8"] == r["bf16"] == r["fp16"], fw
+    hopper_ds = stack_values("deepspeed", "hopper")["matmul_efficiency"]
+    assert all(hopper_ds[dt] == stack_values("hf", "hopper")["matmul_efficiency"][dt]
+               for dt in ("bf16", "fp16", "tf32", "fp32"))
