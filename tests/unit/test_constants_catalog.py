@@ -175,3 +175,37 @@ def test_pytorch_eager_stacks_share_their_gemm_rates():
     hopper_ds = stack_values("deepspeed", "hopper")["matmul_efficiency"]
     assert all(hopper_ds[dt] == stack_values("hf", "hopper")["matmul_efficiency"][dt]
                for dt in ("bf16", "fp16", "tf32", "fp32"))
+
+
+# ------------------------------------------------------------------ GPU families: fallbacks and cited rates
+
+def test_dtypes_without_tensor_cores_fall_back_to_a_supported_rate():
+    # Ampere has no fp8 tensor cores: fp8 GEMMs run at the 16-bit rate (ampere.yaml)
+    amp = gpu_efficiency("ampere")
+    assert amp.matmul["fp8"] == amp.matmul["bf16"] == amp.matmul["fp16"]
+    assert amp.matmul_best["fp8"] == amp.matmul_best["bf16"] == amp.matmul_best["fp16"]
+    # Volta/Turing: fp16 tensor cores only; bf16 and fp8 fall back to the fp16 rate, tf32 to fp32
+    vol = gpu_efficiency("volta")
+    assert vol.matmul["bf16"] == vol.matmul["fp8"] == vol.matmul["fp16"]
+    assert vol.matmul["tf32"] == vol.matmul["fp32"]
+
+
+def test_mi300x_gemm_rate_is_the_public_hipblaslt_sweep():
+    # large bf16 GEMMs on MI300X: ~600-700 of 1307 dense TFLOP/s (SemiAnalysis MI300X vs H100
+    # training study, Dec 2024); fp16 has the same peak and kernels
+    eff = gpu_efficiency("cdna3")
+    for dt in ("bf16", "fp16"):
+        assert 600 / 1307 <= eff.matmul[dt] <= 700 / 1307
+
+
+def test_a100_stream_bandwidth_fraction():
+    # STREAM-like kernels reach ~1.6 of 2.0 TB/s on A100 80GB (ampere.yaml)
+    assert gpu_efficiency("ampere").hbm == pytest.approx(1.6 / 2.0, rel=0.03)
+
+
+def test_a100_shape_penalty_of_a_768_wide_gemm():
+    # ampere.yaml: with 128x128/256x128 CTA tiles on 108 SMs "a 768-wide GEMM loses ~25%": two
+    # dims of 768 (N and K; M = many tokens) at the penalty x/(x + d½) each
+    d = gpu_efficiency("ampere").half_dim
+    kept = (768 / (768 + d)) ** 2
+    assert 0.70 <= kept <= 0.78
