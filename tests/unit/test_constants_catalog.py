@@ -89,6 +89,10 @@ def test_fsdp_copy_passes_follow_the_buffer_layout():
     assert stack_values("fsdp2", "hopper")["fsdp_copy_passes"] == read + write
     for fw in ("hf", "pytorch-fsdp"):
         assert stack_values(fw, "hopper")["fsdp_copy_passes"] == 0
+    # Megatron-Core's distributed optimizer: parameters and main_grads are views into the contiguous
+    # ParamAndGradBuffer that the all-gather and reduce-scatter work on in place
+    # (megatron/core/distributed/param_and_grad_buffer.py): no copy either
+    assert stack_values("megatron-core", "hopper")["fsdp_copy_passes"] == 0
 
 
 # ------------------------------------------------------------------ links
