@@ -213,3 +213,10 @@ def test_a100_shape_penalty_of_a_768_wide_gemm():
     d = gpu_efficiency("ampere").half_dim
     kept = (768 / (768 + d)) ** 2
     assert 0.70 <= kept <= 0.78
+
+
+def test_one_tp_overlap_fraction_for_userbuffers():
+    # interconnect.yaml's tp_overlap_fraction (used when a user turns --tp-comm-overlap on) and the
+    # Megatron-Core H100 recipe default describe the same mechanism: TE userbuffers hiding TP
+    # collectives behind GEMMs (Wang et al. 2023, arXiv:2302.08005, Fig. 9)
+    assert stack_values("megatron-core", "hopper")["tp_comm_overlap"] == link_efficiency().tp_overlap_fraction
