@@ -179,20 +179,33 @@ class _Index:
 
     def _scan(self, rel: str, tree: ast.Module) -> None:
         self.funcs.setdefault(rel, set())
+        # module-level dicts: a function that stores into one memoizes (``_CACHE[key] = out``), so it
+        # runs its body only on a miss, like an lru_cache'd one
+        memo_dicts = set()
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+                node.target if isinstance(node, ast.AnnAssign) else None)
+            if isinstance(target, ast.Name) and isinstance(node.value, (ast.Dict, ast.Call)) and (
+                    isinstance(node.value, ast.Dict) or _decorator_name(node.value) == "dict"):
+                memo_dicts.add(target.id)
+
+        def memoizes(fn: ast.AST) -> bool:
+            return any(isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+                       and isinstance(n.value, ast.Name) and n.value.id in memo_dicts for n in ast.walk(fn))
 
         def record(name: str, func, cached: bool, cls, top) -> None:
             if func is not None:
-                site = ("func", func[0], func[1] if cached else "")
+                site = ("func", func[0], func[1], cached)
             elif cls is not None:
-                site = ("class", cls, "")
+                site = ("class", cls, "", False)
             elif isinstance(top, ast.Assign) and all(isinstance(t, ast.Name) for t in top.targets):
-                site = ("derived", ",".join(t.id for t in top.targets), "")
+                site = ("derived", ",".join(t.id for t in top.targets), "", False)
             elif isinstance(top, ast.AnnAssign) and isinstance(top.target, ast.Name):
-                site = ("derived", top.target.id, "")
+                site = ("derived", top.target.id, "", False)
             elif isinstance(top, (ast.Import, ast.ImportFrom)):
                 return
             else:
-                site = ("module", rel, "")
+                site = ("module", rel, "", False)
             self.refs.setdefault(name, []).append(site)
 
         def walk(node, func, cached, cls, top):
@@ -203,7 +216,8 @@ class _Index:
                     key = f"{rel}:{first}"
                     self.funcs[rel].add(key)
                     self.named.setdefault((rel, child.name), []).append(key)
-                    is_cached = any(_decorator_name(d) in _CACHED for d in child.decorator_list)
+                    is_cached = (any(_decorator_name(d) in _CACHED for d in child.decorator_list)
+                                 or memoizes(child))
                     for d in [*child.decorator_list, *child.args.defaults, *child.args.kw_defaults]:
                         if d is not None:
                             walk_node(d, func, cached, cls, t)
@@ -233,21 +247,27 @@ class _Index:
         """Function keys whose calls can expose a change of any of ``names``, and the names the
         search went through (derived constants, classes, cached readers: a test file that names
         one of them uses the value even when the cache keeps its call out of the trace)."""
-        units, seen, queue = set(start), set(), list(names)
+        # a value reaches a test through its readers; a reader inside a cache (lru_cache, or a
+        # function memoizing into a module dict) runs once per process, so its callers count too,
+        # and a reader called from a cached function runs only on that cache's misses: follow it up
+        units, seen = set(start), set()
+        queue = [(n, True) for n in names]
         while queue:
-            n = queue.pop()
-            if n in seen:
+            n, every = queue.pop()
+            if (n, every) in seen or (n, True) in seen:
                 continue
-            seen.add(n)
-            for kind, a, b in self.refs.get(n, ()):
+            seen.add((n, every))
+            for kind, a, fname, cached in self.refs.get(n, ()):
                 if kind == "func":
+                    if not every and not cached:
+                        continue  # a plain caller of a plain reader is traced on every call
                     units.add(a)
-                    if b:  # a cached reader runs once per process: follow its callers
-                        queue.append(b)
+                    queue.append((fname, cached))
                 elif kind in ("class", "derived"):
-                    queue.extend(a.split(","))
-                else:
+                    queue.extend((x, True) for x in a.split(","))
+                elif every:
                     units |= self.funcs.get(a, set())
+        seen = {n for n, every in seen if every}
         return units, seen
 
 
@@ -417,6 +437,9 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=Path(tempfile.gettempdir()) / "trainledger-mutation-trace.json")
     ap.add_argument("--retrace", action="store_true", help="redo the traced run")
     ap.add_argument("--rerun", type=Path, help="a previous table: judge again only what it did not catch")
+    ap.add_argument("--recheck", action="store_true",
+                    help="with --rerun: judge the earlier survivors with every selected test, not only "
+                    "the changed test files (after a change of the selection itself)")
     ap.add_argument("--dry-run", action="store_true", help="list mutants and selected test counts only")
     ap.add_argument("--json", dest="json_out", help="write the table here")
     a = ap.parse_args()
@@ -457,7 +480,8 @@ def main() -> None:
         changed = changed_tests(prev.get("commit"))
     commit = git("rev-parse", "HEAD").strip()
     dirty_tests = bool(git("status", "--porcelain", "tests").strip())
-    traced = None if a.tests else load_trace(a.trace, a.retrace, changed or set())
+    # --recheck judges with the given trace as it is (e.g. the one of the earlier table's tests)
+    traced = None if a.tests else load_trace(a.trace, a.retrace, set() if a.recheck else changed or set())
     todo, rows = [], {}
     for i, m in enumerate(mutants):
         old = previous.get((m["file"], m["constant"]))
@@ -466,7 +490,7 @@ def main() -> None:
             print(f"{'caught':8s} {m['file']}:{m['line']} {m['constant']} (kept from {a.rerun})")
             continue
         tests = a.tests or select(traced, m["_units"], m["_words"], m.get("_allowed"))
-        if changed is not None and old is not None:  # the rest of the tests already passed on it
+        if changed is not None and old is not None and not a.recheck:  # the rest already passed on it
             tests = [t for t in tests if t.split("::")[0] in changed]
         if a.dry_run:
             print(f"{len(tests):5d} tests  {m['file']}:{m['line']} {m['constant']} = {m['value']}")
