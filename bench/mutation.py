@@ -129,7 +129,7 @@ def catalog_scalars(files: list[Path]) -> list[dict]:
         text = f.read_text()
         root = yaml.compose(text)
 
-        def walk(node, path):
+        def walk(node, path, f=f):
             if isinstance(node, yaml.MappingNode):
                 for k, v in node.value:
                     walk(v, [*path, k.value])
