@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from trainledger.estimate.run import energy
-from trainledger.estimate.time import HOST_PCIE_BYTES_PER_S
+from trainledger.estimate.time.step import HOST_PCIE_BYTES_PER_S
 from trainledger.estimate.time import stack
 from trainledger.spec.cluster import GpuSpec
 
