@@ -428,3 +428,26 @@ def test_offload_params_needs_zero3_under_deepspeed_semantics(framework):
     assert exc.value.field == "offload" and "--zero 3" in str(exc.value)
     build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=3, offload="params", framework=framework))
     build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=2, offload="optimizer", framework=framework))
+
+
+def test_training_only_flags_change_no_inference_figure():
+    """--optimizer, --grad-accum, --dropout and --offload optimizer describe training: an inference
+    estimate is the same without them (they changed its checkpoint, host and step figures), and each
+    is warned about."""
+    def est(*extra):
+        r = run("estimate", "--no-ledger", "--json", "--method", "inference", "--model", "llama-3.1-8b",
+                "--gpus", "8", "--zero", "3", *extra)
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output[r.output.index("{"):])
+        return d, r.output
+
+    base, _ = est()
+    for extra, flag in ((("--optimizer", "adamw-8bit"), "--optimizer"), (("--grad-accum", "4"), "--grad-accum"),
+                        (("--dropout", "0.1"), "--dropout"), (("--offload", "optimizer"), "--offload")):
+        d, out = est(*extra)
+        assert f"warning: {flag} is ignored" in out, (extra, out[:300])
+        for section in ("memory", "compute", "checkpoint", "host"):
+            a = {k: v for k, v in d[section].items() if k != "notes"}
+            b = {k: v for k, v in base[section].items() if k != "notes"}
+            assert a == b, (extra, section)
+

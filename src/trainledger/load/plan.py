@@ -136,8 +136,10 @@ SERVING_ONLY = ("serving_engine", "quantization", "quant_group_size", "kv_cache_
                 "block_size", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                 "cuda_graphs", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                 "generate_len")
-#: training fields an inference estimate never reads (no backward, no recomputation, no adapters)
-TRAINING_ONLY = ("recompute", "recompute_layers", "grad_clip", "lora_rank", "lora_alpha", "lora_targets")
+#: training fields an inference estimate never reads (no backward, no recomputation, no adapters, no
+#: optimizer, no gradient accumulation, no dropout: ``build_plan`` gives an inference plan the defaults)
+TRAINING_ONLY = ("recompute", "recompute_layers", "grad_clip", "lora_rank", "lora_alpha", "lora_targets",
+                 "optimizer", "grad_accum", "dropout")
 
 
 def unused_inputs(inputs: PlanInputs, given: set[str] | frozenset[str]) -> list[tuple[str, str]]:
@@ -154,6 +156,8 @@ def unused_inputs(inputs: PlanInputs, given: set[str] | frozenset[str]) -> list[
         out += [(k, why) for k in SERVING_ONLY if k in given]
     else:
         out += [(k, "training only; an inference estimate does not read it") for k in TRAINING_ONLY if k in given]
+        if "offload" in given and inputs.offload == "optimizer":
+            out.append(("offload", "an inference job has no optimizer states to offload"))
     if "recompute_layers" in given and inputs.method != "inference" and inputs.recompute != "full":
         out.append(("recompute_layers", f"it applies with --recompute full only (recompute is {inputs.recompute})"))
     return out
@@ -266,6 +270,10 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     ``model`` replaces ``inputs.model`` (e.g. a config.json the web app parsed from a request body).
     """
     model = model or load_model(inputs.model)
+    if inputs.method == "inference":  # an inference job has no optimizer, no accumulation, no dropout
+        inputs = inputs.model_copy(update={
+            "optimizer": PlanInputs.model_fields["optimizer"].default, "grad_accum": 1, "dropout": 0.0,
+            "offload": "none" if inputs.offload == "optimizer" else inputs.offload})
     try:
         cluster = build_cluster(inputs)
         precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
