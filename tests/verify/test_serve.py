@@ -28,7 +28,7 @@ def test_parse_result_converts_ms_to_seconds() -> None:
 
 def test_compare_rows() -> None:
     rows = serve.compare(serve.parse_result(RESULT), {"ttft_s": 0.05, "tpot_s": 0.0098, "tpot_worst_s": 0.02,
-                                                      "output_tokens_per_s": 400.0})
+                                                      "tpot_p99_s": 0.011, "output_tokens_per_s": 400.0})
     by = {r["name"]: r for r in rows}
     assert by["TPOT mean"]["relative_error"] == pytest.approx(0.0, abs=1e-9)
     assert by["TTFT mean"]["relative_error"] == pytest.approx(0.05 / 0.041 - 1)
@@ -65,3 +65,14 @@ def test_inference_latency_on_gpu() -> None:
     d = json.loads(r.output[r.output.index("{"):])
     meas, pred = d["serving"]["measured"], d["serving"]["predicted"]
     assert meas["tpot_s"] > 0 and pred["tpot_s"] > 0
+
+
+def test_tpot_p99_is_per_request_and_itl_p99_is_the_slow_step() -> None:
+    """vLLM's TPOT is each request's mean over its output tokens; its ITL is per token."""
+    rows = {r["name"]: r for r in serve.compare({"p99_tpot_s": 0.02, "p99_itl_s": 0.08},
+                                                {"tpot_p99_s": 0.021, "tpot_worst_s": 0.08})}
+    assert rows["TPOT p99"]["predicted"] == 0.021
+    assert rows["ITL p99"]["predicted"] == 0.08 and rows["ITL p99"]["measured"] == 0.08
+    assert "p99_itl_s" in serve.parse_result({"mean_ttft_ms": 1, "mean_tpot_ms": 1, "output_throughput": 1,
+                                              "p99_itl_ms": 80.0})
+

@@ -11,7 +11,11 @@ node), one replica of t GPUs is evaluated with the serving model (:mod:`trainled
    :func:`~trainledger.estimate.serving.perf.prefill_queueing`) and TPOT are taken at the median
    prompt (p50) and at the p99 prompt with the p99 queue wait and the slow step that carries a
    prefill chunk (p99);
-4. the C meeting every SLO with the fewest replicas is the candidate's operating point.
+4. when only the TTFT SLO fails, more replicas are tried (up to :data:`MAX_EXTRA_REPLICAS` times
+   the throughput count): the queue wait falls as each replica's load does (an operator keeps
+   headroom for latency), and the fewest replicas that meet the SLO are kept (bisection: the wait
+   falls monotonically with the replicas);
+5. the C meeting every SLO with the fewest replicas is the candidate's operating point.
 
 Ranking: cloud USD per hour of the whole deployment, then fewer GPUs. Each candidate reports cost
 and energy per million output tokens at the offered load, cloud and owned. Prompt lengths come from
@@ -78,12 +82,35 @@ def prompt_lengths(inputs: PlanInputs, corpus: str | None) -> PromptLengths:
 def _slo_ok(inputs: PlanInputs, p50: dict[str, float], p99: dict[str, float]) -> str:
     """'' when every SLO holds, else the first one broken, with the numbers."""
     checks = (("ttft_p50_s", p50["ttft_s"], "TTFT p50"), ("ttft_p99_s", p99["ttft_p99_s"], "TTFT p99"),
-              ("tpot_p50_s", p50["tpot_s"], "TPOT p50"), ("tpot_p99_s", p99["tpot_worst_s"], "TPOT p99"))
+              ("tpot_p50_s", p50["tpot_s"], "TPOT p50"), ("tpot_p99_s", p99["tpot_p99_s"], "TPOT p99"))
     for key, value, name in checks:
         limit = getattr(inputs, key)
         if limit is not None and value > limit:
             return f"{name} {value * 1e3:.1f} ms > {limit * 1e3:.1f} ms"
     return ""
+
+
+#: replicas beyond the throughput count tried for a TTFT SLO, as a multiple of that count
+MAX_EXTRA_REPLICAS = 8
+
+
+def _latency_replicas(at: Any, lo: int, why: str, p50: dict, p99: dict) -> tuple[int, str, dict, dict]:
+    """The fewest replicas in [lo, MAX_EXTRA_REPLICAS·lo] whose queue wait meets the TTFT SLOs.
+
+    Only the prefill queue depends on the replica count (each replica's load λ falls as replicas are
+    added); if the most replicas tried still miss the SLO, the miss at ``lo`` is returned."""
+    hi = lo * MAX_EXTRA_REPLICAS
+    why_hi, p50_hi, p99_hi = at(hi)
+    if why_hi:  # no replica count helps: name what still fails with the most replicas (TPOT, prefill itself)
+        return lo, (why_hi if not why_hi.startswith("TTFT") else why), p50, p99
+    while hi - lo > 1:  # invariant: lo misses, hi meets
+        mid = (lo + hi) // 2
+        if at(mid)[0]:
+            lo = mid
+        else:
+            hi = mid
+    why_hi, p50_hi, p99_hi = at(hi)
+    return hi, why_hi, p50_hi, p99_hi
 
 
 def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,
@@ -113,11 +140,17 @@ def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,
     for c in curve_points(max(1, em.steady_concurrency(prompts.mean, out))):
         mean = perf.continuous(c, prompts.mean, out)
         rate = mean["requests_per_s"]
+
+        def at(replicas: int, c: int = c, rate: float = rate) -> tuple[str, dict[str, float], dict[str, float]]:
+            lam = (inputs.requests_per_s or rate) / replicas  # offered load per replica (open loop)
+            p50 = perf.continuous(c, prompts.p50, out, lam)
+            p99 = perf.continuous(c, prompts.p99, out, lam)
+            return _slo_ok(inputs, p50, p99), p50, p99
+
         replicas = max(1, math.ceil(inputs.requests_per_s / rate - 1e-9)) if inputs.requests_per_s else 1
-        lam = (inputs.requests_per_s or rate) / replicas  # offered load per replica (open loop)
-        p50 = perf.continuous(c, prompts.p50, out, lam)
-        p99 = perf.continuous(c, prompts.p99, out, lam)
-        why = _slo_ok(inputs, p50, p99)
+        why, p50, p99 = at(replicas)
+        if why and inputs.requests_per_s and why.startswith("TTFT"):
+            replicas, why, p50, p99 = _latency_replicas(at, replicas, why, p50, p99)
         if why:
             cand.reason = cand.reason or f"at concurrency {c}: {why}"
             continue
@@ -133,7 +166,8 @@ def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,
     cand.ok = True
     cand.reason = ""
     cand.figures = {"ttft_p50_s": p50["ttft_s"], "ttft_p99_s": p99["ttft_p99_s"], "tpot_p50_s": p50["tpot_s"],
-                    "tpot_p99_s": p99["tpot_worst_s"], "requests_per_s_per_replica": rate,
+                    "tpot_p99_s": p99["tpot_p99_s"], "itl_p99_s": p99["tpot_worst_s"],
+                    "requests_per_s_per_replica": rate,
                     "output_tokens_per_s_per_replica": mean["output_tokens_per_s"],
                     "output_tokens_per_s_per_gpu": mean["output_tokens_per_s_per_gpu"],
                     "max_concurrency": em.max_concurrency, "offered_requests_per_s": rps,

@@ -28,7 +28,7 @@ from trainledger.errors import VerifyError
 
 #: fields of vLLM's benchmark result file we read (vllm/benchmarks/serve.py ``result_json``)
 RESULT_FIELDS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-                 "p99_tpot_ms", "output_throughput", "request_throughput", "completed")
+                 "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "output_throughput", "request_throughput", "completed")
 
 
 def skip_reason() -> str | None:
@@ -60,7 +60,7 @@ def parse_result(data: dict[str, Any]) -> dict[str, float]:
 def compare(measured: dict[str, float], predicted: dict[str, float]) -> list[dict[str, Any]]:
     rows = []
     for name, mk, pk in (("TTFT mean", "mean_ttft_s", "ttft_s"), ("TPOT mean", "mean_tpot_s", "tpot_s"),
-                         ("TPOT p99", "p99_tpot_s", "tpot_worst_s"),
+                         ("TPOT p99", "p99_tpot_s", "tpot_p99_s"), ("ITL p99", "p99_itl_s", "tpot_worst_s"),
                          ("output tokens/s", "output_throughput", "output_tokens_per_s")):
         m, p = measured.get(mk), predicted.get(pk)
         rows.append({"name": name, "measured": m, "predicted": p,

@@ -249,8 +249,12 @@ class ServingPerf:
 
         A round gives each of the C running sequences one token and admits C/n_out new prompts
         (their prefill rides in the same steps, vLLM/SGLang chunked prefill): TPOT = round time.
-        A step carrying a whole prefill chunk (the step budget less the decodes) is the slow
-        step (p99 TPOT); a new prompt needs cdiv(s_in, budget − C) such steps before its first token,
+        A step carrying a whole prefill chunk (the step budget less the decodes) is the slow step
+        (``tpot_worst_s``: the inter-token latency's tail, vLLM's ITL p99). A request's TPOT is its own
+        mean over its n_out − 1 decode steps (vLLM benchmark_serving: (e2e − TTFT)/(n_out − 1)): with a
+        share q of the steps carrying a chunk (q from the mean round time), the chunk steps one request
+        meets are Binomial(n, q); their 99th percentile gives ``tpot_p99_s`` between the mean and
+        the slow step. A new prompt needs cdiv(s_in, budget − C) chunk steps before its first token,
         after waiting for the prompts ahead of it (:func:`prefill_queueing`). ``arrival_rate``
         (requests/s, open loop) defaults to the closed loop of C users, (C − 1) / e2e.
         """
@@ -262,6 +266,8 @@ class ServingPerf:
         room = max(self.es.max_num_batched_tokens - C, 1.0)
         chunk = min(room, prompt)
         t_chunk = self.stage_to_token(self.step(C, ctx, chunk / max(prompt, 1.0), prompt).total)
+        t_dec = self.stage_to_token(self.step(C, ctx).total)
+        tpot_p99 = request_tpot_p99(tpot, t_dec, max(t_chunk, tpot), max(out - 1.0, 1.0))
         if C <= 1:
             service = self.prefill_s(1, prompt)
         else:
@@ -270,10 +276,51 @@ class ServingPerf:
         tps = C / tpot
         gpus = self.t * self.p
         return {"concurrency": C, "ttft_s": service + wait, "ttft_p99_s": service + wait99,
-                "prefill_s": service, "prefill_wait_s": wait, "tpot_s": tpot, "tpot_worst_s": max(t_chunk, tpot),
+                "prefill_s": service, "prefill_wait_s": wait, "tpot_s": tpot, "tpot_p99_s": tpot_p99,
+                "tpot_worst_s": max(t_chunk, tpot),
                 "e2e_s": service + wait + out * tpot, "output_tokens_per_s": tps,
                 "output_tokens_per_s_per_gpu": tps / gpus, "requests_per_s": tps / max(out, 1.0),
                 "gemm_s": st.gemm, "attention_s": st.attention, "comm_s": st.comm, "other_s": st.other}
+
+
+#: z-score of the 99th percentile of a normal distribution (long outputs: Binomial -> normal)
+Z99 = 2.326
+#: decode steps per request up to which the Binomial quantile is summed exactly
+EXACT_STEPS = 2048
+
+
+def binomial_p99(n: int, q: float) -> int:
+    """Smallest k with P(Binomial(n, q) <= k) >= 0.99 (exact up to EXACT_STEPS, then normal)."""
+    if q <= 0.0:
+        return 0
+    if q >= 1.0:
+        return n
+    if n > EXACT_STEPS:
+        return min(n, math.ceil(n * q + Z99 * math.sqrt(n * q * (1.0 - q))))
+    pmf = (1.0 - q) ** n if n * math.log1p(-q) > -700 else 0.0
+    if pmf == 0.0:  # underflow: far from the mode, the normal quantile is exact enough
+        return min(n, math.ceil(n * q + Z99 * math.sqrt(n * q * (1.0 - q))))
+    cdf, k = pmf, 0
+    while cdf < 0.99 and k < n:
+        pmf *= (n - k) / (k + 1) * q / (1.0 - q)
+        k += 1
+        cdf += pmf
+    return k
+
+
+def request_tpot_p99(mean: float, plain: float, slow: float, steps: float) -> float:
+    """p99 over requests of a request's mean time per output token.
+
+    Steps take ``plain`` (decodes only) or ``slow`` (decodes plus a prefill chunk) seconds; the share
+    q of slow steps follows from the ``mean`` step time. A request of n = ``steps`` decode steps
+    meets K ~ Binomial(n, q) slow ones; its TPOT is plain + (K/n)·(slow − plain), at K's 99th
+    percentile (:func:`binomial_p99`).
+    """
+    if slow <= plain:
+        return mean
+    q = min(max((mean - plain) / (slow - plain), 0.0), 1.0)
+    n = max(1, round(steps))
+    return max(mean, plain + binomial_p99(n, q) / n * (slow - plain))
 
 
 #: highest prefill utilization the closed-loop estimate shows (beyond it the queue only grows)

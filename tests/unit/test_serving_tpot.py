@@ -1,0 +1,61 @@
+"""TPOT p99 as vLLM's benchmark reports it: the 99th percentile over requests of each request's
+mean time per output token ((e2e - TTFT) / (n_out - 1)), not the slowest single step (that is ITL)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainledger.estimate.serving.perf import Z99, ServingPerf, binomial_p99, request_tpot_p99
+from trainledger.load.plan import PlanInputs, build_plan
+
+
+def _quantile_by_sum(n: int, q: float) -> int:
+    cdf = 0.0
+    for k in range(n + 1):
+        cdf += math.comb(n, k) * q**k * (1 - q) ** (n - k)
+        if cdf >= 0.99:
+            return k
+    return n
+
+
+@pytest.mark.parametrize("n,q", [(1, 0.1), (1, 0.005), (10, 0.1), (99, 0.1), (200, 0.02), (500, 0.5)])
+def test_binomial_quantile_equals_the_sum_of_the_pmf(n, q):
+    assert binomial_p99(n, q) == _quantile_by_sum(n, q)
+
+
+def test_normal_tail_for_long_outputs():
+    assert Z99 == pytest.approx(2.3263, abs=5e-4)  # the standard normal's 0.99 quantile
+    n, q = 100_000, 0.1
+    assert binomial_p99(n, q) == math.ceil(n * q + Z99 * math.sqrt(n * q * (1 - q)))
+
+
+def test_hand_worked_request_tpot():
+    # steps of 0.1 s, or 0.3 s with a prefill chunk; mean 0.12 s -> q = 0.1 of the steps are slow.
+    # One decode step: P(K = 0) = 0.9 < 0.99, so the p99 request met the slow step: 0.3 s.
+    assert request_tpot_p99(0.12, 0.1, 0.3, 1) == pytest.approx(0.3)
+    # 99 steps: K's p99 is the summed quantile; TPOT = 0.1 + K/99 * 0.2
+    assert request_tpot_p99(0.12, 0.1, 0.3, 99) == pytest.approx(0.1 + _quantile_by_sum(99, 0.1) / 99 * 0.2)
+
+
+def test_limits():
+    assert request_tpot_p99(0.12, 0.1, 0.3, 1e7) == pytest.approx(0.12, rel=2e-3)  # long outputs: the mean
+    assert request_tpot_p99(0.1, 0.1, 0.3, 50) == pytest.approx(0.1)                # no prefill chunks: no tail
+    assert request_tpot_p99(0.1, 0.1, 0.1, 50) == 0.1
+    tail = [request_tpot_p99(0.12, 0.1, 0.3, n) for n in (1, 10, 100, 1000, 10_000)]
+    assert tail == sorted(tail, reverse=True)  # more tokens per request average more steps
+
+
+def test_serving_figures_order_mean_p99_worst():
+    plan = build_plan(PlanInputs(model="llama-3.1-8b", gpu="h100-sxm", method="inference", seq_len=2048))
+    perf = ServingPerf(plan)
+    for out in (16, 256):
+        f = perf.continuous(32, 2048, out)
+        assert f["tpot_s"] <= f["tpot_p99_s"] <= f["tpot_worst_s"]
+    short, long = perf.continuous(32, 2048, 256), perf.continuous(32, 2048, 1024)
+
+    def gap(f):
+        return (f["tpot_p99_s"] - f["tpot_s"]) / (f["tpot_worst_s"] - f["tpot_s"])
+
+    assert gap(long) < gap(short)
