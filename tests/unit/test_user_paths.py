@@ -451,3 +451,17 @@ def test_training_only_flags_change_no_inference_figure():
             b = {k: v for k, v in base[section].items() if k != "notes"}
             assert a == b, (extra, section)
 
+
+
+def test_corpus_stats_at_another_seq_len_are_refused_without_tokens(tmp_path):
+    """The padded token count belongs to the corpus's own sequence length (padding waste changes with
+    it): a different --seq-len must re-run the stats or state --tokens."""
+    _, stats = _stats(tmp_path)
+    own = json.loads(stats.read_text())["seq_len"]
+    other = own * 2
+    r = run("estimate", "--no-ledger", "--corpus", str(stats), "--seq-len", str(other))
+    assert r.exit_code == 2, r.output
+    assert f"seq_len {own}" in r.output and f"--seq-len {other}" in r.output
+    assert run("estimate", "--no-ledger", "--corpus", str(stats), "--seq-len", str(other),
+               "--tokens", "1e9").exit_code == 0
+    assert run("estimate", "--no-ledger", "--corpus", str(stats), "--seq-len", str(own)).exit_code == 0

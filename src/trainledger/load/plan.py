@@ -200,6 +200,13 @@ def apply_corpus(data: dict[str, Any]) -> dict[str, Any]:
     if out.get("seq_len") is None:
         out["seq_len"] = hints["seq_len"]
     if out.get("tokens") is None:
+        if int(out["seq_len"]) != hints["seq_len"]:
+            # the padded token count is the corpus's at its own sequence length: padding and packing
+            # waste change with the length, so that count would describe another job
+            raise SpecError(
+                f"{clip(str(data['corpus']), 120)}: the corpus stats were computed for seq_len {hints['seq_len']}, "
+                f"not {out['seq_len']}: rerun `trainledger corpus DATA --seq-len {out['seq_len']} --json`, "
+                "or give --tokens", field="seq_len")
         out["tokens"] = float(hints["tokens"])
     return out
 
