@@ -17,7 +17,7 @@ def compute_lines(c: dict[str, Any], method: str | None = None) -> list[str]:
     out = [
         "compute",
         f"  FLOPs per step: model {fmt_flops(c['model_flops_per_step'])} (MFU basis), hardware "
-        f"{fmt_flops(c['hardware_flops_per_step'])} (HFU, with recomputation), {nt} "
+        f"{fmt_flops(c['hardware_flops_per_step'])} (HFU basis: executed, recomputation included), {nt} "
         f"{fmt_flops(c['six_nt_per_step'])}, causal-only {fmt_flops(c['model_flops_causal_per_step'])}",
         f"  step {fmt_seconds(c['step_time_s'])}: {c['tokens_per_s']:,.0f} tokens/s, "
         f"{c['tokens_per_s_per_gpu']:,.0f} per GPU, {c['model_tflop_per_s_per_gpu']:.0f} TFLOP/s per GPU, "
