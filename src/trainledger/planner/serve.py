@@ -90,7 +90,8 @@ def _slo_ok(inputs: PlanInputs, p50: dict[str, float], p99: dict[str, float]) ->
     return ""
 
 
-#: replicas beyond the throughput count tried for a TTFT SLO, as a multiple of that count
+#: replicas beyond the throughput count tried for a TTFT SLO, as a multiple of that count (a search
+#: bound, not a model constant: at 1/8 of the throughput-limited load the prefill queue is short)
 MAX_EXTRA_REPLICAS = 8
 
 
@@ -100,17 +101,17 @@ def _latency_replicas(at: Any, lo: int, why: str, p50: dict, p99: dict) -> tuple
     Only the prefill queue depends on the replica count (each replica's load λ falls as replicas are
     added); if the most replicas tried still miss the SLO, the miss at ``lo`` is returned."""
     hi = lo * MAX_EXTRA_REPLICAS
-    why_hi, p50_hi, p99_hi = at(hi)
-    if why_hi:  # no replica count helps: name what still fails with the most replicas (TPOT, prefill itself)
-        return lo, (why_hi if not why_hi.startswith("TTFT") else why), p50, p99
-    while hi - lo > 1:  # invariant: lo misses, hi meets
+    meets = at(hi)
+    if meets[0]:  # no replica count helps: name what still fails with the most replicas (TPOT, prefill itself)
+        return lo, (meets[0] if not meets[0].startswith("TTFT") else why), p50, p99
+    while hi - lo > 1:  # invariant: lo misses, hi meets (``meets`` is at(hi))
         mid = (lo + hi) // 2
-        if at(mid)[0]:
+        res = at(mid)
+        if res[0]:
             lo = mid
         else:
-            hi = mid
-    why_hi, p50_hi, p99_hi = at(hi)
-    return hi, why_hi, p50_hi, p99_hi
+            hi, meets = mid, res
+    return hi, *meets
 
 
 def evaluate(inputs: PlanInputs, gpu: str, tp: int, prompts: PromptLengths,

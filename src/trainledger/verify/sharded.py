@@ -165,20 +165,20 @@ def _local_tracker_class() -> type:
             self._maybe_resized(rec, st)
 
         @contextlib.contextmanager
-        def buffers(self) -> Any:
-            self.buffer_scope += 1
+        def _scope(self, counter: str) -> Any:
+            setattr(self, counter, getattr(self, counter) + 1)
             try:
                 yield
             finally:
-                self.buffer_scope -= 1
+                setattr(self, counter, getattr(self, counter) - 1)
 
-        @contextlib.contextmanager
+        def buffers(self) -> Any:
+            """Allocations inside this block are the runtime's collective buffers."""
+            return self._scope("buffer_scope")
+
         def shadow(self) -> Any:
-            self.shadow_scope += 1
-            try:
-                yield
-            finally:
-                self.shadow_scope -= 1
+            """Allocations inside this block are DTensor shape-propagation shadows (not counted)."""
+            return self._scope("shadow_scope")
 
     return LocalTracker
 
