@@ -96,7 +96,7 @@ def estimate(plan: Plan, options: EstimateOptions | None = None) -> Estimate:
     from trainledger.estimate.time import estimate_compute, estimate_time, scaling_curve
 
     comp = estimate_compute(plan, options.time)
-    curve = scaling_curve(plan, options.time) if options.time.scaling else None
+    curve = scaling_curve(plan, options.time, own=comp) if options.time.scaling else None
     tm = estimate_time(plan, comp, curve)
     from trainledger.estimate.run.sections import ledger_sections  # energy, cost, io, checkpoint, host, interconnect
 

@@ -83,14 +83,16 @@ class Stage:
 
     @classmethod
     def of(cls, plan: Plan) -> "Stage":
-        """The stage of ``plan`` (cached per plan object: the planner asks many times)."""
-        hit = _CACHE.get(id(plan))
-        if hit is not None and hit[0] is plan and hit[2] == current_role(plan):
+        """The stage of ``plan`` (cached per plan object and pipeline role: the planner and the
+        memory model ask many times, a pipeline plan for its first and its last stage in turn)."""
+        key = (id(plan), current_role(plan))
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is plan:
             return hit[1]
         if len(_CACHE) > 4096:
             _CACHE.clear()
         st = cls._derive(plan)
-        _CACHE[id(plan)] = (plan, st, current_role(plan))
+        _CACHE[key] = (plan, st)
         return st
 
     @classmethod
@@ -106,7 +108,7 @@ class Stage:
                    weight_bytes=float(DTYPE_BYTES[pol["weights"]]), grad_bytes=float(DTYPE_BYTES[pol["grads"]]))
 
 
-_CACHE: dict[int, tuple[Plan, Stage, str | None]] = {}
+_CACHE: dict[tuple[int, str | None], tuple[Plan, Stage]] = {}
 
 
 def layers_on_stage(plan: Plan) -> tuple[int, int]:

@@ -15,6 +15,7 @@ transformers model built from the same config (tested on the meta device for eve
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property, lru_cache
 from typing import Literal
 
@@ -144,6 +145,19 @@ class ModelSpec(Spec):
         return self
 
     # ---------------------------------------------------------------- derived structure
+    def __hash__(self) -> int:
+        """pydantic's hash of a frozen model (of all field values), computed once per instance: the
+        per-model caches (``lru_cache`` keyed on the spec) hash it many times per estimate. Kept
+        outside ``__dict__``, which ``model_copy(update=...)`` copies into the changed spec."""
+        hit = _HASHES.get(id(self))
+        if hit is not None and hit[0]() is self:
+            return hit[1]
+        h = hash(tuple(self.__dict__[k] for k in type(self).model_fields))
+        if len(_HASHES) > 4096:
+            _HASHES.clear()
+        _HASHES[id(self)] = (weakref.ref(self), h)
+        return h
+
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
@@ -281,6 +295,10 @@ class ModelSpec(Spec):
             embedding=bd["embedding"] + bd.get("position_embedding", 0),
             per_layer=tuple(per_layer),
         )
+
+
+#: id(spec) -> (weak reference to the spec, its hash): see ``ModelSpec.__hash__``
+_HASHES: dict[int, tuple[weakref.ref, int]] = {}
 
 
 @lru_cache(maxsize=4096)

@@ -28,6 +28,7 @@ context parallel degrees.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.layers import Linear, layer_linears, lora_targets_of
@@ -177,6 +178,7 @@ def lm_head_gemm(m: ModelSpec) -> Gemm:
     return Gemm("lm_head", m.hidden_size, m.vocab_size, "col")
 
 
+@lru_cache(maxsize=1024)  # per (model, layer kind, targets, rank): asked per micro-batch term
 def lora_gemms(m: ModelSpec, kind: LayerKind, targets: tuple[str, ...], r: int) -> tuple[Gemm, ...]:
     """LoRA adapters of one layer: for each wrapped projection (k×n), A (k×r) then B (r×n).
 

@@ -6,15 +6,18 @@ from trainledger.errors import TrainledgerError
 from trainledger.load.catalog import load_network
 from trainledger.spec.plan import Plan
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.time.step import estimate_compute
+from trainledger.estimate.time.step import ComputeEstimate, estimate_compute
 
 
 def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
-                  factors: tuple[float, ...] = (0.25, 0.5, 1, 2, 4, 8)) -> list[dict[str, float]]:
+                  factors: tuple[float, ...] = (0.25, 0.5, 1, 2, 4, 8),
+                  own: ComputeEstimate | None = None) -> list[dict[str, float]]:
     """Predicted strong scaling: the same global batch over dp·factor replicas.
 
     Scaling efficiency = tokens/s per GPU relative to the smallest GPU count shown (1.0 = linear).
     Points whose data-parallel degree does not divide the global batch are skipped.
+    ``own``: ``estimate_compute(plan, opts)`` when the caller has it; the point that rebuilds the
+    plan itself (same dp, nodes, network and accumulation) reads it instead of estimating again.
     """
     opts = opts or TimeOptions()
     lay, r, cl = plan.layout, plan.recipe, plan.cluster
@@ -31,6 +34,12 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
             continue
         nodes = world // per_node
         inter = cl.inter or (load_network("ib-ndr") if nodes > 1 else None)
+        if (own is not None and dp == lay.dp and per_node == cl.gpus_per_node and nodes == cl.nodes
+                and inter is cl.inter and gb // (dp * r.micro_batch) == r.grad_accum):
+            # the plan's own point: the copy below would differ from ``plan`` only in naming its
+            # global batch explicitly (``plan.global_batch`` already returns that value)
+            rows.append(_row(world, dp, own))
+            continue
         try:
             p = plan.model_copy(update={
                 "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
@@ -42,11 +51,14 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
             c = estimate_compute(p, opts)
         except TrainledgerError:
             continue
-        rows.append({"gpus": world, "dp": dp, "step_time_s": c.step_time_s,
-                     "tokens_per_s": c.tokens_per_s, "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu,
-                     "mfu": c.mfu})
+        rows.append(_row(world, dp, c))
     if rows:
         base = rows[0]["tokens_per_s_per_gpu"]
         for row in rows:
             row["scaling_efficiency"] = row["tokens_per_s_per_gpu"] / base
     return rows
+
+
+def _row(world: int, dp: int, c: ComputeEstimate) -> dict[str, float]:
+    return {"gpus": world, "dp": dp, "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s,
+            "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu, "mfu": c.mfu}
