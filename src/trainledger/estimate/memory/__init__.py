@@ -13,8 +13,9 @@ from __future__ import annotations
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
 from trainledger.estimate.memory import runtimes as RT
-from trainledger.estimate.memory.device import runtime_defaults
-from trainledger.estimate.memory.phases import peak_bytes, step_points
+from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
+from trainledger.estimate.memory.model import Parts
+from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, step_points
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
 from trainledger.estimate.stage import current_role, pipeline_role
@@ -68,20 +69,33 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     if plan.layout.pp > 1 and plan.recipe.is_training and current_role(plan) is None:
         # pipeline: the first and the last stage differ (embedding and p micro-batches in flight,
         # or head, loss and one micro-batch): the busier of the two is the per-GPU peak
-        ests = []
+        # (the moments of both are walked; the full breakdown is built for the busier one only)
+        rt = runtime_defaults()
+        walks = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                ests.append((estimate_memory(plan, opts, suggest=False), role))
-        est, role = max(ests, key=lambda e: e[0].peak_allocated_bytes)
+                x, points = step_points(plan, opts, rt)
+                walks.append((x, points, peak_bytes(points, opts, rt), role))
+        x, points, pk, role = max(walks, key=lambda w: w[2].allocated)
+        with pipeline_role(role):
+            est = _build(plan, opts, rt, x, points, pk)
         est.notes = [n for n in est.notes if not n.startswith("pipeline:")]
         est.notes.append(f"pipeline: the busiest rank is the {role} stage ("
-                         + ", ".join(f"{r_} {gib(e.peak_allocated_bytes):.2f} GiB" for e, r_ in ests) + ")")
+                         + ", ".join(f"{w[3]} {gib(w[2].allocated):.2f} GiB" for w in walks) + ")")
         if suggest and opts.suggestions and not est.fits:
             est.suggestions = suggestions(plan, opts, est)
         return est
     rt = runtime_defaults()
     x, points = step_points(plan, opts, rt)
-    pk = peak_bytes(points, opts, rt)
+    est = _build(plan, opts, rt, x, points, peak_bytes(points, opts, rt))
+    if suggest and opts.suggestions and not est.fits:
+        est.suggestions = suggestions(plan, opts, est)
+    return est
+
+
+def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, points: list[Point],
+           pk: Peak) -> MemoryEstimate:
+    """The MemoryEstimate of one walked step: terms, phases, timeline and notes around its peak."""
     totals, breakdown, peak, reserved = pk.totals, pk.breakdown, pk.allocated, pk.reserved
     context, workspace = pk.context, pk.workspace
     peak_phase = totals[pk.index][0]
@@ -102,7 +116,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     terms += [Term("allocator_reserve", reserved - peak, "bytes", rt.reserve_source),
               Term("cuda_context", context, "bytes", rt.context_source),
               Term("library_workspaces", workspace, "bytes", rt.workspace_source)]
-    est = MemoryEstimate(
+    return MemoryEstimate(
         peak_allocated_bytes=int(peak), peak_reserved_bytes=reserved,
         device_total_bytes=reserved + context + workspace, peak_phase=peak_phase,
         breakdown=breakdown, phases=phases, timeline=timeline,
@@ -110,9 +124,6 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
         notes=_notes(plan), framework=RT.framework(plan),
     )
-    if suggest and opts.suggestions and not est.fits:
-        est.suggestions = suggestions(plan, opts, est)
-    return est
 
 
 def _notes(plan: Plan) -> list[str]:

@@ -169,6 +169,4 @@ def trainable_params(plan: Plan) -> int:
         return 0
     if r.method not in ("lora", "qlora"):
         return m.params.total
-    from trainledger.spec.layers import lora_params
-
-    return lora_params(m, tuple(r.lora_targets), r.lora_rank)
+    return m.lora_params(tuple(r.lora_targets), r.lora_rank)  # spec.layers.lora_params, cached per model

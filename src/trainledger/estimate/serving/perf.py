@@ -114,6 +114,20 @@ class ServingPerf:
         self.tp_group = group(plan.cluster, self.t, 1)
         self.kernels_per_step = sum(kind.count * (self.kern.kernels_per_layer + extra_kernels(kind, m))
                                     for kind in self.kinds) * self.stage_frac
+        # every weight GEMM of every layer kind with its TP-split shape and bytes per weight: they
+        # do not depend on the step's token count, and ``_gemms`` runs for every step evaluated
+        self.gemm_table: list[tuple[int, list[tuple[float, float, float, float, float]]]] = []
+        for kind in self.kinds:
+            rows = []
+            for g in kind.gemms:
+                K, N = float(g.k), float(g.n)
+                if g.split == "col":
+                    N /= self.t
+                elif g.split == "row":
+                    K /= self.t
+                bw = self.fmt.other_bytes if g.name == "router" else self.fmt.linear_bytes(g.k, g.n)
+                rows.append((K, N, bw, float(g.experts), g.mult))
+            self.gemm_table.append((kind.count, rows))
 
     # ------------------------------------------------------------------ pieces
     def _gemm(self, M: float, K: float, N: float, bytes_w: float, n_mat: float = 1.0) -> float:
@@ -133,23 +147,16 @@ class ServingPerf:
         return max(t_c, t_m)
 
     def _gemms(self, M: float) -> float:
-        t, fmt, s = self.t, self.fmt, 0.0
-        for kind in self.kinds:
+        s = 0.0
+        for count, rows in self.gemm_table:
             layer = 0.0
-            for g in kind.gemms:
-                K, N = float(g.k), float(g.n)
-                if g.split == "col":
-                    N /= t
-                elif g.split == "row":
-                    K /= t
-                bw = fmt.other_bytes if g.name == "router" else fmt.linear_bytes(g.k, g.n)
-                if g.experts:
-                    E, k = float(g.experts), g.mult
+            for K, N, bw, E, k in rows:
+                if E:
                     touched = E * (1.0 - (1.0 - k / E) ** M)
                     layer += self._gemm(M * k, K, N, bw, max(touched, 1.0))
                 else:
                     layer += self._gemm(M, K, N, bw)
-            s += kind.count * self.stage_frac * layer
+            s += count * self.stage_frac * layer
         return s
 
     def _attention_decode(self, seqs: float, ctx: float) -> float:
