@@ -83,7 +83,22 @@ class Parts:
 
 
 def flow_of(plan: Plan) -> tuple[Flow, float, float]:
-    """(activation dtype flow, weight bytes, trainable-parameter bytes) of the plan's policy."""
+    """(activation dtype flow, weight bytes, trainable-parameter bytes) of the plan's policy.
+
+    Remembered for the last plan object: ``model_states`` and ``activations`` of one walk ask in
+    turn (the result is immutable and reads nothing but the plan)."""
+    hit = _LAST_FLOW[0]
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    out = _flow_of(plan)
+    _LAST_FLOW[0] = (plan, out)
+    return out
+
+
+_LAST_FLOW: list[tuple[Plan, tuple[Flow, float, float]] | None] = [None]
+
+
+def _flow_of(plan: Plan) -> tuple[Flow, float, float]:
     r = plan.recipe
     pol = r.policy
     c = _COMPUTE[pol["compute"]]

@@ -146,13 +146,19 @@ def peak_bytes(points: list[Point], opts: MemoryOptions, rt: RuntimeDefaults) ->
     i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
     breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
     peak = sum(breakdown.values())
+    reserved, context, workspace = _device_bytes(peak, opts, rt)
+    return Peak(i_peak, totals, breakdown, int(peak), reserved, context, workspace)
+
+
+def _device_bytes(peak: int, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[int, int, int]:
+    """(reserved, CUDA context, workspaces) bytes around a peak of ``peak`` allocated bytes."""
     reserve = opts.allocator_reserve_fraction
     reserve = rt.reserve_fraction if reserve is None else reserve
     reserved = int(peak * (1 + reserve))
     reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
-    return Peak(i_peak, totals, breakdown, int(peak), reserved, context, workspace)
+    return reserved, context, workspace
 
 
 def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
@@ -172,5 +178,10 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
                 figures.append(fit_bytes(plan, opts))
         return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
-    pk = peak_bytes(step_points(plan, opts, rt)[1], opts, rt)
-    return pk.allocated, pk.device_total, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+    points = step_points(plan, opts, rt)[1]
+    # ``peak_bytes`` without its breakdown: the same moment, the same integer sum of its terms
+    totals = [sum(d.values()) for _, _, d in points]
+    i_peak = max(range(len(totals)), key=totals.__getitem__)
+    peak = sum([int(v) for v in points[i_peak][2].values() if v > 0])
+    reserved, context, workspace = _device_bytes(peak, opts, rt)
+    return peak, reserved + context + workspace, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
