@@ -7,6 +7,7 @@ from trainledger.load.catalog import load_network
 from trainledger.spec.plan import Plan
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time.step import ComputeEstimate, estimate_compute
+from trainledger.estimate.time.work import StageWork
 
 
 def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
@@ -24,6 +25,9 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
     gb = plan.global_batch
     mp = lay.tp * lay.pp * lay.cp
     rows: list[dict[str, float]] = []
+    # one micro-batch's compute on the busiest stage is the same at every point: only dp, the
+    # accumulation and the nodes change (``step.estimate_compute``'s ``shared_work``)
+    shared: list[StageWork] = []
     for f in factors:
         dp = int(round(lay.dp_size * f))
         if dp < 1 or dp * f < 0 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
@@ -48,7 +52,7 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
                 "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch),
                                                "global_batch": gb}),
             })
-            c = estimate_compute(p, opts)
+            c = estimate_compute(p, opts, shared_work=shared)
         except TrainledgerError:
             continue
         rows.append(_row(world, dp, c))

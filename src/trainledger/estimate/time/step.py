@@ -470,8 +470,13 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float =
     return passes * p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
 
 
-def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEstimate:
-    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``."""
+def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
+                     shared_work: list[StageWork] | None = None) -> ComputeEstimate:
+    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``.
+
+    ``shared_work``: a holder for the compute work of one micro-batch on the busiest stage
+    (``work.stage_work``), which does not depend on the data-parallel degree, the accumulation or
+    the node count: plans that differ only in those (the scaling curve) derive it once."""
     opts = opts or TimeOptions()
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
     prof = stack_profile(plan.runtime.framework, gpu, opts)
@@ -480,8 +485,13 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     dtype = matmul_dtype(plan)
     peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
     clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
-    work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
-                      prof.selective_gemms)
+    if shared_work:
+        work = shared_work[0]
+    else:
+        work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
+                          prof.selective_gemms)
+        if shared_work is not None:
+            shared_work.append(work)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
