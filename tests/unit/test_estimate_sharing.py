@@ -1,0 +1,152 @@
+"""Derive once (issue 13 item 8): every figure shared or remembered for speed equals the figure
+derived anew. Each test computes the same quantity by the unshared path and compares exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainledger.estimate import estimate
+from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory.model import _flow_of, flow_of
+from trainledger.estimate.memory.phases import fit_bytes, peak_bytes, step_points
+from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.options import EstimateOptions, MemoryOptions, TimeOptions
+from trainledger.estimate.stage import Stage, pipeline_role
+from trainledger.estimate.time import estimate_compute, scaling_curve
+from trainledger.estimate.time.step import StageWork
+from trainledger.load.catalog import load_network
+from trainledger.load.plan import PlanInputs, build_plan
+
+PLANS = {
+    "8b-1gpu": dict(model="llama-3.1-8b", seq_len=4096),
+    "8b-lora-fsdp2": dict(model="llama-3.1-8b", method="lora", gpus=8, zero=3, framework="fsdp2"),
+    "70b-tp8-pp2": dict(model="llama-3.1-70b", seq_len=8192, gpus=64, tp=8, pp=2, zero=1, grad_accum=8),
+    "mixtral-ep8": dict(model="mixtral-8x7b", gpus=16, ep=8, zero=3),
+    "8b-gb256-megatron": dict(model="llama-3.1-8b", gpus=16, tp=2, global_batch=256,
+                              framework="megatron-core"),
+}
+
+
+def _plan(name):
+    return build_plan(PlanInputs(**PLANS[name]))
+
+
+def _curve_unshared(plan, opts, factors=(0.25, 0.5, 1, 2, 4, 8)):
+    """The scaling curve as each point's own ``estimate_compute`` gives it (nothing shared)."""
+    lay, r, cl = plan.layout, plan.recipe, plan.cluster
+    gb, mp, rows = plan.global_batch, lay.tp * lay.pp * lay.cp, []
+    for f in factors:
+        dp = int(round(lay.dp_size * f))
+        if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+            continue
+        world = dp * mp
+        per_node = min(cl.gpus_per_node, world)
+        if world % per_node:
+            continue
+        nodes = world // per_node
+        p = plan.model_copy(update={
+            "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
+                                              "inter": cl.inter or (load_network("ib-ndr") if nodes > 1 else None)}),
+            "layout": lay.model_copy(update={"dp": dp}),
+            "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb})})
+        c = estimate_compute(p, opts)
+        rows.append((world, dp, c.step_time_s, c.tokens_per_s, c.mfu))
+    return rows
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_scaling_curve_shares_only_what_every_point_has_in_common(name):
+    """The stage work shared over the curve's points and the plan's own compute estimate give the
+    figures each point's separate estimate gives (a dp-dependent stage work would fail here)."""
+    p, opts = _plan(name), TimeOptions()
+    own = estimate_compute(p, opts)
+    for rows in (scaling_curve(p, opts), scaling_curve(p, opts, own=own)):
+        got = [(r["gpus"], r["dp"], r["step_time_s"], r["tokens_per_s"], r["mfu"]) for r in rows]
+        assert got == _curve_unshared(p, opts)
+        assert len(got) >= (1 if p.cluster.world_size == 1 else 2)
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_scaling_curve_reads_the_given_own_estimate_at_the_plans_own_point(name):
+    p, opts = _plan(name), TimeOptions()
+    own = estimate_compute(p, opts)
+    marked = dataclasses.replace(own, step_time_s=own.step_time_s * 2)
+    rows = {r["dp"]: r for r in scaling_curve(p, opts, own=marked)}
+    assert rows[p.layout.dp_size]["step_time_s"] == marked.step_time_s
+
+
+def test_shared_work_is_filled_once_and_read_after():
+    p, opts = _plan("mixtral-ep8"), TimeOptions()
+    shared: list[StageWork] = []
+    first = estimate_compute(p, opts, shared_work=shared)
+    assert len(shared) == 1
+    again = estimate_compute(p, opts, shared_work=shared)
+    assert len(shared) == 1 and again == first == estimate_compute(p, opts)
+
+
+@pytest.mark.parametrize("name", ["70b-tp8-pp2"])
+def test_pipeline_memory_builds_the_busier_stage_as_estimated_alone(name):
+    """The pipeline estimate's breakdown is the one its busier stage gives when estimated alone."""
+    p, opts = _plan(name), MemoryOptions()
+    est = estimate_memory(p, opts, suggest=False)
+    alone = {}
+    for role in ("first", "last"):
+        with pipeline_role(role):
+            alone[role] = estimate_memory(p, opts, suggest=False)
+    busier = max(("first", "last"), key=lambda r: alone[r].peak_allocated_bytes)
+    a = alone[busier]
+    assert (est.breakdown, est.timeline, est.phases, est.device_total_bytes) == \
+        (a.breakdown, a.timeline, a.phases, a.device_total_bytes)
+    assert est.notes[-1].startswith(f"pipeline: the busiest rank is the {busier} stage")
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_fit_bytes_equals_the_full_peak(name):
+    """``fit_bytes`` (no breakdown) reports the allocated and device bytes ``peak_bytes`` does."""
+    p, opts, rt = _plan(name), MemoryOptions(), runtime_defaults()
+    roles = ("first", "last") if p.layout.pp > 1 else (None,)
+    figures = []
+    for role in roles:
+        with pipeline_role(role):
+            pk = peak_bytes(step_points(p, opts, rt)[1], opts, rt)
+            figures.append((pk.allocated, pk.device_total))
+            if role is not None:
+                assert fit_bytes(p, opts)[:2] == figures[-1]
+    assert fit_bytes(p, opts)[:2] == max(figures, key=lambda f: f[0])
+
+
+def test_remembered_flow_and_stage_follow_the_plan_object():
+    """The last-plan memory of ``flow_of`` and the per-role Stage cache never serve another plan."""
+    a = _plan("8b-1gpu")
+    b = build_plan(PlanInputs(**dict(PLANS["8b-1gpu"], precision="bf16")))
+    assert flow_of(a) == _flow_of(a) and flow_of(b) == _flow_of(b) != _flow_of(a)
+    p = _plan("70b-tp8-pp2")
+    with pipeline_role("first"):
+        first = Stage.of(p)
+    with pipeline_role("last"):
+        last = Stage.of(p)
+    with pipeline_role("first"):
+        assert first == Stage._derive(p)
+    assert first.inflight > last.inflight == 1.0  # 1F1B: p in flight on the first stage, 1 on the last
+    with pipeline_role("first"):
+        assert Stage.of(p) is first
+
+
+def test_model_hash_is_the_field_hash_and_a_changed_copy_gets_its_own():
+    m = _plan("mixtral-ep8").model
+    fields = tuple(m.__dict__[k] for k in type(m).model_fields)
+    assert hash(m) == hash(fields) == hash(m)
+    changed = m.model_copy(update={"num_layers": 3})
+    assert hash(changed) == hash(tuple(changed.__dict__[k] for k in type(changed).model_fields))
+    assert hash(changed) != hash(m) and changed != m
+    assert hash(m.model_copy()) == hash(m) and m.model_copy() == m
+
+
+def test_full_estimate_of_a_copied_plan_is_identical():
+    """Caches keyed on plan objects give the same ledger for a fresh (equal) plan object."""
+    for name in PLANS:
+        p = _plan(name)
+        assert estimate(p).to_dict() == estimate(p.model_copy()).to_dict()
+    assert EstimateOptions().time.scaling  # the curve is part of the ledger compared
