@@ -150,3 +150,18 @@ def test_full_estimate_of_a_copied_plan_is_identical():
         p = _plan(name)
         assert estimate(p).to_dict() == estimate(p.model_copy()).to_dict()
     assert EstimateOptions().time.scaling  # the curve is part of the ledger compared
+
+
+@pytest.mark.parametrize("kw", [PLANS["70b-tp8-pp2"],  # nothing fits alone: the combined search runs
+                                dict(model="llama-3.1-70b", gpus=16, tp=8, pp=2, grad_accum=4)])
+def test_pipeline_suggestions_pruned_at_a_misfit_stage_equal_the_full_search(kw, monkeypatch):
+    """A variant whose first stage alone is over the budget is dropped without walking its last
+    stage; the suggestions (and the combined change) equal those of the unpruned search."""
+    from trainledger.estimate.memory import suggest as S
+
+    p, opts = build_plan(PlanInputs(**kw)), MemoryOptions()
+    est = estimate_memory(p, opts, suggest=False)
+    assert not est.fits
+    pruned = S.suggestions(p, opts, est)
+    monkeypatch.setattr(S, "fit_or_misfit", S.fit_bytes)
+    assert pruned == S.suggestions(p, opts, est) != []

@@ -165,6 +165,20 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
     """(peak allocated, device total, budget) bytes of ``plan``: the figures of
     ``estimate_memory(plan, opts)`` that decide and report a suggestion, without its terms,
     timeline and notes. Paged serving engines keep their own accounting (not a suggestion's)."""
+    fit = _fit(plan, opts, misfit_early=False)
+    assert fit is not None
+    return fit
+
+
+def fit_or_misfit(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int] | None:
+    """``fit_bytes(plan, opts)``, or None as soon as the plan is known not to fit: a pipeline
+    stage over the budget on its own (the busier stage, whose figures ``fit_bytes`` reports, holds
+    at least as many bytes, and the device total grows with the allocated peak), without walking
+    the other stage."""
+    return _fit(plan, opts, misfit_early=True)
+
+
+def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int, int] | None:
     if not plan.recipe.is_training and plan.serving.paged:
         from trainledger.estimate.serving.section import memory_estimate
 
@@ -175,7 +189,10 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
         figures = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                figures.append(fit_bytes(plan, opts))
+                fig = fit_bytes(plan, opts)
+            if misfit_early and fig[1] > fig[2]:
+                return None
+            figures.append(fig)
         return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
     points = step_points(plan, opts, rt)[1]

@@ -15,13 +15,15 @@ from typing import Any, Protocol
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
-from trainledger.estimate.memory.phases import fit_bytes
+from trainledger.estimate.memory.phases import fit_bytes, fit_or_misfit
 from trainledger.estimate.options import MemoryOptions
 
 MAX_SUGGESTIONS = 6
 
 #: (peak allocated, device total, budget) bytes of a variant plan (``phases.fit_bytes``)
 Fit = tuple[int, int, int]
+#: a variant plan known not to fit before all its figures were derived (``phases.fit_or_misfit``)
+MISFIT = None
 
 
 class _Current(Protocol):  # the MemoryEstimate being improved: only its device total is read
@@ -89,7 +91,7 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
     """The cheapest single changes that make ``plan`` fit (see module docstring)."""
     out: list[dict[str, Any]] = []
     seen_micro = seen_gpus = False
-    tried: list[tuple[Plan, Fit] | None] = []  # every candidate, in order, while none fits
+    tried: list[tuple[Plan, Fit | None] | None] = []  # every candidate, in order, while none fits
     for label, build in _candidates(plan):
         if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
             continue
@@ -98,9 +100,9 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
         except (TrainledgerError, ValueError):
             tried.append(None)
             continue
-        fit = fit_bytes(new, opts)
+        fit = fit_or_misfit(new, opts)
         tried.append((new, fit))
-        if fit[1] > fit[2]:
+        if fit is MISFIT or fit[1] > fit[2]:
             continue
         seen_micro = seen_micro or label.startswith("micro-batch")
         seen_gpus = seen_gpus or "GPUs with" in label
@@ -115,10 +117,11 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
 
 
 def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
-              first: list[tuple[Plan, Fit] | None]) -> dict[str, Any] | None:
+              first: list[tuple[Plan, Fit | None] | None]) -> dict[str, Any] | None:
     """No single change fits: apply changes in cost order, each one that saves at least 10%,
     until the plan fits (at most 8 rounds). ``first``: the candidates of ``plan`` already built
-    and measured by ``suggestions`` (the first round reuses them)."""
+    and measured by ``suggestions`` (the first round reuses them; one left as ``MISFIT`` gets its
+    full figures here)."""
     labels: list[str] = []
     best_total = current.device_total_bytes
     for round_ in range(8):
@@ -127,7 +130,8 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
             if round_ == 0:
                 if first[i] is None:
                     continue
-                new, fit = first[i]
+                new, known = first[i]
+                fit = fit_bytes(new, opts) if known is MISFIT else known
             else:
                 try:
                     new = build()
