@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import layer_kinds
@@ -127,9 +129,11 @@ def weight_bytes(plan: Plan, fmt: WeightFormat | None = None) -> float:
     §3; vLLM ``VocabParallelEmbedding``/``ParallelLMHead``); routers are replicated; PP puts
     ceil(L/p) layers on a stage and the larger of embedding and lm_head on the end stage.
     """
-    m, lay = plan.model, plan.layout
-    fmt = fmt or served_format(plan)
-    t, p = lay.tp, lay.pp
+    return _weight_bytes(plan.model, fmt or served_format(plan), plan.layout.tp, plan.layout.pp)
+
+
+@lru_cache(maxsize=4096)  # per (model, format, tp, pp): the serving suggestions ask for several variants
+def _weight_bytes(m: ModelSpec, fmt: WeightFormat, t: int, p: int) -> float:
     frac = math.ceil(m.num_layers / p) / m.num_layers
     total = 0.0
     for kind in layer_kinds(m):
