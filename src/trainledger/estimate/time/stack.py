@@ -70,6 +70,7 @@ class StackProfile:
     cp_fused_sync: bool = False      # fused (compiled) runs wait on each CP collective where it is issued
     tp_overlap_chunks: bool = False  # TP overlap runs each TP GEMM as tp row chunks (AsyncTP)
     sac_regathers_tp: bool = False   # selective AC re-runs the SP all-gathers in the backward
+    tp_fp8_allgather: bool = False   # fp8 recipes all-gather the SP activations/gradients in fp8
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
     gpu: str = ""
@@ -91,6 +92,7 @@ class StackProfile:
             "cp_merge_bytes_fused": list(self.cp_merge_bytes_fused) if self.cp_merge_bytes_fused else None,
             "cp_kv_copies": self.cp_kv_copies, "cp_fused_sync": self.cp_fused_sync,
             "tp_overlap_chunks": self.tp_overlap_chunks, "sac_regathers_tp": self.sac_regathers_tp,
+            "tp_fp8_allgather": self.tp_fp8_allgather,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
             "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
@@ -179,7 +181,8 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     cp_kv_copies=bool(v.get("cp_kv_copies", False)),
                     cp_fused_sync=bool(v.get("cp_fused_sync", False)),
                     tp_overlap_chunks=bool(v.get("tp_overlap_chunks", False)),
-                    sac_regathers_tp=bool(v.get("sac_regathers_tp", False)))
+                    sac_regathers_tp=bool(v.get("sac_regathers_tp", False)),
+                    tp_fp8_allgather=bool(v.get("tp_fp8_allgather", False)))
         if prof["cp_rotate"] not in ("ring", "allgather"):
             raise ValueError(f"cp_rotate {prof['cp_rotate']!r} (ring | allgather)")
     except (KeyError, TypeError, ValueError) as exc:

@@ -340,6 +340,15 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         # re-runs the layer's two sequence-parallel all-gathers (= one all-reduce's traffic)
         n_tp += layers
     t_tp = n_tp * all_reduce_s(topo.tp, A)
+    if prof.tp_fp8_allgather and lay.sp and lay.tp > 1 and matmul_dtype(plan) == "fp8":
+        # Float8 TP (torchao Float8ColwiseParallel / PrepareFloat8ModuleInput, Float8RowwiseParallel):
+        # each sequence-parallel all-gather moves the activation (forward) or the gradient of the
+        # reduce-scatter's output (backward) already cast to float8, 1 byte per element; the
+        # reduce-scatters stay in bf16. Per layer and pass: 2 all-gathers (+2 SAC re-gathers).
+        n_ag = layers * (2 + (2 if training else 0) + 2 * rc)
+        if training and r.recompute == "selective" and prof.sac_regathers_tp:
+            n_ag += 2 * layers
+        t_tp -= n_ag * (all_gather_s(topo.tp, A) - all_gather_s(topo.tp, A * DTYPE_BYTES["fp8"] / act))
     ov = prof.tp_overlap
     # each TP collective is launched on the critical path between two GEMMs
     tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
