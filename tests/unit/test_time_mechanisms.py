@@ -79,3 +79,83 @@ def test_allgather_rotation_hides_behind_the_diagonal_step_only():
     assert fsdp2.breakdown.get("comm_cp", 0) > 0
     mc = estimate_compute(_plan(**dict(kw, framework="megatron-core", zero=1)))
     assert mc.breakdown.get("comm_cp", 0) == 0 and mc.hidden_comm.get("cp", 0) > 0
+
+
+# -- context parallelism under torchtitan / FSDP2 (torch context_parallel, all-gather rotater) --
+
+def _cp8b(**kw):
+    # Llama-3.1-8B, 32768 tokens per rank, one node of NVLink H100s, full AC (as torchtitan Table 2)
+    base = dict(gpus=8, cp=2, seq_len=65536, recompute="full", micro_batch=1, global_batch=4)
+    base.update(kw)
+    return _plan(**base)
+
+
+def test_compiled_context_parallel_exchanges_are_all_exposed():
+    # torch.compile traces the ring into the block's graph, where each functional collective is
+    # waited on at once; eager overlaps part of it. The traffic is the same either way: what
+    # eager hides plus what it exposes is what the compiled run exposes.
+    p = _cp8b()
+    eager = estimate_compute(p)
+    compiled = estimate_compute(p, TimeOptions(runtime="megatron"))
+    assert eager.hidden_comm.get("cp", 0) > 0
+    assert compiled.hidden_comm.get("cp", 0) == 0
+    assert compiled.breakdown["comm_cp"] == pytest.approx(
+        eager.breakdown.get("comm_cp", 0) + eager.hidden_comm["cp"])
+    # Megatron-Core's TE ring keeps overlapping with fused kernels (no cp_fused_sync)
+    mc = estimate_compute(_cp8b(framework="megatron-core", zero=1), TimeOptions(runtime="megatron"))
+    assert mc.hidden_comm.get("cp", 0) > 0
+
+
+def test_last_dkv_send_of_each_layer_backward_is_exposed():
+    # eager, intra-node: the K/V all-gather (c-1 chunks of 0.5 GiB) hides behind the diagonal
+    # step and every dK/dV send behind the next step's backward, except the last one, waited
+    # after the loop (_templated_ring_attention_backward: dkv_rotater.next_buffer() after it).
+    # One fp32 send of the expanded dK|dV per layer: 32768 tok x 2 x 4096 x 4 B = 1 GiB.
+    from trainledger.estimate.time.comm import topology
+    p = _cp8b()
+    lay = p.layout
+    topo = topology(p.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp)
+    dkv = 32768 * 2 * 4096 * 4 / topo.cp.beta + topo.cp.alpha
+    est = estimate_compute(p)
+    assert est.breakdown["comm_cp"] == pytest.approx(32 * dkv)
+
+
+def test_compiled_merge_is_fused_and_drops_the_kv_copies():
+    # per step and output element: eager 35 B forward (x2 with full AC) + 54 B backward, plus c
+    # copies (read+write) of the expanded K|V chunk per pass -- 2 elements x 2 B x 2 = 8 B per
+    # output element per copy, 3 passes; compiled 10 + 10 + 30 and no copies (stacks/fsdp2.yaml)
+    p = _cp8b()
+    eager = estimate_compute(p).breakdown["cp_merge"]
+    compiled = estimate_compute(p, TimeOptions(runtime="megatron")).breakdown["cp_merge"]
+    assert compiled / eager == pytest.approx((2 * 10 + 30) / (2 * 35 + 54 + 3 * 8))
+
+
+def test_attention_kernel_efficiency_follows_the_rank_chunk_not_the_sequence():
+    # cp=2 at 2S against cp=1 at S: the same S tokens per rank, causal keys (2S+1)/2 against
+    # (S+1)/2; every blockwise kernel runs on S keys, so its speed is the cp=1 kernel's and the
+    # attention time scales with the keys only (at S = 1024 the kernel rate still grows with s:
+    # 1024/(1024+512) against 2048/(2048+512) on Hopper would be a 20% difference)
+    one = estimate_compute(_plan(gpus=8, seq_len=1024, micro_batch=1, global_batch=8))
+    two = estimate_compute(_plan(gpus=8, cp=2, seq_len=2048, micro_batch=1, global_batch=4))
+    ratio = two.compute_parts["attention"] / one.compute_parts["attention"]
+    assert ratio == pytest.approx((2048 + 1) / (1024 + 1))
+
+
+def test_float8_tp_all_gathers_move_one_byte():
+    # torchao Float8 TP styles cast before the sequence-parallel all-gather (forward) and before
+    # the backward all-gather of the reduce-scatter's output gradient; reduce-scatters stay bf16.
+    # Full AC, 32 layers: 2+2+2 all-reduce equivalents per layer (+2 outside the layers) = 194,
+    # of which 192 all-gathers at half the bytes: each saves a quarter of an all-reduce's
+    # bandwidth time -> 1 - 192/4/194 of the bf16 time (the large activation makes latency small)
+    from trainledger.estimate.time.stack import stack_profile
+    kw = dict(gpus=8, tp=8, micro_batch=8, global_batch=8, recompute="full")
+    bf16 = _plan(**kw)
+    fp8 = _plan(precision="fp8-mixed", **kw)
+    launch = 194 * stack_profile("fsdp2", bf16.cluster.gpu).collective_launch_s
+    t16 = estimate_compute(bf16).breakdown["comm_tp"] - launch
+    t8 = estimate_compute(fp8).breakdown["comm_tp"] - launch
+    assert t8 / t16 == pytest.approx(1 - 192 / 4 / 194, rel=0.01)
+    # without sequence parallelism TP all-reduces 16-bit GEMM outputs: nothing is gathered in fp8
+    nosp = dict(kw, sp=False)
+    assert estimate_compute(_plan(precision="fp8-mixed", **nosp)).breakdown["comm_tp"] == pytest.approx(
+        estimate_compute(_plan(**nosp)).breakdown["comm_tp"])

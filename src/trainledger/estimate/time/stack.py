@@ -65,8 +65,12 @@ class StackProfile:
     cp_rotate: str = "ring"        # 'ring' (P2P per step) | 'allgather' (one gather per layer)
     cp_kv_expanded: bool = False   # K/V exchanged after repeat_kv (n_heads, not n_kv_heads)
     cp_merge_bytes: tuple[float, float] = (0.0, 0.0)   # (fwd, bwd) bytes per output element per CP step
+    cp_merge_bytes_fused: tuple[float, float] | None = None  # the same when kernels are fused (compiled)
+    cp_kv_copies: bool = False       # eager ring copies the K/V chunk once per step (entry + per-step cat)
+    cp_fused_sync: bool = False      # fused (compiled) runs wait on each CP collective where it is issued
     tp_overlap_chunks: bool = False  # TP overlap runs each TP GEMM as tp row chunks (AsyncTP)
     sac_regathers_tp: bool = False   # selective AC re-runs the SP all-gathers in the backward
+    tp_fp8_allgather: bool = False   # fp8 recipes all-gather the SP activations/gradients in fp8
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
     gpu: str = ""
@@ -85,7 +89,10 @@ class StackProfile:
             "selective_recompute_gemms": self.selective_gemms,
             "cp_rotate": self.cp_rotate, "cp_kv_expanded": self.cp_kv_expanded,
             "cp_merge_bytes": list(self.cp_merge_bytes),
+            "cp_merge_bytes_fused": list(self.cp_merge_bytes_fused) if self.cp_merge_bytes_fused else None,
+            "cp_kv_copies": self.cp_kv_copies, "cp_fused_sync": self.cp_fused_sync,
             "tp_overlap_chunks": self.tp_overlap_chunks, "sac_regathers_tp": self.sac_regathers_tp,
+            "tp_fp8_allgather": self.tp_fp8_allgather,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
             "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
@@ -167,8 +174,15 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     cp_kv_expanded=bool(v.get("cp_kv_expanded", False)),
                     cp_merge_bytes=(float((v.get("cp_merge_bytes") or {}).get("fwd", 0.0)),
                                     float((v.get("cp_merge_bytes") or {}).get("bwd", 0.0))),
+                    cp_merge_bytes_fused=(
+                        (float(v["cp_merge_bytes_fused"].get("fwd", 0.0)),
+                         float(v["cp_merge_bytes_fused"].get("bwd", 0.0)))
+                        if isinstance(v.get("cp_merge_bytes_fused"), dict) else None),
+                    cp_kv_copies=bool(v.get("cp_kv_copies", False)),
+                    cp_fused_sync=bool(v.get("cp_fused_sync", False)),
                     tp_overlap_chunks=bool(v.get("tp_overlap_chunks", False)),
-                    sac_regathers_tp=bool(v.get("sac_regathers_tp", False)))
+                    sac_regathers_tp=bool(v.get("sac_regathers_tp", False)),
+                    tp_fp8_allgather=bool(v.get("tp_fp8_allgather", False)))
         if prof["cp_rotate"] not in ("ring", "allgather"):
             raise ValueError(f"cp_rotate {prof['cp_rotate']!r} (ring | allgather)")
     except (KeyError, TypeError, ValueError) as exc:

@@ -260,9 +260,20 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
       layer's attention is exposed.
     * ``allgather``: one all-gather of every rank's K/V per layer and pass, waited on after the
       first (diagonal) step — so it hides behind 1/c of the layer's attention only; the backward
-      gathers K/V again and rotates dK/dV in fp32 ring steps behind each step's backward (PyTorch
-      ``context_parallel``: ``_cp_options.rotate_method = ALL_GATHER``, the default, and
-      ``_templated_ring_attention_backward``; torch/distributed/tensor/experimental/_attention.py).
+      gathers K/V again and sends the fp32 dK/dV partial sums to the next rank after each of its
+      c steps: each send is waited on after the next step's backward, the last one after the loop
+      with nothing left to hide behind (PyTorch ``context_parallel``:
+      ``_cp_options.rotate_method = ALL_GATHER``, the default, and
+      ``_templated_ring_attention_backward``, whose dK/dV rotater is ``ALL_TO_ALL`` and whose
+      final ``dkv_rotater.next_buffer()`` follows the loop;
+      torch/distributed/tensor/experimental/_attention.py).
+
+    ``cp_fused_sync``: with fused kernels (the stack's torch.compile of each block) the ring is
+    traced into the compiled graph, where a functional collective is followed at once by its
+    ``wait_tensor`` (torch/distributed/_functional_collectives.py, ``_maybe_wrap_tensor``: "if
+    _are_we_tracing(): return wait_tensor(self)") and Inductor moves waits only with
+    ``reorder_for_compute_comm_overlap`` (torch/_inductor/config.py, False by default): every
+    exchange is exposed.
 
     ``cp_kv_expanded``: the stack exchanges K/V after ``repeat_kv`` (torchtitan's Llama calls
     repeat_kv before SDPA, so the CP hook sees n_heads K/V heads, not n_kv_heads).
@@ -270,7 +281,12 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     ``merge``: the stack's streaming work per blockwise step outside the attention kernel —
     the online-softmax merge of each step's output into the running fp32 output in the forward,
     the fp32 accumulation and rotation of dQ/dK/dV in the backward (``cp_merge_bytes``: bytes per
-    element of the rank's attention output, per step; on the compute stream, never hidden).
+    element of the rank's attention output, per step, eager; ``cp_merge_bytes_fused`` when the
+    kernels are fused; on the compute stream, never hidden). ``cp_kv_copies`` (eager only): the
+    ring copies the rank's K/V at entry (``key.contiguous()``) and concatenates K|V before each
+    later step (``torch.cat([key.flatten(), value.flatten()])``, built even where the all-gather
+    rotater ignores it) — c copies of the chunk per pass; a compiled graph drops the unused ones
+    and folds the layout copy into ``repeat_kv``.
     """
     lay, m = plan.layout, plan.model
     c = lay.cp
@@ -281,14 +297,19 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     kv = tokens * 2 * width * act                      # this rank's K/V chunk
     layers = work.layers
     fwd_passes = (1.0 + rc) if training else 1.0
-    mb_f, mb_b = prof.cp_merge_bytes
+    fused = prof.kernels == "megatron"
+    mb_f, mb_b = prof.cp_merge_bytes_fused if (fused and prof.cp_merge_bytes_fused) else prof.cp_merge_bytes
     out_el = tokens * m.q_dim / lay.tp   # elements of this rank's attention output
-    merge = layers * c * out_el * (fwd_passes * mb_f + (mb_b if training else 0.0)) / (
-        plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm)
+    hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
+    merge = layers * c * out_el * (fwd_passes * mb_f + (mb_b if training else 0.0)) / hbm
+    if prof.cp_kv_copies and not fused:
+        passes = fwd_passes + (1.0 if training else 0.0)
+        merge += layers * passes * c * 2.0 * kv / hbm    # read + write of the chunk per copy
     if prof.cp_rotate != "allgather":
         step = kv / topo.cp.beta + topo.cp.alpha
         t = layers * (c - 1) * step * ((1 + 2 + rc) if training else 1)
-        return t, max(0.0, t - work.attention_s), merge
+        exposed = t if (fused and prof.cp_fused_sync) else max(0.0, t - work.attention_s)
+        return t, exposed, merge
     # the layer's forward attention (one pass): the attention time over its fwd/bwd/recompute mult
     a_fwd = work.attention_s / max(layers, 1.0) / (fwd_passes + (2.5 if training else 0.0))
     diag_f, diag_b = a_fwd / c, 2.5 * a_fwd / c
@@ -297,8 +318,10 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     exp = fwd_passes * max(0.0, ag - diag_f)
     if training:
         dkv = 2.0 * kv / topo.cp.beta + topo.cp.alpha   # fp32 dK/dV: twice the bf16 bytes
-        t += ag + (c - 1) * dkv
-        exp += max(0.0, ag - diag_b) + (c - 1) * max(0.0, dkv - diag_b)
+        t += ag + c * dkv
+        exp += max(0.0, ag - diag_b) + (c - 1) * max(0.0, dkv - diag_b) + dkv
+    if fused and prof.cp_fused_sync:
+        exp = t
     return layers * t, layers * exp, merge
 
 
@@ -317,6 +340,15 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         # re-runs the layer's two sequence-parallel all-gathers (= one all-reduce's traffic)
         n_tp += layers
     t_tp = n_tp * all_reduce_s(topo.tp, A)
+    if prof.tp_fp8_allgather and lay.sp and lay.tp > 1 and matmul_dtype(plan) == "fp8":
+        # Float8 TP (torchao Float8ColwiseParallel / PrepareFloat8ModuleInput, Float8RowwiseParallel):
+        # each sequence-parallel all-gather moves the activation (forward) or the gradient of the
+        # reduce-scatter's output (backward) already cast to float8, 1 byte per element; the
+        # reduce-scatters stay in bf16. Per layer and pass: 2 all-gathers (+2 SAC re-gathers).
+        n_ag = layers * (2 + (2 if training else 0) + 2 * rc)
+        if training and r.recompute == "selective" and prof.sac_regathers_tp:
+            n_ag += 2 * layers
+        t_tp -= n_ag * (all_gather_s(topo.tp, A) - all_gather_s(topo.tp, A * DTYPE_BYTES["fp8"] / act))
     ov = prof.tp_overlap
     # each TP collective is launched on the critical path between two GEMMs
     tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
