@@ -481,7 +481,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None) -> ComputeEsti
     peak_mm, peak16 = _peak(gpu, dtype), _peak16(plan)
     clk = prof.clock_scale  # power limit: compute-bound rates follow the tensor clock
     work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
-                      prof.selective_gemms)
+                      prof.selective_gemms, prof.xent_bytes(plan.runtime.cross_entropy_fusion))
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
