@@ -10,8 +10,10 @@ The summary prints one table per stack and GPU family.
 
 Facts a case does not state are filled by one rule for all cases of its source, printed below:
     micro-batch 1 where unstated; 1F1B without interleaving where unstated; dropout 0.1 for
-    Megatron-LM GPT runs (its default --attention-dropout/--hidden-dropout), 0 elsewhere;
+    Megatron-LM GPT runs (its default --attention-dropout/--hidden-dropout), NeMo's below, 0 elsewhere;
     Megatron 2021 heads from SC21 Table 1 (arXiv:2104.04473), TP = min(MP, 8), PP = MP/TP;
+    NeMo 24.07 rows: dropout and the fused loss of the model family's NeMo Framework Launcher 24.07
+    config; Megatron-LM Llama examples: the example script's fused loss;
     Megatron-Core / NeMo runs: distributed optimizer (ZeRO-1), TE flash attention (framework
     megatron-core; its Hopper profile overlaps TP comm as the NeMo recipes do); Megatron-LM 2021/2022
     runs predate Megatron-Core: framework megatron-core on Ampere (fused Apex kernels, no TP
@@ -115,14 +117,16 @@ def cluster(gpu: str, gpus: int, per_node: int = 8, inter: str = "ib-hdr", nics:
 
 def plan(model, cl: Cluster, *, tp=1, pp=1, cp=1, dp=None, vp=1, zero=0, sp=None, mbs=1, gbs=None, ep=1,
          seq=2048, precision="bf16-mixed", recompute="none", attention="flash", dropout=0.0,
-         framework="megatron-core", recompute_layers=None, method="pretrain", lora=None) -> Plan:
+         framework="megatron-core", recompute_layers=None, method="pretrain", lora=None,
+         fused_loss=False) -> Plan:
     extra = {"lora_targets": lora[0], "lora_rank": lora[1]} if lora else {}
     rec = Recipe(method=method, precision=precision, seq_len=seq, micro_batch=mbs,
                  global_batch=gbs, recompute=recompute, attention=attention, dropout=dropout,
                  recompute_layers=recompute_layers, **extra)
     lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=(tp > 1) if sp is None else sp,
                  pp_schedule="interleaved" if vp > 1 else "1f1b")
-    return Plan(model=model, recipe=rec, layout=lay, cluster=cl, runtime=Runtime(framework=framework))
+    return Plan(model=model, recipe=rec, layout=lay, cluster=cl,
+                runtime=Runtime(framework=framework, cross_entropy_fusion=fused_loss))
 
 
 def _load(name: str) -> list[dict[str, Any]]:
@@ -153,7 +157,7 @@ def megatron_cases() -> list[Case]:
             mdl = gpt(d["hidden"], d["layers"], d["heads"], d["vocab"], seq, ffn=d["ffn"],
                       kv=d["kv_heads"], pos="rope", tied=False, name=c["model"])
             p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
-                     dp=s["dp"], zero=1, gbs=s["gbs"], seq=seq)
+                     dp=s["dp"], zero=1, gbs=s["gbs"], seq=seq, dropout=MEGATRON_LM_DROPOUT)
             out.append(Case(cid, "mcore-2024", p, STACK,
                             "model_tflops", m["tflops_per_gpu"]))
         elif cid.startswith("mlm-llama-example"):
@@ -162,7 +166,7 @@ def megatron_cases() -> list[Case]:
                       tied=False, name=c["model"])
             p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                      cp=s["cp"], vp=s["vp"], zero=1, mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"],
-                     precision="fp8-mixed")
+                     precision="fp8-mixed", fused_loss=True)  # the example script's flags
             out.append(Case(cid, "mcore-llama-fp8", p, STACK,
                             "tokens_per_s_per_gpu", m["tokens_per_s_per_gpu"]))
     return out
@@ -339,6 +343,19 @@ NEMO_DIMS = {
 }
 
 
+#: Dropout and the fused cross-entropy of the NeMo 24.07 runs, by model family, from the NeMo
+#: Framework Launcher's training configs of that release (github:NVIDIA/NeMo-Framework-Launcher @
+#: tag 24.07, launcher_scripts/conf/training/<family>/*.yaml): gpt3 5b/20b/175b set
+#: hidden_dropout = attention_dropout = 0.1 and no cross_entropy_loss_fusion; llama2 dropout 0, no
+#: fusion; llama3 8b/70b and nemotron 8b/22b set cross_entropy_loss_fusion: true, dropout 0
+#: (unset fusion = Megatron-Core's default False, megatron/core/model_parallel_config.py @ core_r0.8.0)
+NEMO_DROPOUT = {"GPT3": 0.1}
+NEMO_FUSED_LOSS = ("LLAMA3", "Nemotron")
+#: Megatron-LM's --attention-dropout / --hidden-dropout default (megatron/training/arguments.py @
+#: core_r0.8.0), for Megatron-LM GPT runs that do not state theirs
+MEGATRON_LM_DROPOUT = 0.1
+
+
 #: NeMo's LoRA default: adapters on the fused QKV projection only, adapter_dim 32 (NeMo
 #: examples/nlp/language_modeling/tuning/conf/megatron_gpt_finetuning_config.yaml, peft.lora_tuning)
 NEMO_LORA = (("q_proj", "k_proj", "v_proj"), 32)
@@ -358,10 +375,12 @@ def nemo_cases() -> list[Case]:
                               "LLAMA3-70B": "llama-3.1-70b"}[name])
         method = {"LoRA": "lora", "SFT": "full"}.get(c["id"].split("-")[-3], "pretrain")
         vp = s.get("vp") or 1
+        family = name.split("-")[0]
         p = plan(mdl, cluster("h100-sxm", s["gpus"], inter="ib-ndr"), tp=s["tp"], pp=s["pp"],
                  cp=s["cp"], vp=vp, zero=1, mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"],
                  precision="fp8-mixed", method=method, framework="megatron-core",
-                 lora=NEMO_LORA if method == "lora" else None)
+                 lora=NEMO_LORA if method == "lora" else None,
+                 dropout=NEMO_DROPOUT.get(family, 0.0), fused_loss=family in NEMO_FUSED_LOSS)
         out.append(Case(c["id"], "nemo-24.07", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out

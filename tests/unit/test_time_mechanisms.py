@@ -159,3 +159,33 @@ def test_float8_tp_all_gathers_move_one_byte():
     nosp = dict(kw, sp=False)
     assert estimate_compute(_plan(precision="fp8-mixed", **nosp)).breakdown["comm_tp"] == pytest.approx(
         estimate_compute(_plan(**nosp)).breakdown["comm_tp"])
+# Megatron's vocab-parallel cross-entropy, bytes per logit counted from its ops by hand
+# (megatron/core/tensor_parallel/cross_entropy.py @ core_r0.8.0): unfused forward .float() 2 + 4,
+# max 4, subtract 4 + 4, exp 4 + 4, sum 4, divide 4 + 4; backward multiply 4 + 4, cast down 4 + 2.
+# Fused (megatron/core/fusions/fused_cross_entropy.py): cast+max 2 + 4, subtract+exp+sum 4 + 4,
+# divide 4 + 4; backward multiply+cast 4 + 2.
+MEGATRON_XENT_UNFUSED = (2 + 4) + 4 + (4 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 4) + (4 + 2)
+MEGATRON_XENT_FUSED = (2 + 4) + (4 + 4) + (4 + 4) + (4 + 2)
+
+
+def test_megatron_cross_entropy_passes_over_the_logits():
+    assert (MEGATRON_XENT_UNFUSED, MEGATRON_XENT_FUSED) == (52, 28)
+    gpu = load_gpu("h100-sxm")
+    kw = dict(framework="megatron-core", zero=1, gpus=8, seq_len=4096, micro_batch=1,
+              global_batch=8)
+    unfused = estimate_compute(_plan(**kw))
+    fused = estimate_compute(_plan(cross_entropy_fusion=True, **kw))
+    V, tokens = 128256, 4096  # llama-3.1-8b vocabulary, one micro-batch of one sequence, tp 1
+    hbm = gpu.hbm_bytes_per_s * for_gpu(gpu).hbm
+    diff = unfused.compute_parts["elementwise"] - fused.compute_parts["elementwise"]
+    assert diff == pytest.approx(tokens * V * (MEGATRON_XENT_UNFUSED - MEGATRON_XENT_FUSED) / hbm)
+    # the flag is Megatron-Core's: other stacks keep PyTorch's loss and ignore it
+    kw_t = dict(gpus=8, seq_len=4096, micro_batch=1, global_batch=8)
+    assert estimate_compute(_plan(cross_entropy_fusion=True, **kw_t)).step_time_s == \
+        pytest.approx(estimate_compute(_plan(**kw_t)).step_time_s)
+    prof = fused.to_dict()["stack_profile"]
+    assert (prof["xent_bytes_per_vocab"], prof["xent_bytes_per_vocab_fused"]) == \
+        (MEGATRON_XENT_UNFUSED, MEGATRON_XENT_FUSED)
+    p = _plan(cross_entropy_fusion=True, **kw)
+    assert p.runtime.summary()["cross_entropy_fusion"] is True
+    assert "cross_entropy_fusion" not in _plan(cross_entropy_fusion=True, **kw_t).runtime.summary()

@@ -15,7 +15,8 @@ runtime is part of every plan (DESIGN.md §1). ``framework`` names the stack:
 
 The options below are what those stacks expose; each is read only by the stacks that have it
 (``fsdp2``: reshard / param and reduce dtypes / wrapping; DDP: gradient-as-bucket-view; torch TP:
-loss parallel). Which semantics an estimate assumed is stated in its JSON (``plan.runtime``).
+loss parallel; ``megatron-core``: the fused cross-entropy loss). Which semantics an estimate
+assumed is stated in its JSON (``plan.runtime``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Runtime(Spec):
         False, description="torch TP loss_parallel: cross-entropy on the vocab-sharded logits")
     gradient_as_bucket_view: bool = Field(
         False, description="DDP gradient_as_bucket_view: gradients are views into the reduction buckets")
+    cross_entropy_fusion: bool = Field(
+        False, description="megatron-core --cross-entropy-loss-fusion: the vocab-parallel loss as "
+        "jit-fused kernels (fewer passes over the fp32 logits) instead of separate PyTorch ops")
     # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (DS_DEFAULTS above)
     ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
     ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
@@ -99,6 +103,8 @@ class Runtime(Spec):
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
         if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
+        if self.framework == "megatron-core":
+            d["cross_entropy_fusion"] = self.cross_entropy_fusion
         if self.framework in ("deepspeed", "megatron-deepspeed"):
             for k, dflt in DS_DEFAULTS.items():
                 v = getattr(self, "ds_" + k)

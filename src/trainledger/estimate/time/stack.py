@@ -15,6 +15,8 @@ framework on one GPU family (catalog/efficiency/stacks/<framework>.yaml):
 * the fixed cost of each collective launched on the critical path (charged per layer collective:
   TP all-reduces, FSDP all-gathers and reduce-scatters), and FSDP2's copy-in/copy-out passes;
 * the optimizer step's HBM passes (fused Adam = 1, foreach AdamW more);
+* the HBM bytes of its cross-entropy loss per logit (Megatron's unfused vocab-parallel loss makes
+  more passes over fp32 logits than PyTorch's log-softmax);
 * a fixed host cost per optimizer step.
 
 The user's overrides (``TimeOptions``: ``--runtime`` for the kernels, ``--tp-comm-overlap``,
@@ -71,10 +73,20 @@ class StackProfile:
     tp_overlap_chunks: bool = False  # TP overlap runs each TP GEMM as tp row chunks (AsyncTP)
     sac_regathers_tp: bool = False   # selective AC re-runs the SP all-gathers in the backward
     tp_fp8_allgather: bool = False   # fp8 recipes all-gather the SP activations/gradients in fp8
+    xent_bytes_per_vocab: float | None = None  # HBM bytes per logit of the loss, fwd + bwd
+                                               # (None: PyTorch's, work.XENT_BYTES_PER_VOCAB)
+    xent_bytes_per_vocab_fused: float | None = None  # the same with the stack's fused loss
     clock_scale: float = 1.0
     overrides: tuple[str, ...] = ()
     gpu: str = ""
     power_limit_w: float | None = None
+
+    def xent_bytes(self, fused: bool) -> float | None:
+        """HBM bytes per logit of the stack's loss (None: PyTorch's); ``fused``: the plan asks for
+        the stack's fused loss (``Runtime.cross_entropy_fusion``), where the stack has one."""
+        if fused and self.xent_bytes_per_vocab_fused is not None:
+            return self.xent_bytes_per_vocab_fused
+        return self.xent_bytes_per_vocab
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -93,6 +105,8 @@ class StackProfile:
             "cp_kv_copies": self.cp_kv_copies, "cp_fused_sync": self.cp_fused_sync,
             "tp_overlap_chunks": self.tp_overlap_chunks, "sac_regathers_tp": self.sac_regathers_tp,
             "tp_fp8_allgather": self.tp_fp8_allgather,
+            "xent_bytes_per_vocab": self.xent_bytes_per_vocab,
+            "xent_bytes_per_vocab_fused": self.xent_bytes_per_vocab_fused,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
             "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
@@ -182,7 +196,12 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     cp_fused_sync=bool(v.get("cp_fused_sync", False)),
                     tp_overlap_chunks=bool(v.get("tp_overlap_chunks", False)),
                     sac_regathers_tp=bool(v.get("sac_regathers_tp", False)),
-                    tp_fp8_allgather=bool(v.get("tp_fp8_allgather", False)))
+                    tp_fp8_allgather=bool(v.get("tp_fp8_allgather", False)),
+                    **{k: (float(v[k]) if v.get(k) is not None else None)
+                       for k in ("xent_bytes_per_vocab", "xent_bytes_per_vocab_fused")})
+        for k in ("xent_bytes_per_vocab", "xent_bytes_per_vocab_fused"):
+            if prof[k] is not None and prof[k] <= 0:
+                raise ValueError(f"{k} {prof[k]} (> 0)")
         if prof["cp_rotate"] not in ("ring", "allgather"):
             raise ValueError(f"cp_rotate {prof['cp_rotate']!r} (ring | allgather)")
     except (KeyError, TypeError, ValueError) as exc:

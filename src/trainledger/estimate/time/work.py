@@ -11,9 +11,10 @@ for memory). With fused kernels (runtime "megatron"; "hf" see KERNEL_BYTES):
               RoPE 4(q+kv), dropout 5h per dropout when p > 0
     backward: norms 6h each, residual grads 6h each, activation 10f / 6f, RoPE, dropout 3h each
     eager attention: scale-mask-softmax 4 bytes per score fwd, 6 bwd (+5/+3 with dropout)
-    cross-entropy: 32 bytes per vocabulary entry per token: up-cast of the 16-bit logits (read 2,
-              write 4), log-softmax (read 4, write 4), its gradient (read 4, write 4), down-cast
-              (read 4, write 2), plus the loss reduction — the unfused PyTorch path
+    cross-entropy: bytes per vocabulary entry per token, by stack (``xent_bytes_per_vocab`` in
+              stacks/<framework>.yaml). Default 32, PyTorch's path: up-cast of the 16-bit logits
+              (read 2, write 4), log-softmax (read 4, write 4), its gradient (read 4, write 4),
+              down-cast (read 4, write 2), plus the loss reduction
 Hidden-sized tensors are sharded over TP only with sequence parallelism; FFN and attention tensors
 are always sharded over TP.
 """
@@ -45,6 +46,8 @@ KERNEL_BYTES: dict[str, dict[str, tuple[float, float]]] = {
 #: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
 #: backward launches about twice as many. Fixed cost per kernel from the family file.
 KERNELS_PER_LAYER_FWD = {"megatron": 20, "hf": 40}
+#: PyTorch cross-entropy on 16-bit logits: cast up (2 + 4), log-softmax (4 + 4), its gradient
+#: (4 + 4), cast down (4 + 2) bytes per vocabulary entry (the stacks' default, see the module doc)
 XENT_BYTES_PER_VOCAB = 32.0
 
 
@@ -149,12 +152,15 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
 
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
-               matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0) -> StageWork:
+               matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0,
+               xent_bytes: float | None = None) -> StageWork:
     """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
 
     ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
     the share of the layer's GEMM forwards recomputed, with all its elementwise ops (torchtitan's
     op-level SAC saves every matmul output except every second one; see stacks/fsdp2.yaml).
+    ``xent_bytes``: HBM bytes per vocabulary entry per token of the stack's loss (forward and
+    backward of the cross-entropy on the lm_head's logits; None: ``XENT_BYTES_PER_VOCAB``).
     """
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
@@ -202,7 +208,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     head = lm_head_gemm(m)
     head_w = (1.0 if frozen else 2.0) if training else 0.0
     mm += _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) * (1 + head_w)
-    ew += tokens * XENT_BYTES_PER_VOCAB * m.vocab_size / tp / (hbm * eff.hbm)
+    xent = XENT_BYTES_PER_VOCAB if xent_bytes is None else xent_bytes
+    ew += tokens * xent * m.vocab_size / tp / (hbm * eff.hbm)
     kernels = stage_layers * KERNELS_PER_LAYER_FWD[runtime] * (1 + (2 if training else 0) + rc)
     return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
 

@@ -58,7 +58,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
         "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func",
         "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
-        "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"}
+        "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -315,6 +315,10 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     ad = float(a.get("attention_dropout", default_dropout))
     hd = float(a.get("hidden_dropout", default_dropout))
     res.set("dropout", max(ad, hd), where)
+    # --cross-entropy-loss-fusion (NeMo: model.cross_entropy_loss_fusion); off by default
+    # (megatron/core/model_parallel_config.py); Megatron-DeepSpeed has no such flag
+    if not deepspeed and _on(a, "cross_entropy_loss_fusion"):
+        res.set("cross_entropy_fusion", True, where)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
     _model(a, res, where, layers)
