@@ -10,7 +10,7 @@ import pytest
 
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time import estimate_compute
-from trainledger.estimate.time.efficiency import for_gpu, wave_efficiency
+from trainledger.estimate.time.efficiency import for_gpu, gemm_time_s, wave_efficiency
 from trainledger.load.catalog import load_gpu
 from trainledger.load.plan import PlanInputs, build_plan
 
@@ -189,3 +189,18 @@ def test_megatron_cross_entropy_passes_over_the_logits():
     p = _plan(cross_entropy_fusion=True, **kw)
     assert p.runtime.summary()["cross_entropy_fusion"] is True
     assert "cross_entropy_fusion" not in _plan(cross_entropy_fusion=True, **kw_t).runtime.summary()
+
+
+def test_fp8_gemm_half_depth_along_k_is_twice_the_16bit_one():
+    # A tile's fixed cost stays while the fp8 main loop runs twice as fast, so the K depth at which
+    # the two are equal doubles: at K = half_dim a 16-bit GEMM runs at 1/2 of eta_max along K, an
+    # fp8 one at 1/3 (half_dim / (half_dim + 2 half_dim)); M and N are large enough not to matter.
+    eff = for_gpu(load_gpu("h100-sxm"))
+    d = eff.half_dim
+    big = 1e12
+    t16 = gemm_time_s(big, d, big, 1e15, 1e30, eff, 1.0, 2.0)
+    t8 = gemm_time_s(big, d, big, 1e15, 1e30, eff, 1.0, 1.0)
+    assert t8 / t16 == pytest.approx(1.5, rel=1e-6)
+    # deep K: both approach eta_max, the fp8 one from further below
+    t16, t8 = (gemm_time_s(big, 64 * d, big, 1e15, 1e30, eff, 1.0, b) for b in (2.0, 1.0))
+    assert t8 / t16 == pytest.approx((1 + 2 / 64) / (1 + 1 / 64), rel=1e-6)

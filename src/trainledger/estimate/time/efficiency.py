@@ -152,11 +152,19 @@ def link_efficiency() -> LinkEfficiency:
 
 def gemm_time_s(M: float, K: float, N: float, peak: float, hbm: float, eff: GpuEfficiency,
                 eta_max: float, bytes_per_el: float) -> float:
-    """Seconds for one (M×K)·(K×N) GEMM: compute at η(M,N,K)·peak or the memory roofline."""
+    """Seconds for one (M×K)·(K×N) GEMM: compute at η(M,N,K)·peak or the memory roofline.
+
+    ``half_dim`` is measured on 16-bit GEMMs. Along K it is the depth at which a tile's fixed
+    cost (prologue, epilogue: loading the first stages, writing and scaling the M×N tile) equals
+    its main loop; the main loop runs at the dtype's tensor-core rate, which is 2/bytes-per-element
+    times the 16-bit rate on Hopper and Blackwell (fp8 2x, tf32 1/2x: H100 SXM datasheet), while the
+    fixed cost does not shrink, so the half depth along K scales by the same 2/bytes-per-element.
+    """
     if M <= 0 or K <= 0 or N <= 0:
         return 0.0
     d = eff.half_dim
-    eta = eta_max * (M / (M + d)) * (N / (N + d)) * (K / (K + d))
+    dk = d * 2.0 / bytes_per_el
+    eta = eta_max * (M / (M + d)) * (N / (N + d)) * (K / (K + dk))
     t_compute = 2.0 * M * N * K / (peak * eta)
     t_memory = bytes_per_el * (M * K + K * N + M * N) / (hbm * eff.hbm)
     return max(t_compute, t_memory)
