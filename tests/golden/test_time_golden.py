@@ -114,3 +114,17 @@ def test_model_flops_reproduce_korthikanti_mfu_at_the_measured_step_time(case_id
     f = step_flops(case.plan)
     n = case.plan.cluster.world_size
     assert 100 * f.model / (case.measured * n * 312e12) == pytest.approx(mfu, abs=0.5)
+
+
+def test_mosaicml_cases_have_the_parameter_count_of_the_table():
+    """The MPT benchmark models (llm-foundry @ b2a43a1, MPTConfig defaults: learned positions,
+    biases, tied embeddings) have exactly the NumParams column of the MosaicML table, which grows
+    by d_model per position of max_seq_len (a learned wpe table: no ALiBi in these runs)."""
+    bench = _bench()
+    if not bench.GT.exists():
+        pytest.skip("ground-truth tables not available")
+    table = {c["id"]: c["model_dims"]["params"] for c in bench._load("mosaicml_llm_foundry_mpt_a100.yaml")}
+    cases = bench.mosaic_cases()
+    assert len(cases) == len(table)
+    for c in cases:
+        assert c.plan.model.params.total == table[c.id], c.id

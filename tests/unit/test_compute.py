@@ -135,3 +135,19 @@ def test_inference_is_forward_only():
     train = step_flops(mkplan(m))
     infer = step_flops(mkplan(m, method="inference"))
     assert infer.model == pytest.approx(train.model / 3)
+
+
+def test_flash1_kernel_executes_the_flash_flops_at_the_fa1_generation_rate():
+    """flash1 (FA1 / Triton FA / xformers) is tiled like FA2: the same causal FLOPs, no s×s scores,
+    but its attention runs FA2/FA1 slower. FlashAttention-2 paper (Dao 2023, arXiv:2307.08691,
+    §4.1): FA2 is 1.7-3.0x FlashAttention and 1.3-2.5x FlashAttention in Triton, fwd+bwd, A100."""
+    from trainledger.estimate.time import estimate_compute
+
+    m = gpt(h=2048, L=4, a=16, s=8192)
+    p2, p1 = (mkplan(m, gpu="a100-sxm-80gb", seq_len=8192, micro_batch=1, attention=k)
+              for k in ("flash", "flash1"))
+    assert step_flops(p1).hardware == step_flops(p2).hardware
+    c2, c1 = estimate_compute(p2), estimate_compute(p1)
+    ratio = c1.compute_parts["attention"] / c2.compute_parts["attention"]
+    assert 1.7 <= ratio <= 2.5
+    assert c1.compute_parts["matmul"] == pytest.approx(c2.compute_parts["matmul"], rel=1e-12)

@@ -114,7 +114,7 @@ def attn_implementation(recipe: Recipe, device: str, notes: list[str]) -> str:
     """The transformers attn_implementation that measures the recipe's attention kernel."""
     if recipe.attention == "eager":
         return "eager"
-    if recipe.attention == "flash":
+    if recipe.attention in ("flash", "flash1"):
         notes.append("attention=flash is measured with torch SDPA (flash-attn is not used); on CUDA "
                      "SDPA runs its flash kernel for fp16/bf16 inputs")
     return "sdpa"

@@ -195,6 +195,19 @@ def wave_efficiency(M: float, N: float, eff: GpuEfficiency, K: float = 0.0) -> f
     return tiles / (math.ceil(tiles / sms) * sms)
 
 
-def attention_efficiency(eff: GpuEfficiency, s: float, d: float) -> float:
-    """η of a fused attention kernel at sequence length s (keys) and head dim d."""
-    return eff.attention * (s / (s + eff.attention_half_seq)) * (d / (d + 16.0)) / (128.0 / 144.0)
+#: Speed of FlashAttention-2 over the FlashAttention-1 generation of fused attention kernels,
+#: forward + backward on A100 (Dao 2023, arXiv:2307.08691, §4.1): FA2 is 1.7-3.0x FlashAttention
+#: (CUDA), 1.3-2.5x FlashAttention in Triton (1.3-1.5x forward, ~2x backward) and ~2x xformers'
+#: kernel. Estimate: 1.9, inside both ranges (the Triton kernel's docstring, flash_attn_triton.py:
+#: "Overall Triton forward + backward is slightly slower than CUDA forward + backward").
+FA2_OVER_FA1 = 1.9
+
+
+def attention_efficiency(eff: GpuEfficiency, s: float, d: float, kernel: str = "flash") -> float:
+    """η of a fused attention kernel at sequence length s (keys) and head dim d.
+
+    ``eff.attention`` is the rate of the stack's FlashAttention-2-class kernel; ``kernel="flash1"``
+    (FA1, Triton FA, xformers: PyTorch < 2.2 era stacks) runs :data:`FA2_OVER_FA1` times slower.
+    """
+    eta = eff.attention * (s / (s + eff.attention_half_seq)) * (d / (d + 16.0)) / (128.0 / 144.0)
+    return eta / FA2_OVER_FA1 if kernel == "flash1" else eta

@@ -227,7 +227,7 @@ def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff
         # with context parallelism the kernel runs once per blockwise step on one rank's chunk of
         # s/c keys (the diagonal step; the load-balanced later steps pair s/c with s/(2c)), never
         # on the whole sequence (Liu et al. 2023, Ring Attention, arXiv:2310.01889, §3)
-        eta = attention_efficiency(eff, min(s / lay.cp, kind.window or s), d)
+        eta = attention_efficiency(eff, min(s / lay.cp, kind.window or s), d, r.attention)
         mult = 1.0 + (2.5 if training else 0.0) + rc
         return fwd * mult / (peak16 * eta)
     keys = kind.attn_keys(s, causal=False)
