@@ -233,8 +233,13 @@ def skips_masked_blocks(m: ModelSpec, attention: str) -> bool:
 
     Flash kernels do — unless the model adds a positional bias tensor to the scores (ALiBi):
     then transformers' sdpa path passes an explicit float mask (memory-efficient kernel, all blocks
-    computed) and Triton/xformers bias kernels compute every block as well.
+    computed). The Triton FlashAttention kernel (flash1) takes the bias and the causal flag
+    together and still stops each query block's key loop at the diagonal (flash_attn_triton.py,
+    _fwd_kernel: ``end_n = ... if not IS_CAUSAL else min((start_m + 1) * BLOCK_M, seqlen_k)``; MPT
+    with ALiBi passes both, llmfoundry/models/layers/attention.py triton_flash_attn_fn).
     """
+    if attention == "flash1":
+        return True
     return uses_flash(attention) and m.position_embedding != "alibi"
 
 
