@@ -45,7 +45,8 @@ import yaml
 from trainledger.load.catalog import load_gpu, load_network
 from trainledger.spec.cluster import Cluster
 from trainledger.estimate.time.compute import narayanan_flops_per_iteration
-from trainledger.estimate.options import TimeOptions
+from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.options import MemoryOptions, TimeOptions
 from trainledger.estimate.time import estimate_compute, estimate_time
 from trainledger.load.hf import from_hf_config, load_model
 from trainledger.spec.layout import Layout
@@ -83,6 +84,10 @@ class Case:
     measured: float
     secondary: bool = False
     note: str = ""
+    #: memory the source measured (torchtitan: ``max_reserved_gib``, torch.cuda.max_memory_reserved,
+    #: of its metrics log line), compared with the plan's predicted reserved bytes: a check that
+    #: the bench's plan states the run (a plan that misstates recompute/batch/loss shows up here)
+    memory_gib: float | None = None
 
     @property
     def stack(self) -> str:
@@ -332,10 +337,17 @@ def torchtitan_cases() -> list[Case]:
                  recompute=rc, recompute_layers=rcl, framework="fsdp2")
         if TITAN_2408_SOURCE in str(c.get("source", "")) and fp8:
             text += " torch.compile"
+        # torchtitan applies loss parallel whenever TP is on (--parallelism.disable_loss_parallel
+        # defaults to False: torchtitan/config/job_config.py; train.py ``loss_parallel_enabled``) and,
+        # with PP, keeps the gathered parameters between micro-batches ("For PP, do not reshard after
+        # forward to avoid per-microbatch all-gathers": torchtitan/models/llama/parallelize_llama.py
+        # ``apply_fsdp`` @ b5bcd76, ``reshard_after_forward = False`` when pp_enabled)
+        p = p.model_copy(update={"runtime": Runtime(framework="fsdp2", loss_parallel=tp > 1,
+                                                    reshard_after_forward=pp == 1)})
         opts = TimeOptions(runtime="megatron" if "compile" in text else None,
                            tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None)
         out.append(Case(c["id"], "torchtitan", p, opts, "tokens_per_s_per_gpu",
-                        m["tokens_per_s_per_gpu"]))
+                        m["tokens_per_s_per_gpu"], memory_gib=m.get("memory_gib")))
     return out
 
 
@@ -431,9 +443,14 @@ def evaluate_all() -> list[dict[str, Any]]:
         pred, err = predict(c)
         rate_ratio = (pred / c.measured) if c.metric in ("tokens_per_s_per_gpu", "model_tflops",
                                                           "tflops_96") else (c.measured / pred)
+        mem = None
+        if c.memory_gib:
+            est = estimate_memory(c.plan, MemoryOptions(suggestions=False), suggest=False)
+            mem = (c.memory_gib, est.peak_reserved_bytes / 2**30)
         rows.append({"id": c.id, "source": c.source, "stack": c.stack, "family": c.family,
                      "metric": c.metric, "measured": c.measured, "predicted": pred,
-                     "abs_error": err, "signed_error": rate_ratio - 1, "secondary": c.secondary})
+                     "abs_error": err, "signed_error": rate_ratio - 1, "secondary": c.secondary,
+                     "memory_gib": mem})
     return rows
 
 
@@ -499,11 +516,13 @@ def main(argv: list[str]) -> int:
         return 0
     show = rows if "--all" in argv else [r for r in rows if not r["secondary"]] + [
         r for r in rows if r["secondary"]]
-    print(f"{'case':52s} {'stack':18s} {'metric':20s} {'measured':>10s} {'predicted':>10s} {'error':>7s}")
+    print(f"{'case':52s} {'stack':18s} {'metric':20s} {'measured':>10s} {'predicted':>10s} {'error':>7s}"
+          "  memory GiB measured/predicted reserved (where stated)")
     for r in show:
         flag = " (secondary)" if r["secondary"] else ""
+        mem = f"  mem {r['memory_gib'][0]:.1f}/{r['memory_gib'][1]:.1f}" if r["memory_gib"] else ""
         print(f"{r['id'][:52]:52s} {r['stack']:18s} {r['metric']:20s} {r['measured']:10.2f} "
-              f"{r['predicted']:10.2f} {100 * r['signed_error']:+6.1f}%{flag}")
+              f"{r['predicted']:10.2f} {100 * r['signed_error']:+6.1f}%{flag}{mem}")
     print("\nby source (all cases):")
     for k, v in summary["by_source"].items():
         print(f"  {k:18s} n={v['n']:3d}  median {100 * v['median']:5.1f}%  max {100 * v['max']:5.1f}%")
@@ -516,6 +535,10 @@ def main(argv: list[str]) -> int:
     print(f"\nprimary cases: {summary['cases']}  median abs error {100 * summary['median_abs_error']:.1f}%"
           f"  mean {100 * summary['mean_abs_error']:.1f}%  max {100 * summary['max_abs_error']:.1f}%"
           f"  cases > 20%: {summary['over_20pct']}")
+    mem = [r["memory_gib"][1] / r["memory_gib"][0] - 1 for r in rows if r["memory_gib"]]
+    if mem:
+        print(f"memory (rows that state it, predicted reserved vs measured): n={len(mem)}  median abs error "
+              f"{100 * statistics.median(abs(x) for x in mem):.1f}%  range {100 * min(mem):+.1f}% .. {100 * max(mem):+.1f}%")
     print("targets: median <= 8%, no case > 20%")
     return 0
 

@@ -16,6 +16,7 @@ from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.model import Parts
 from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, step_points
+from trainledger.estimate.memory.pressure import pressure
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
 from trainledger.estimate.stage import current_role, pipeline_role
@@ -116,7 +117,7 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
     terms += [Term("allocator_reserve", reserved - peak, "bytes", rt.reserve_source),
               Term("cuda_context", context, "bytes", rt.context_source),
               Term("library_workspaces", workspace, "bytes", rt.workspace_source)]
-    return MemoryEstimate(
+    est = MemoryEstimate(
         peak_allocated_bytes=int(peak), peak_reserved_bytes=reserved,
         device_total_bytes=reserved + context + workspace, peak_phase=peak_phase,
         breakdown=breakdown, phases=phases, timeline=timeline,
@@ -124,6 +125,13 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
         host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
         notes=_notes(plan), framework=RT.framework(plan),
     )
+    if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
+        f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
+        warn = pressure(plan, points, float(plan.cluster.gpu.usable_bytes - context - workspace), f,
+                        x.n_layers).note()
+        if warn:
+            est.notes.append(warn)
+    return est
 
 
 def _notes(plan: Plan) -> list[str]:
@@ -131,7 +139,10 @@ def _notes(plan: Plan) -> list[str]:
     out = []
     if RT.framework(plan) != "hf" or lay.dp_size > 1 or lay.tp > 1:
         out.append(RT.runtime_note(plan))
-    if r.recompute == "selective":
+    if r.recompute == "selective" and RT.op_level_sac(plan):
+        out.append("selective recomputation under fsdp2 is torchtitan's per-op SAC: each block keeps its input, "
+                   "every other matmul output, the SDPA output and the reduce-scatter outputs (activations.OP_SAC_SOURCE)")
+    elif r.recompute == "selective":
         out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
                    "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")
     if r.dropout > 0 and r.method not in ("lora", "qlora"):

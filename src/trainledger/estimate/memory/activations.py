@@ -372,3 +372,39 @@ def te_layer_bytes(m: ModelSpec, fp8: bool, dropout: bool) -> LayerBytes:
                       # inputs q, k, v and, in 16 bits, the output proj saves anyway
                       core_drop=float(core), core_keep=float(c * (q + 2 * kv) + (c * q if x == c else 0)),
                       linear_inputs=float(2 * x * h))
+
+
+#: torchtitan's per-op selective activation checkpointing (``activation_checkpoint.mode =
+#: "selective"``, ``selective_ac_option = "op"``; torchtitan/distributed/activation_checkpoint.py
+#: ``_save_list`` and ``_custom_policy``, pytorch/torchtitan @ b5bcd76c): each decoder block runs
+#: under a non-reentrant checkpoint whose policy saves the outputs of ``aten.mm`` except every
+#: second one (counted per block), of the SDPA kernels and of ``reduce_scatter_tensor``; every other
+#: op is recomputed in backward from the block input. ``fsdp2`` plans mean this by
+#: ``recompute=selective`` (as the time model does: catalog/efficiency/stacks/fsdp2.yaml
+#: ``selective_recompute_gemms: 0.5``; runconfig's torchtitan importer/exporter map the same).
+OP_SAC_SOURCE = ("torchtitan per-op SAC: block input, every other matmul output, SDPA output + "
+                 "logsumexp, reduce-scatter outputs (torchtitan/distributed/activation_checkpoint.py)")
+
+
+def op_sac_bytes(m: ModelSpec, c: int, R: int, attention: str, t: int, sp: bool) -> float | None:
+    """Bytes per token of one dense decoder layer kept under torchtitan's per-op SAC (see
+    ``OP_SAC_SOURCE``), on one of ``t`` TP ranks; None for layers it does not describe (MLA).
+
+    Matmul outputs in forward order: q, k, v (or one fused q|k|v), o, then gate, up, down (gated
+    MLP; torchtitan's ``w2(silu(w1(x)) * w3(x))``) or fc1, down; the 1st, 3rd, ... are saved.
+    Column-parallel outputs are split over t; a row-parallel output (o, down) is the rank's
+    partial sum over the whole sequence (DTensor ``Partial``), so it is not; with sequence
+    parallelism the reduce-scatter that follows it keeps its 1/t share as well. SDPA keeps its
+    c-byte output and the fp32 logsumexp (4 per head); eager attention's bmm/softmax are not on
+    the save list. The block input (R bytes) stays alive for the recomputation.
+    """
+    if m.mla is not None:
+        return None
+    h, q, kv, f = m.hidden_size, m.q_dim, m.kv_dim, m.intermediate_size
+    attn = [(q + 2 * kv, True)] if getattr(m, "fused_qkv", False) else [(q, True), (kv, True), (kv, True)]
+    mlp = [(f, True), (f, True), (h, False)] if m.mlp_type == "gated" else [(f, True), (h, False)]
+    mms = attn + [(h, False)] + mlp  # (width, column-parallel)
+    saved = sum(c * w / (t if col else 1) for i, (w, col) in enumerate(mms) if i % 2 == 0)
+    rs = 2 * R * h / t if (sp and t > 1) else 0.0
+    core = (c * q + FP32 * m.num_heads) / t if attention != "eager" else 0.0
+    return R * h / (t if sp else 1) + saved + rs + core

@@ -26,7 +26,9 @@ from functools import lru_cache
 from trainledger.spec.plan import Plan
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
-from trainledger.estimate.memory.activations import FP32, INT64, Flow, LoraShape, layer_bytes, te_layer_bytes
+from trainledger.estimate.memory.activations import (
+    FP32, INT64, Flow, LoraShape, layer_bytes, op_sac_bytes, te_layer_bytes,
+)
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
 )
@@ -346,6 +348,7 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     s_att = r.seq_len
     per_layer = []
     te = RT.framework(plan) == "megatron-core" and lora is None
+    op_level = r.recompute == "selective" and RT.op_level_sac(plan)
     for (moe_layer, masked), count in _layer_kinds(plan).items():
         if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
             lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)
@@ -355,6 +358,10 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
         if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
             full += lb.linear_inputs * (1 - 1 / t)
         sel = full - (lb.per_s * s_att + lb.core_drop - lb.core_keep) / t
+        op_sac = op_sac_bytes(m, flow.c, flow.R, r.attention, t, sp) if (
+            op_level and not moe_layer and lora is None) else None
+        if op_sac is not None:  # torchtitan's per-op SAC (activations.OP_SAC_SOURCE)
+            sel = op_sac
         per_layer.append((count, lb, full, sel))
     inflight = inflight_microbatches(plan)
     acts = 0.0
@@ -383,7 +390,10 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
         acts -= min((lb0.first_layer_saving + per_s) / t, first) * T
     parts.acts = acts * inflight
     parts.ckpt = ckpt * inflight
-    if r.recompute == "selective":  # the attention core of one layer, rematerialized
+    if r.recompute == "selective" and op_level:
+        # per-op SAC recomputes a whole block in its backward: one layer's full activations
+        act_layer = max(full * T for _, _, full, _ in per_layer)
+    elif r.recompute == "selective":  # the attention core of one layer, rematerialized
         act_layer = max(((lb.per_s * s_att + lb.core_drop - lb.core_keep) / t) * T for _, lb, _, _ in per_layer)
     parts.act_layer = act_layer if r.recompute != "none" else 0.0
     parts.n_layers = n_layers

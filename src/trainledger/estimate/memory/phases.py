@@ -16,6 +16,7 @@ from trainledger.spec.plan import Plan
 from trainledger.estimate.memory.model import Parts, activations, inference, model_states
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
+from trainledger.estimate.memory.pressure import Pressure, pressure
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
 
@@ -202,3 +203,25 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
     peak = sum([int(v) for v in points[i_peak][2].values() if v > 0])
     reserved, context, workspace = _device_bytes(peak, opts, rt)
     return peak, reserved + context + workspace, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+
+
+def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None) -> Pressure:
+    """Caching-allocator retries per step of ``plan`` (``.pressure``) from its step's moments vs
+    the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage."""
+    opts = opts or MemoryOptions()
+    if not plan.recipe.is_training:
+        return Pressure(0.0, 0.0, float(plan.cluster.gpu.usable_bytes), 0.0, True)
+    if plan.layout.pp > 1 and current_role(plan) is None:
+        out = []
+        for role in ("first", "last"):
+            with pipeline_role(role):
+                out.append(allocator_pressure(plan, opts))
+        # a stage that does not fit stops the whole pipeline; else the stage with more retries
+        return max(out, key=lambda p: (not p.fits, p.retries_per_step, p.peak_bytes))
+    rt = runtime_defaults()
+    x, points = step_points(plan, opts, rt)
+    f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
+    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
+    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
+    return pressure(plan, points, capacity, f, x.n_layers)

@@ -92,6 +92,12 @@ def sixteen_bit_model(plan: Any) -> bool:
     return False
 
 
+def op_level_sac(plan: Any) -> bool:
+    """``recompute=selective`` is torchtitan's per-op SAC (activations.OP_SAC_SOURCE), not the
+    attention-core recomputation of Korthikanti et al.: the fsdp2 runtime (torchtitan's stack)."""
+    return framework(plan) == "fsdp2"
+
+
 def fsdp_sharded(plan: Any) -> bool:
     """FSDP frameworks always shard (zero 0 or 3: full shard; 1/2: shard-grad-op), even on one rank."""
     return framework(plan) in ("fsdp2", "pytorch-fsdp")
@@ -343,7 +349,12 @@ def fsdp_states(plan: Any, parts: Any, P_t: float, flow: Any) -> None:
     r = plan.recipe
     s = shapes(plan)
     pol = r.policy
-    w = DTYPE_BYTES[pol["weights"]]
+    # a policy with an fp32 master (fp8-mixed, mxfp8/nvfp4-mixed) keeps it as the sharded parameter
+    # itself: FSDP shards the fp32 module parameters and gathers them in param_dtype (torchao
+    # Float8Linear under FSDP2 keeps the fp32 weight and casts at all-gather time: torchao
+    # float8/fsdp_utils.py ``WeightWithDynamicFloat8CastTensor``); its gradient lands in that dtype
+    master = pol["master"] != "none"
+    w = FP32 if master else DTYPE_BYTES[pol["weights"]]
     local = s.layers_local + s.emb_local + s.head_local + s.norm_local
     lora = r.method in ("lora", "qlora")
     parts.weights = local * w + (P_t * 4.0 / shard_group(plan) if lora else 0.0)
@@ -352,7 +363,7 @@ def fsdp_states(plan: Any, parts: Any, P_t: float, flow: Any) -> None:
         return
     sh = model_shape(plan.model)
     train = P_t / shard_group(plan) if lora else local
-    g_bytes = 4.0 if lora else DTYPE_BYTES[pol["grads"]]
+    g_bytes = 4.0 if (lora or master) else DTYPE_BYTES[pol["grads"]]
     s_bytes = FP32 if lora else DTYPE_BYTES[pol["states"]]
     parts.grads = train * g_bytes
     parts.states = optimizer_state_bytes(r.optimizer, train, s_bytes, sh, train / max(local, 1))

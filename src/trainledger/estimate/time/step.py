@@ -44,6 +44,7 @@ from trainledger.estimate.time.stack import StackProfile, stack_profile
 from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
 from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
+from trainledger.estimate.time.allocator import allocator_retries
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
 #: achieved by pinned-memory cudaMemcpy.
@@ -543,6 +544,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
+    retry = allocator_retries(plan)  # near-capacity memory (estimate/time/allocator.py)
+    bd["allocator_retries"] = retry.seconds
     step = sum(bd.values())
     notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
              f"(catalog/efficiency/{eff.family}.yaml); kernels "
@@ -552,6 +555,9 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     if clk < 1.0:
         notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
                      f"x{clk:.3f} (DVFS cube law, estimate/stack.py)")
+    if retry.pressure.note():
+        notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
+                     f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")
     if flops.hardware < flops.model:
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")

@@ -1,0 +1,128 @@
+"""Near-capacity memory (issue 15): the caching allocator's retries, and the memory of torchtitan's
+per-op SAC / Float8-on-FSDP2 plans that decide whether a plan is near capacity.
+
+The retry mechanism (estimate/memory/pressure.py): a moment with L live bytes needs L·(1+f)
+reserved (f the allocator reserve fraction); when that exceeds the capacity C the share
+(L·(1+f) - C)/(f·L) of its large allocations miss the cache and retry cudaMalloc
+(c10/cuda/CUDACachingAllocator.cpp ``malloc`` -> ``release_cached_blocks``). The expected values
+below are worked out by hand from that rule, not read from the code's output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory.model import Parts, activations, model_states
+from trainledger.estimate.memory.pressure import pressure
+from trainledger.estimate.options import MemoryOptions
+from trainledger.estimate.time import estimate_compute
+from trainledger.estimate.time.allocator import allocator_retries, retry_cost
+from trainledger.load.plan import PlanInputs, build_plan
+
+GIB = 2**30
+
+
+def _plan(**kw):
+    base = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=8)
+    base.update(kw)
+    return build_plan(PlanInputs(**base))
+
+
+def _one_moment(live: float, capacity: float = 100.0, f: float = 0.1, grad_accum: int = 1):
+    plan = _plan(grad_accum=grad_accum) if grad_accum > 1 else _plan()
+    points = [("forward", "loss (forward end)", {"activations": live})]
+    return pressure(plan, points, capacity, f, n_layers=32)
+
+
+def test_no_retries_with_comfortable_headroom():
+    # L(1+f) = 90·1.1 = 99 <= 100: every allocation is served from the cache
+    assert _one_moment(90.0).retries_per_step == 0.0
+    assert _one_moment(90.0).note() is None
+
+
+def test_retries_follow_the_missing_share_of_the_cache():
+    # L = 95: L(1+f) - C = 4.5 of a 9.5 cache missing -> 4.5/9.5 of one allocation retries
+    assert _one_moment(95.0).retries_per_step == pytest.approx(4.5 / 9.5)
+    # at L = C the cache is gone: every large allocation retries
+    assert _one_moment(100.0).retries_per_step == pytest.approx(1.0)
+
+
+def test_retries_grow_towards_capacity_and_repeat_per_micro_batch():
+    r = [_one_moment(x).retries_per_step for x in (91.0, 93.0, 95.0, 97.0, 99.0)]
+    assert all(a < b for a, b in zip(r, r[1:])) and r[0] > 0
+    # a forward moment recurs in every micro-batch of the step
+    assert _one_moment(95.0, grad_accum=4).retries_per_step == pytest.approx(4 * 4.5 / 9.5)
+
+
+def test_layer_loop_moments_recur_once_per_layer():
+    plan = _plan()
+    # both ends of the layer loop at the same pressure: n_layers times the moment's retries
+    pts = [("backward", "last layer backward", {"activations": 95.0}),
+           ("backward", "first layer backward", {"activations": 95.0})]
+    assert pressure(plan, pts, 100.0, 0.1, n_layers=32).retries_per_step == pytest.approx(32 * 4.5 / 9.5)
+
+
+def test_a_plan_that_does_not_fit_has_no_step_to_slow_only_the_warning():
+    p = _one_moment(120.0)
+    assert not p.fits and p.retries_per_step == 0.0
+    assert "does not fit" in p.note()
+
+
+def _near_capacity_plan():
+    # torchtitan's Llama 2 13B row without AC (64 A100-80GB, local batch 2, seq 4096): the live
+    # peak sits within the allocator's cache of the 80 GiB
+    return _plan(model="llama-2-13b", gpu="a100-sxm-80gb", gpus=64, framework="fsdp2", zero=3,
+                 micro_batch=2, seq_len=4096, attention="flash")
+
+
+def test_near_capacity_plan_warns_and_pays_in_the_time_breakdown():
+    plan = _near_capacity_plan()
+    term = allocator_retries(plan)
+    assert term.pressure.fits and term.pressure.retries_per_step > 0
+    assert term.seconds == pytest.approx(term.pressure.retries_per_step * retry_cost()[0])
+    comp = estimate_compute(plan)
+    assert comp.breakdown["allocator_retries"] == pytest.approx(term.seconds)
+    assert any("near capacity" in n and "num_alloc_retries" in n for n in comp.notes)
+    mem = estimate_memory(plan, MemoryOptions(suggestions=False))
+    assert any(n.startswith("near capacity") for n in mem.notes)
+
+
+def test_comfortable_plan_has_no_retry_term():
+    plan = _plan(model="llama-3.2-1b", gpus=8, framework="fsdp2", zero=3, micro_batch=1, seq_len=2048)
+    comp = estimate_compute(plan)
+    assert "allocator_retries" not in comp.breakdown
+    assert not any("near capacity" in n for n in comp.notes)
+
+
+def test_smaller_micro_batch_restores_headroom():
+    big = allocator_retries(_near_capacity_plan()).pressure.retries_per_step
+    small = allocator_retries(_plan(model="llama-2-13b", gpu="a100-sxm-80gb", gpus=64, framework="fsdp2",
+                                    zero=3, micro_batch=1, seq_len=4096, attention="flash"))
+    assert big > 0 and small.pressure.retries_per_step == 0.0
+
+
+def _acts(plan) -> Parts:
+    x = Parts()
+    model_states(plan, x)
+    activations(plan, MemoryOptions(), x)
+    return x
+
+
+def test_fsdp2_selective_is_torchtitans_per_op_sac():
+    # torchtitan/distributed/activation_checkpoint.py (_save_list, _custom_policy): a Llama block
+    # keeps its input and the outputs of mm 1, 3, 5, 7 of (wq, wk, wv, wo, w1, w3, w2) plus the
+    # SDPA output and logsumexp. Llama-3.1-8B, bf16 (FSDP2 param_dtype): per token and layer
+    # 2·(h + q + kv + f + h) + 2·q + 4·a = 2·(4096+4096+1024+14336+4096) + 2·4096 + 4·32
+    per_token_layer = 2 * (4096 + 4096 + 1024 + 14336 + 4096) + 2 * 4096 + 4 * 32
+    plan = _plan(framework="fsdp2", zero=3, micro_batch=2, seq_len=8192, recompute="selective", attention="flash")
+    assert _acts(plan).acts == pytest.approx(per_token_layer * 2 * 8192 * 32)
+
+
+def test_fsdp2_fp8_keeps_the_fp32_parameter_shard():
+    # torchao Float8Linear under FSDP2 keeps the fp32 weight (WeightWithDynamicFloat8CastTensor) and
+    # casts at all-gather time: the shard, its gradient and the states are those of bf16-mixed
+    kw = dict(framework="fsdp2", zero=3, micro_batch=1, seq_len=2048)
+    a = estimate_memory(_plan(precision="bf16-mixed", **kw), MemoryOptions(suggestions=False)).breakdown
+    b = estimate_memory(_plan(precision="fp8-mixed", **kw), MemoryOptions(suggestions=False)).breakdown
+    assert b["weights"] == a["weights"] and b["optimizer_states"] == a["optimizer_states"]
