@@ -213,6 +213,10 @@ def mosaic_cases() -> list[Case]:
         p = plan(mdl, cluster(gpu, s["gpus"], inter="roce-200"), dp=s["gpus"], zero=3,
                  mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"], precision=prec,
                  recompute=s["recompute"], attention="flash1", framework="pytorch-fsdp")
+        # llm-foundry's MPT trains with flash-attn's fused cross-entropy unless a yaml says otherwise
+        # (llmfoundry/models/mpt/modeling_mpt.py ``ComposerMPTCausalLM``: loss_fn defaults to
+        # 'fused_crossentropy'; the benchmark yamls, scripts/train/benchmarking, set no loss_fn)
+        p = p.model_copy(update={"runtime": Runtime(framework="pytorch-fsdp", fused_loss=True)})
         out.append(Case(c["id"], "mosaicml", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out

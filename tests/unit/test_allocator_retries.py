@@ -126,3 +126,29 @@ def test_fsdp2_fp8_keeps_the_fp32_parameter_shard():
     a = estimate_memory(_plan(precision="bf16-mixed", **kw), MemoryOptions(suggestions=False)).breakdown
     b = estimate_memory(_plan(precision="fp8-mixed", **kw), MemoryOptions(suggestions=False)).breakdown
     assert b["weights"] == a["weights"] and b["optimizer_states"] == a["optimizer_states"]
+
+
+def test_layernorm_saves_its_input_and_row_statistics_only():
+    # aten native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias):
+    # a LayerNorm keeps its input (2h in 16 bits, no autocast) and fp32 mean + rstd (8 per token),
+    # where an HF RMSNorm keeps the fp32 input (4h), rsqrt (4) and x.to(dtype) (2h): 4h - 4 more
+    from trainledger.estimate.memory.activations import Flow, layer_bytes
+
+    m = _plan(model="llama-3.2-1b").model
+    ln = m.model_copy(update={"norm_type": "layernorm"})
+    flow = Flow(c=2, R=2, autocast=False, adapter=2)
+    h = m.hidden_size
+    d = layer_bytes(m, flow, "flash", False).replicated - layer_bytes(ln, flow, "flash", False).replicated
+    assert d == pytest.approx(m.norms_per_layer * (4 * h - 4))
+
+
+def test_fused_loss_keeps_the_logits_once():
+    # flash-attn CrossEntropyLoss: forward saves the 16-bit logits and an fp32 log-sum-exp per token;
+    # backward writes a 16-bit gradient beside the saved logits
+    kw = dict(model="llama-3.2-1b", framework="pytorch-fsdp", zero=3, precision="bf16", micro_batch=2, seq_len=1024)
+    plan = _plan(fused_loss=True, **kw)
+    x = _acts(plan)
+    V, T = plan.model.vocab_size, 2 * 1024
+    assert x.logits_fwd == pytest.approx(2 * V * T + 4 * T)
+    assert x.logits_bwd == pytest.approx(2 * 2 * V * T + 4 * T)
+    assert _acts(_plan(**kw)).logits_fwd > 4 * x.logits_fwd  # bf16 + fp32 upcast + fp32 log-softmax

@@ -66,6 +66,7 @@ class PlanInputs(Spec):
     loss_parallel: bool = _RUNTIME["loss_parallel"]
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     cross_entropy_fusion: bool = _RUNTIME["cross_entropy_fusion"]
+    fused_loss: bool = _RUNTIME["fused_loss"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
     ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
@@ -299,6 +300,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
             cross_entropy_fusion=inputs.cross_entropy_fusion,
+            fused_loss=inputs.fused_loss,
             **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")

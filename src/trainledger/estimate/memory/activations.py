@@ -122,6 +122,12 @@ class _Layer:
     def norm(self, width: int, src: int, groups: int = 1) -> float:
         """RMSNorm: fp32 input (4w), rsqrt (4 per group) and, when its weight trains, what the
         weight multiplies: x.to(src) (Llama style) or the fp32 x·rsqrt (Gemma/OLMo-2 style)."""
+        if self.m.norm_type == "layernorm":
+            # torch.nn.LayerNorm is one kernel (aten ``native_layer_norm``) whose backward reads its
+            # input and the fp32 mean and rstd of each row (``native_layer_norm_backward``); the affine
+            # weight and bias are applied inside it, so nothing else is saved. Autocast runs
+            # layer_norm in fp32 (its fp32 op list), keeping the fp32 input; else the input itself
+            return (FP32 if self.flow.autocast else src) * width + 2 * FP32 * groups
         kept = FP32 if self.m.model_type in NORM_WEIGHT_IN_FP32 else src
         return FP32 * width + FP32 * groups + (kept * width if self.trainable else 0)
 

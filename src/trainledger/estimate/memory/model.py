@@ -460,6 +460,13 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
         # Megatron's final norm (TE: input + rsigma) and output layer (its input) save no fp32 copy
         parts.head_saves = (R * h + FP32 + c * h) * T
         parts.head_out = 0.0
+    elif plan.runtime.fused_loss:
+        # one fused cross-entropy kernel (flash-attn ``losses/cross_entropy.py`` CrossEntropyLoss, the
+        # default loss of llm-foundry's MPT, ``loss_fn: fused_crossentropy``): forward keeps the
+        # c-byte logits it saves and an fp32 log-sum-exp per token; backward writes a new c-byte
+        # gradient beside them (``inplace_backward=False``), no fp32 upcast or log-softmax output
+        parts.logits_fwd = logit_b * V * T / t + FP32 * T + capped
+        parts.logits_bwd = 2 * logit_b * V * T / t + FP32 * T + capped
     elif local_loss:
         # torch's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch 2.13) keeps the
         # logits vocab-sharded: ``_log_softmax`` runs on the local shard (all-reducing only the
