@@ -152,3 +152,25 @@ def test_fused_loss_keeps_the_logits_once():
     assert x.logits_fwd == pytest.approx(2 * V * T + 4 * T)
     assert x.logits_bwd == pytest.approx(2 * 2 * V * T + 4 * T)
     assert _acts(_plan(**kw)).logits_fwd > 4 * x.logits_fwd  # bf16 + fp32 upcast + fp32 log-softmax
+
+
+def test_fsdp2_pipeline_stage_keeps_its_unsharded_fp32_gradients_between_micro_batches():
+    # torch.distributed.pipelining stage.py backward_maybe_with_nosync: FSDP2 stages run every
+    # backward with set_requires_gradient_sync(False) and reduce-scatter after the last; FSDP2 keeps
+    # the unsharded gradient in the reduce dtype (fp32) meanwhile: 4 bytes per parameter of the stage
+    from trainledger.estimate.memory.phases import step_points
+    from trainledger.estimate.memory.device import runtime_defaults
+    from trainledger.estimate.memory.states import model_shape
+    from trainledger.estimate.stage import pipeline_role
+
+    kw = dict(model="llama-3.2-1b", gpus=4, pp=2, framework="fsdp2", zero=3, micro_batch=1, seq_len=1024,
+              reshard_after_forward=False, grad_accum=4)
+    plan = _plan(**kw)
+    sh = model_shape(plan.model)
+    with pipeline_role("first"):
+        x, pts = step_points(plan, MemoryOptions(), runtime_defaults())
+    fwd = next(d for ph, lb, d in pts if lb == "loss (forward end)")
+    stage_params = sh.layers / 2 + sh.embedding
+    assert fwd["gradients"] - x.grads == pytest.approx(4 * stage_params, rel=2e-3)
+    opt = next(d for ph, lb, d in pts if ph == "optimizer")
+    assert opt["gradients"] == pytest.approx(x.grads)  # reduce-scattered before the step

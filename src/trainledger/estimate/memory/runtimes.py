@@ -283,6 +283,7 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     f = fsdp_parts(plan)
     r = plan.recipe
     n = max(f.n_layers, 1)
+    pp_nosync = plan.layout.pp > 1 and framework(plan) == "fsdp2" and r.is_training
     ga = r.grad_accum > 1
     g_prev = x.grads if ga else 0.0
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states}
@@ -322,7 +323,7 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     for j in (0, n - 1):
         keep = (n - j) / n
         copies = x.copies_layer if r.recompute == "full" else (x.copies - x.copies_head) * keep
-        live_layers = (2 * f.layer_gathered if f.reshard else (n - j) * f.layer_gathered)
+        live_layers = (2 * f.layer_gathered if f.reshard else (n if pp_nosync else n - j) * f.layer_gathered)
         label = "last layer" if j == 0 else "first layer"
         # inside the layer's backward (the MLP's unsharded gradients exist, attention runs) ...
         points.append(("backward", f"{label} backward", dict(
@@ -339,6 +340,16 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
                zero_buffers=f.root_gathered + f.emb_gathered + f.root_reduce)
     opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
     points += [("backward", "backward end (root reduce-scatter)", end), ("optimizer", "optimizer step", opt)]
+    if pp_nosync:
+        # torch.distributed.pipelining runs every micro-batch's backward of an FSDP2 stage with
+        # set_requires_gradient_sync(False) and set_reshard_after_backward(False), reduce-scattering
+        # only after the last one (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``);
+        # meanwhile FSDP2 upcasts and keeps each unsharded gradient in the reduce dtype
+        # (_fsdp_param.py ``to_accumulated_grad_if_needed``): the stage's whole unsharded gradient, from
+        # the first micro-batch's backward to the optimizer step
+        acc = n * f.layer_reduce + f.root_reduce
+        points = [(ph, lb, d if ph == "optimizer" else dict(d, gradients=d.get("gradients", 0.0) + acc))
+                  for ph, lb, d in points]
     return points
 
 
