@@ -103,8 +103,25 @@ def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     return pts
 
 
+#: the last plan's moments (each pipeline role's): ``estimate_memory`` and the time model's allocator term
+#: (``allocator_pressure``) walk the same plan one after the other (the planner does for every
+#: candidate); callers read the moments, never change them
+_LAST: list[tuple[Plan, tuple[bool, str], RuntimeDefaults, str | None, tuple[Parts, list[Point]]]] = []
+
+
 def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
     """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines)."""
+    role = current_role(plan)
+    key = (opts.use_cache, opts.kv_cache)  # the options the moments read
+    for p, k, r, ro, out in _LAST:
+        if p is plan and k == key and r is rt and ro == role:
+            return out
+    out = _step_points(plan, opts, rt)
+    _LAST[:] = [e for e in _LAST if e[0] is plan][-2:] + [(plan, key, rt, role, out)]  # a pipeline's stages
+    return out
+
+
+def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
     x = Parts()
     model_states(plan, x)
     if plan.recipe.is_training:

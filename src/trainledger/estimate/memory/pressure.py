@@ -84,6 +84,10 @@ def pressure(plan: Plan, points: list[Point], capacity: float, f: float, n_layer
     micro = (lay.pp_microbatches or r.grad_accum) if lay.pp > 1 else r.grad_accum
     totals = [sum(d.values()) for _, _, d in points]
     peak = max(totals) if totals else 0.0
+    if peak * (1 + f) <= capacity:  # comfortable headroom at every moment (most plans)
+        return Pressure(0.0, peak, capacity, f, True)
+    if peak > capacity:  # it does not run at all: no step to slow down (the note says so)
+        return Pressure(0.0, peak, capacity, f, False)
     retries = 0.0
     by_label = {lb: i for i, (_, lb, _) in enumerate(points)}
     for i, (phase, label, d) in enumerate(points):
@@ -100,6 +104,4 @@ def pressure(plan: Plan, points: list[Point], capacity: float, f: float, n_layer
             retries += allocs * miss * repeats * max(n_layers, 1)
         else:
             retries += allocs * _miss(totals[i], capacity, f) * repeats
-    if peak > capacity:  # it does not run at all: no step to slow down (the note says so)
-        return Pressure(0.0, peak, capacity, f, False)
     return Pressure(retries, peak, capacity, f, True)
