@@ -18,13 +18,20 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     megatron-core; its Hopper profile overlaps TP comm as the NeMo recipes do); Megatron-LM 2021/2022
     runs predate Megatron-Core: framework megatron-core on Ampere (fused Apex kernels, no TP
     overlap, the same profile); BLOOM: megatron-deepspeed; MosaicML llm-foundry: pytorch-fsdp
-    (FSDP1, eager modules), MPTConfig defaults (learned positions, biases) and its default Triton
-    FlashAttention kernel (attention flash1); torchtitan: fsdp2, torch.compile rows with fused kernels
+    (FSDP1, eager modules), MPTConfig defaults (learned positions, biases), its default Triton
+    FlashAttention kernel (attention flash1) and llm-foundry's default fused cross-entropy
+    (flash-attn); torchtitan: fsdp2 (its defaults: loss parallel with TP, no reshard after forward
+    with PP; recompute "selective (op)" is its per-op SAC), torch.compile rows with fused kernels
     (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed (the 2024-12
     benchmark's techniques read from its table captions, which cover every row of the table; the
     2024-08 405B Float8 rows compiled, as the preset committed with that table), H100
     rows on the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
     stack, layout assumed).
+
+Rows whose source states the memory it measured (torchtitan: max reserved GiB) also print the
+plan's predicted reserved memory beside it, and the summary their error: a check that the bench's
+plans state the runs (recompute, batch, loss, sharding), which the time model's allocator-retry
+term (estimate/time/allocator.py) reads.
 
 Usage: python bench/time_accuracy.py [--json] [--all] [--write-intervals]
 (--all also shows secondary cases; --write-intervals stores the per-stack residual intervals)
