@@ -107,8 +107,8 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         opt = str(ac.get("selective_ac_option", "2"))
         if opt == "op":
             res.set("recompute", "selective", where)
-            res.notes.append(f"{where}: selective_ac_option 'op' (per-op SAC: matmul outputs kept) "
-                             "sized as selective recomputation")
+            res.notes.append(f"{where}: selective_ac_option 'op' (per-op SAC) sized as fsdp2's selective "
+                             "recomputation: each block keeps its input, every other matmul output and the SDPA output")
         else:
             res.set("recompute", "full", where)
             res.notes.append(f"{where}: selective_ac_option {opt}: every {opt}th layer is checkpointed "
