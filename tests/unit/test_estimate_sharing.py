@@ -134,6 +134,24 @@ def test_remembered_flow_and_stage_follow_the_plan_object():
         assert Stage.of(p) is first
 
 
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_remembered_moments_equal_a_fresh_walk_per_role(name):
+    """``step_points`` remembers the last plan's moments (each pipeline role's): served again they
+    equal a fresh walk of the same role, never another role's or another plan's."""
+    from trainledger.estimate.memory.phases import _step_points
+
+    p, opts, rt = _plan(name), MemoryOptions(), runtime_defaults()
+    roles = ("first", "last") if p.layout.pp > 1 else (None,)
+    for role in roles + roles:
+        with pipeline_role(role):
+            x, pts = step_points(p, opts, rt)
+            fx, fpts = _step_points(p, opts, rt)
+            assert pts == fpts and dataclasses.asdict(x) == dataclasses.asdict(fx)
+    other = build_plan(PlanInputs(**dict(PLANS[name], micro_batch=2)))
+    with pipeline_role(roles[0]):
+        assert step_points(other, opts, rt)[1] == _step_points(other, opts, rt)[1] != step_points(p, opts, rt)[1]
+
+
 def test_model_hash_is_the_field_hash_and_a_changed_copy_gets_its_own():
     m = _plan("mixtral-ep8").model
     fields = tuple(m.__dict__[k] for k in type(m).model_fields)
