@@ -5,8 +5,9 @@ serves a request from a cached free block when one fits; otherwise it calls ``cu
 that fails it frees cached blocks (``release_available_cached_blocks``, then ``release_cached_blocks``:
 a wait on every outstanding event, i.e. a device synchronize, and ``cudaFree`` of each cached
 segment) and tries ``cudaMalloc`` once more; each such recovery counts one
-``torch.cuda.memory_stats()["num_alloc_retries"]``. PyTorch's "CUDA memory management" notes
-and pytorch/pytorch PR #74261 call this path "very expensive": it stalls all GPU work.
+``torch.cuda.memory_stats()["num_alloc_retries"]``. The path stalls the GPU: ``cudaFree`` waits
+for all work on the device (pytorch/pytorch PR #19222, the allocator's author), and waiting on
+every event "is very expensive as it will likely stall all the GPU operations" (PR #74261).
 
 Mechanism. At a moment of the step with L live bytes the allocator holds about L·(1 + f) reserved
 (f: the reserve fraction of the memory model, catalog/runtime/cuda.yaml: cached-but-free blocks
