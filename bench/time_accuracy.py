@@ -139,7 +139,7 @@ def plan(model, cl: Cluster, *, tp=1, pp=1, cp=1, dp=None, vp=1, zero=0, sp=None
     lay = Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, sp=(tp > 1) if sp is None else sp,
                  pp_schedule="interleaved" if vp > 1 else "1f1b")
     return Plan(model=model, recipe=rec, layout=lay, cluster=cl,
-                runtime=Runtime(framework=framework, cross_entropy_fusion=fused_loss))
+                runtime=Runtime(framework=framework, fused_loss=fused_loss))
 
 
 def _load(name: str) -> list[dict[str, Any]]:

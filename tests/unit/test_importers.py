@@ -175,8 +175,8 @@ def test_megatron_llama3_fp8_example():
     assert (m["model"], m["precision"], m["zero"], m["seq_len"], m["gpus"]) == ("llama-3.1-8b", "fp8-mixed", 1, 8192, 8)
     assert (m["micro_batch"], m["grad_accum"], m["dropout"]) == (1, 16, 0.0)
     # the script's --cross-entropy-loss-fusion selects Megatron's fused loss (fewer logit passes)
-    assert m["cross_entropy_fusion"] is True
-    assert not _read("megatron_train_gpt3_175b_distributed.sh").merged().get("cross_entropy_fusion")
+    assert m["fused_loss"] is True
+    assert not _read("megatron_train_gpt3_175b_distributed.sh").merged().get("fused_loss")
     assert not any("cross-entropy" in u for u in _read("megatron_train_llama3_8b_h100_fp8.sh").unknown_keys)
 
 
@@ -212,7 +212,7 @@ ROUND = {
                           micro_batch=2, grad_accum=2, recompute="full"),
     "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
                            seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective",
-                           cross_entropy_fusion=True),
+                           fused_loss=True),
     "megatron-fsdp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", zero=3, tp=2,
                           seq_len=4096, micro_batch=1, grad_accum=2, recompute="full"),
     "nemo-recipe": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=2, cp=2, zero=1,

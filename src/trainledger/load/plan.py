@@ -65,7 +65,6 @@ class PlanInputs(Spec):
     wrap: Wrap = _RUNTIME["wrap"]
     loss_parallel: bool = _RUNTIME["loss_parallel"]
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
-    cross_entropy_fusion: bool = _RUNTIME["cross_entropy_fusion"]
     fused_loss: bool = _RUNTIME["fused_loss"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
@@ -299,7 +298,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
-            cross_entropy_fusion=inputs.cross_entropy_fusion,
             fused_loss=inputs.fused_loss,
             **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )

@@ -164,7 +164,7 @@ def megatron_args(plan: Plan) -> list[str]:
               {2: "optim_grads", 3: "optim_grads_params"}[lay.zero]]
     if lay.offload == "optimizer":
         a += ["--optimizer-cpu-offload"]
-    if plan.runtime.cross_entropy_fusion:
+    if plan.runtime.fused_loss:
         a += ["--cross-entropy-loss-fusion"]
     return a
 
@@ -233,7 +233,7 @@ def nemo_script(plan: Plan, head: str) -> str:
     o.append(f"trainer.plugins={prec}")
     if r.recompute != "none":
         o.append(f"model.config.recompute_granularity={r.recompute}")
-    if plan.runtime.cross_entropy_fusion:
+    if plan.runtime.fused_loss:
         o.append("model.config.cross_entropy_loss_fusion=true")
     if r.train_tokens:
         o.append(f"trainer.max_steps={max(1, round(r.train_tokens / plan.tokens_per_step))}")

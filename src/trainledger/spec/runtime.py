@@ -73,13 +73,11 @@ class Runtime(Spec):
         False, description="torch TP loss_parallel: cross-entropy on the vocab-sharded logits")
     gradient_as_bucket_view: bool = Field(
         False, description="DDP gradient_as_bucket_view: gradients are views into the reduction buckets")
-    cross_entropy_fusion: bool = Field(
-        False, description="megatron-core --cross-entropy-loss-fusion: the vocab-parallel loss as "
-        "jit-fused kernels (fewer passes over the fp32 logits) instead of separate PyTorch ops")
     fused_loss: bool = Field(
-        False, description="PyTorch stacks: the loss is one fused cross-entropy kernel (flash-attn's, as "
-        "llm-foundry runs by default): the logits are kept once, with no fp32 copy or log-softmax output "
-        "(memory; megatron-core's own fused loss is --cross-entropy-fusion)")
+        False, description="the stack's fused cross-entropy kernel: megatron-core "
+        "--cross-entropy-loss-fusion (fewer passes over the fp32 logits: time), or on PyTorch stacks "
+        "one fused kernel such as flash-attn's (llm-foundry's default): the logits are kept once, "
+        "with no fp32 copy or log-softmax output (memory)")
     # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (DS_DEFAULTS above)
     ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
     ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
@@ -107,10 +105,8 @@ class Runtime(Spec):
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
         if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
-        if self.framework == "megatron-core":
-            d["cross_entropy_fusion"] = self.cross_entropy_fusion
-        if self.fused_loss:
-            d["fused_loss"] = True
+        if self.framework == "megatron-core" or self.fused_loss:
+            d["fused_loss"] = self.fused_loss
         if self.framework in ("deepspeed", "megatron-deepspeed"):
             for k, dflt in DS_DEFAULTS.items():
                 v = getattr(self, "ds_" + k)

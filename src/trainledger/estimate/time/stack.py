@@ -83,7 +83,7 @@ class StackProfile:
 
     def xent_bytes(self, fused: bool) -> float | None:
         """HBM bytes per logit of the stack's loss (None: PyTorch's); ``fused``: the plan asks for
-        the stack's fused loss (``Runtime.cross_entropy_fusion``), where the stack has one."""
+        the stack's fused loss (``Runtime.fused_loss``), where the stack has one."""
         if fused and self.xent_bytes_per_vocab_fused is not None:
             return self.xent_bytes_per_vocab_fused
         return self.xent_bytes_per_vocab

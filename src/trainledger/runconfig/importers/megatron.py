@@ -318,7 +318,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     # --cross-entropy-loss-fusion (NeMo: model.cross_entropy_loss_fusion); off by default
     # (megatron/core/model_parallel_config.py); Megatron-DeepSpeed has no such flag
     if not deepspeed and _on(a, "cross_entropy_loss_fusion"):
-        res.set("cross_entropy_fusion", True, where)
+        res.set("fused_loss", True, where)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
     _model(a, res, where, layers)
