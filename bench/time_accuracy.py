@@ -216,14 +216,20 @@ def mosaic_cases() -> list[Case]:
         # kernel (llmfoundry/models/layers/flash_attn_triton.py): FA1 generation, causal block skip.
         mdl = gpt(d["hidden"], d["layers"], d["heads"], d["vocab"], s["seq_len"], ffn=d["ffn"],
                   pos="learned", bias=True, tied=True, name=c["model"])
-        prec = "bf16" if s["precision"] == "bf16" else "bf16-mixed"
+        # Composer's precision 'bf16' is autocast mixed precision, not bf16 weights (composer/core/
+        # precision.py: "BF16: Use 16-bit BFloat mixed precision"): fp32 sharded parameters and
+        # optimizer states in both tables. The tables' mp_mode decides the FSDP reduce dtype:
+        # Composer's FSDP mixed_precision 'PURE' reduces in bf16, 'DEFAULT' in fp32.
+        prec = "bf16-mixed"
+        reduce = "bf16" if s.get("mp_mode") == "PURE" else "fp32"
         p = plan(mdl, cluster(gpu, s["gpus"], inter="roce-200"), dp=s["gpus"], zero=3,
                  mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"], precision=prec,
                  recompute=s["recompute"], attention="flash1", framework="pytorch-fsdp")
         # llm-foundry's MPT trains with flash-attn's fused cross-entropy unless a yaml says otherwise
         # (llmfoundry/models/mpt/modeling_mpt.py ``ComposerMPTCausalLM``: loss_fn defaults to
         # 'fused_crossentropy'; the benchmark yamls, scripts/train/benchmarking, set no loss_fn)
-        p = p.model_copy(update={"runtime": Runtime(framework="pytorch-fsdp", fused_loss=True)})
+        p = p.model_copy(update={"runtime": Runtime(framework="pytorch-fsdp", fused_loss=True,
+                                                    reduce_dtype=reduce)})
         out.append(Case(c["id"], "mosaicml", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out

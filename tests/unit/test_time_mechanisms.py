@@ -206,3 +206,25 @@ def test_fp8_gemm_half_depth_along_k_is_twice_the_16bit_one():
     # deep K: both approach eta_max, the fp8 one from further below
     t16, t8 = (gemm_time_s(big, 64 * d, big, 1e15, 1e30, eff, 1.0, b) for b in (2.0, 1.0))
     assert t8 / t16 == pytest.approx((1 + 2 / 64) / (1 + 1 / 64), rel=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["pytorch-fsdp", "fsdp2"])
+def test_fsdp_bf16_reduce_halves_the_gradient_reduce_scatter(framework):
+    # MixedPrecision(reduce_dtype=bf16) (Composer's 'PURE'): each layer's reduce-scatter moves 2
+    # bytes per parameter instead of the fp32 gradient's 4. A ring reduce-scatter of S bytes over n
+    # ranks costs (n-1)/n * S / beta plus a latency that does not depend on S, so summed over the
+    # layers the FSDP traffic (exposed + hidden) of one micro-batch drops by (n-1)/n * 2 * P / beta.
+    from trainledger.estimate.time.efficiency import link_efficiency
+    from trainledger.estimate.time.step import topology
+    kw = dict(framework=framework, precision="bf16-mixed", micro_batch=1, global_batch=8, seq_len=2048)
+    f32, b16 = _plan(**kw), _plan(**kw, reduce_dtype="bf16")
+    assert f32.runtime.reduce_dtype == "fp32"
+    c32, c16 = estimate_compute(f32), estimate_compute(b16)
+    lay = f32.layout
+    beta = topology(f32.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, link_efficiency(),
+                    lay.expert_tp).dp.beta
+    n = lay.dp_size
+    traffic = [c.breakdown["comm_dp"] + c.hidden_comm.get("dp", 0.0) for c in (c32, c16)]
+    P = f32.model.params.total  # pp = 1: the stage holds every parameter
+    grad_accum = f32.recipe.grad_accum
+    assert traffic[0] - traffic[1] == pytest.approx(grad_accum * (n - 1) / n * 2.0 * P / beta, rel=1e-6)

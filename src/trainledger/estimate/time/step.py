@@ -378,6 +378,11 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         units = max(1.0, float(layers))
         wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
         gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
+        if gb and r.precision.endswith("-mixed") and plan.runtime.reduce_dtype == "bf16":
+            # FSDP MixedPrecision(reduce_dtype=bf16) (FSDP1 MixedPrecision / FSDP2
+            # MixedPrecisionPolicy; Composer's 'PURE' mode): the gradients are reduce-scattered in
+            # bf16 and only the reduced shard is cast to the fp32 parameter's dtype
+            gb = 2.0
         regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
         ag_u = all_gather_s(topo.dp, p * wb / units)
         rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
