@@ -280,3 +280,72 @@ def test_megatron_main_grad_buffer_lives_all_step():
     e = estimate_memory(p)
     assert e.peak_phase == "forward"  # the loss: no gradient computed yet, the buffer already there
     assert e.breakdown["gradients"] == pytest.approx(4 * p.model.params.total, rel=1e-6)
+
+
+# ------------------------------------------------------------------ Megatron optimizer semantics
+def _llama32_1b_decoder_linear() -> int:
+    """Decoder-layer linear weights of Llama 3.2 1B from its config.json (meta-llama/Llama-3.2-1B:
+    hidden 2048, 16 layers, 32 heads of 64, 8 KV heads, intermediate 8192, no biases)."""
+    h, kv, f, L = 2048, 8 * 64, 8192, 16
+    return L * (h * h + 2 * h * kv + h * h + 3 * h * f)
+
+
+def test_megatron_bf16_gradient_buffer():
+    """--grad-reduce-in-bf16 (Megatron-LM core_r0.12.0) / NeMo grad_sync_dtype=bf16: the main-grad
+    buffer holds 2 bytes per parameter; Megatron-Core's DistributedOptimizer then casts its shard to
+    fp32 for the step (``_copy_model_grads_to_main_grads``: ``shard_model_grad.float()``): 4/N bytes."""
+    fp32 = _states(_plan(model="llama-3.2-1b", framework="megatron-core", zero=1))
+    bf16 = _states(_plan(model="llama-3.2-1b", framework="megatron-core", zero=1, reduce_dtype="bf16"))
+    psi = fp32.weights / 2
+    assert fp32.grads_static == pytest.approx(4 * psi, rel=1e-9)
+    assert bf16.grads_static == pytest.approx(2 * psi, rel=1e-9)
+    assert fp32.opt_temp == 0.0  # fp32 buffer: the shard is a view, no copy
+    assert bf16.opt_temp == pytest.approx(4 * psi / 8, rel=1e-9)
+    assert bf16.master == fp32.master and bf16.states == fp32.states
+
+
+def test_apex_distributed_fused_adam_keeps_remainders():
+    """NeMo 1.x distributed_fused_adam with bf16 weights (NeMo v2.0.0rc0 ``setup_optimization``:
+    store_params=False, store_param_remainders=True): Apex's StateBucket holds per shard element an
+    int16 remainder and fp32 exp_avg / exp_avg_sq: (2 + 8)/N bytes, and the reduce-scatter output
+    (``sync_grads_shard``, grad_sync_dtype) lives until zero_grad; with fp8_params store_params=True:
+    an fp32 master shard (4/N)."""
+    n = 8
+    mc = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1))
+    ap = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1,
+                       dist_optimizer="apex"))
+    psi = mc.weights / 2
+    assert mc.master == pytest.approx(4 * psi / n, rel=1e-9)  # Megatron-Core: fp32 main params
+    assert ap.master == pytest.approx(2 * psi / n, rel=1e-9)
+    assert ap.states == pytest.approx(8 * psi / n, rel=1e-9) == mc.states
+    assert ap.grads_static == pytest.approx(4 * psi, rel=1e-9)  # grad_sync_dtype defaults to fp32
+    assert ap.opt_temp == pytest.approx(4 * psi / n, rel=1e-9)
+    ap8 = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1,
+                        dist_optimizer="apex", precision="fp8-mixed", fp8_params=True, reduce_dtype="bf16"))
+    assert ap8.master == pytest.approx(4 * psi / n, rel=1e-9)
+    assert ap8.opt_temp == pytest.approx(2 * psi / n, rel=1e-9)
+
+
+def test_te_fp8_weight_cache():
+    """fp8-mixed under Megatron-Core + Transformer Engine: each decoder linear keeps its fp8 weight
+    and transpose in TE's workspace cache (Megatron-Core passes is_first_microbatch; TE v1.8
+    ``get_fp8_workspace(cache_name="weight", with_transpose=True)``): +2 bytes per linear weight
+    beside the bf16 parameters. With fp8 parameters (--fp8-param-gather / NeMo fp8_params) the
+    weight is 1 byte plus its cached 1-byte transpose: no more than bf16."""
+    bf16 = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1))
+    fp8 = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1,
+                        precision="fp8-mixed"))
+    fp8p = _states(_plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1,
+                         precision="fp8-mixed", fp8_params=True))
+    assert fp8.weights - bf16.weights == pytest.approx(2 * _llama32_1b_decoder_linear(), rel=1e-9)
+    assert fp8p.weights == pytest.approx(bf16.weights, rel=1e-9)
+
+
+def test_megatron_runtime_options_are_stated():
+    p = _plan(model="llama-3.2-1b", gpu="h100-sxm", framework="megatron-core", zero=1,
+              precision="fp8-mixed", dist_optimizer="apex", reduce_dtype="bf16")
+    s = p.runtime.summary()
+    assert (s["dist_optimizer"], s["reduce_dtype"], s["fp8_params"]) == ("apex", "bf16", False)
+    note = " ".join(estimate_memory(p).notes)
+    assert "Apex DistributedFusedAdam" in note and "bf16 gradient buffer" in note
+    assert "TE's cached fp8 copies" in note

@@ -22,7 +22,7 @@ from trainledger.spec.layout import Layout, Offload, PipelineSchedule
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
-from trainledger.spec.runtime import Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from trainledger.spec.runtime import DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
 from trainledger.safety import check_tree, clip, path_exists, read_text, shorten
@@ -66,6 +66,8 @@ class PlanInputs(Spec):
     loss_parallel: bool = _RUNTIME["loss_parallel"]
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     fused_loss: bool = _RUNTIME["fused_loss"]
+    dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
+    fp8_params: bool = _RUNTIME["fp8_params"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
     ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
@@ -298,7 +300,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
-            fused_loss=inputs.fused_loss,
+            fused_loss=inputs.fused_loss, dist_optimizer=inputs.dist_optimizer, fp8_params=inputs.fp8_params,
             **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")

@@ -15,7 +15,8 @@ runtime is part of every plan (DESIGN.md §1). ``framework`` names the stack:
 
 The options below are what those stacks expose; each is read only by the stacks that have it
 (``fsdp2``: reshard / param and reduce dtypes / wrapping; DDP: gradient-as-bucket-view; torch TP:
-loss parallel; ``megatron-core``: the fused cross-entropy loss). Which semantics an estimate
+loss parallel; ``megatron-core``: the fused cross-entropy loss; Megatron: the gradient-buffer dtype
+(``reduce_dtype``), the sharded optimizer's implementation and fp8 weights). Which semantics an estimate
 assumed is stated in its JSON (``plan.runtime``).
 """
 
@@ -31,6 +32,7 @@ Framework = Literal["hf", "pytorch-fsdp", "fsdp2", "deepspeed", "megatron-core",
 FRAMEWORKS: tuple[str, ...] = Framework.__args__  # type: ignore[attr-defined]
 ParamDtype = Literal["bf16", "fp32"]
 ReduceDtype = Literal["fp32", "bf16"]
+DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
 
 #: one line per stack, shown in text outputs
@@ -66,7 +68,8 @@ class Runtime(Spec):
     param_dtype: ParamDtype = Field(
         "bf16", description="fsdp2 MixedPrecisionPolicy.param_dtype: dtype the shards are gathered in")
     reduce_dtype: ReduceDtype = Field(
-        "fp32", description="fsdp2 MixedPrecisionPolicy.reduce_dtype: dtype gradients are reduced in")
+        "fp32", description="dtype gradients are reduced in: FSDP MixedPrecision(Policy) reduce_dtype; "
+        "Megatron the main-gradient buffer (--grad-reduce-in-bf16 for bf16; NeMo optim.grad_sync_dtype)")
     wrap: Wrap = Field(
         "layers", description="fsdp2 wrapping: each decoder layer, or the embedding and head separately too")
     loss_parallel: bool = Field(
@@ -78,6 +81,13 @@ class Runtime(Spec):
         "--cross-entropy-loss-fusion (fewer passes over the fp32 logits: time), or on PyTorch stacks "
         "one fused kernel such as flash-attn's (llm-foundry's default): the logits are kept once, "
         "with no fp32 copy or log-softmax output (memory)")
+    dist_optimizer: DistOptimizer = Field(
+        "mcore", description="megatron: the sharded optimizer: mcore = Megatron-Core DistributedOptimizer "
+        "(fp32 main params); apex = NeMo 1.x optim.name distributed_fused_adam (Apex DistributedFusedAdam: "
+        "bf16 params keep only 16-bit remainders of the fp32 master)")
+    fp8_params: bool = Field(
+        False, description="megatron with fp8-mixed: weights stored as Transformer Engine fp8 tensors "
+        "(Megatron --fp8-param-gather, NeMo fp8_params) instead of bf16 plus TE's cached fp8 copies")
     # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (DS_DEFAULTS above)
     ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
     ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
@@ -107,6 +117,9 @@ class Runtime(Spec):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
         if self.framework == "megatron-core" or self.fused_loss:
             d["fused_loss"] = self.fused_loss
+        if self.is_megatron:
+            d.update(reduce_dtype=self.reduce_dtype, dist_optimizer=self.dist_optimizer,
+                     fp8_params=self.fp8_params)
         if self.framework in ("deepspeed", "megatron-deepspeed"):
             for k, dflt in DS_DEFAULTS.items():
                 v = getattr(self, "ds_" + k)

@@ -312,7 +312,7 @@ def model_states(plan: Plan, parts: Parts) -> None:
         if lay.offload != "none":
             return
     elif fw in ("megatron-core", "megatron-deepspeed"):
-        RT.megatron_states(plan, parts, P, P_t)
+        RT.megatron_states(plan, parts, P, P_t, quantizable)
     elif plan.runtime.gradient_as_bucket_view:
         pass  # the buckets are the gradients: see estimate_memory
     offload(plan, parts)

@@ -37,11 +37,13 @@ which buffers exist and when gathered parameters are freed:
   from the plan (``--from ds_config.json``) or DeepSpeed's defaults
   (:data:`DS_DEFAULTS`, deepspeed/runtime/zero/config.py). Host memory with offload: DeepSpeed's
   estimator, ``Ψ·max(4·gpus_per_node, 16)·1.5`` per node for the optimizer (stage 2).
-* **megatron-core / megatron-deepspeed**: the model runs in 16-bit with an fp32 main-gradient
-  buffer and the distributed optimizer (Megatron-LM ``DistributedOptimizer``: fp32 main params
-  and Adam states sharded over DP, i.e. 4+4+(4+8)/N bytes per parameter for bf16 with fp32 main
-  grads; Korthikanti et al. 2022 for TP+SP activations; vocabulary-parallel embedding and
-  cross-entropy).
+* **megatron-core / megatron-deepspeed**: the model runs in 16-bit with a main-gradient buffer
+  (fp32, or ``reduce_dtype=bf16``) and a sharded optimizer: Megatron-Core's ``DistributedOptimizer``
+  (fp32 main params and Adam states sharded over DP, i.e. 2+4+(4+8)/N bytes per parameter for
+  bf16 with fp32 main grads) or NeMo 1.x's Apex ``DistributedFusedAdam`` (``dist_optimizer=apex``:
+  2+4+(2+8)/N, the master kept as 16-bit remainders); under fp8-mixed Transformer Engine's cached
+  fp8 weights and transposes unless ``fp8_params`` (see :func:`megatron_states`); Korthikanti et
+  al. 2022 for TP+SP activations; vocabulary-parallel embedding and cross-entropy).
 
 Tensor parallelism under hf/fsdp2/pytorch-fsdp is torch's ``parallelize_module``: only the
 decoder projections are sharded (colwise q/k/v/gate/up, rowwise o/down); the embedding, the norms
@@ -504,32 +506,77 @@ def deepspeed_host_bytes(plan: Any, total_params: float) -> float:
 
 
 # ------------------------------------------------------------------------------- Megatron
-def megatron_states(plan: Any, parts: Any, P: float, P_t: float) -> None:
-    """Megatron-Core: 16-bit weights, fp32 main-gradient buffer, distributed optimizer (fp32 main
-    params + Adam states sharded over DP when ``zero`` >= 1), Megatron-LM
-    megatron/core/optimizer/distrib_optimizer.py; 6 + 12/N bytes per parameter with bf16."""
+def megatron_states(plan: Any, parts: Any, P: float, P_t: float, te_linear: float = 0.0) -> None:
+    """Megatron-Core: 16-bit weights, a main-gradient buffer, a sharded optimizer (``zero`` >= 1).
+
+    ``te_linear``: this rank's decoder-layer linear parameters (Transformer Engine modules).
+
+    * Gradient buffer: allocated once when the model is wrapped and only zeroed between steps
+      (megatron/core/distributed/param_and_grad_buffer.py, ``_ParamAndGradBuffer``:
+      ``self.grad_data = torch.zeros(self.numel, dtype=self.grad_dtype, ...)``), so it lives all
+      step, in ``runtime.reduce_dtype``: fp32 by default (Megatron-LM @ core_r0.8.0
+      megatron/training/arguments.py forces ``accumulate_allreduce_grads_in_fp32`` with --bf16;
+      ``--grad-reduce-in-bf16`` from core_r0.12.0 turns it off). NeMo 1.x's Apex optimizer points
+      every ``param.main_grad`` into its contiguous grad buffer of ``grad_sync_dtype``
+      (nemo/core/optim/distributed_adam.py @ v2.0.0rc0 ``zero_grad``: ``grad_buffer_view``; apex
+      @ 24.07 contrib/optimizers/distributed_fused_adam.py ``_init_grad_buffer``), whose default
+      is the state dtype fp32 (``grad_sync_dtype = dtype`` when unset).
+    * ``dist_optimizer=mcore`` (megatron/core/optimizer/distrib_optimizer.py): fp32 main params
+      and Adam states sharded over DP: 4 + 8 bytes per parameter / N. With a bf16 gradient buffer
+      the step casts its gradient shard to fp32 (``_copy_model_grads_to_main_grads``:
+      ``shard_model_grad.float()`` @ core_r0.12.0): 4/N bytes during the step.
+    * ``dist_optimizer=apex`` (NeMo 1.x ``optim.name: distributed_fused_adam``; NeMo @ v2.0.0rc0
+      megatron_base_model.py ``setup_optimization``: state dtype fp32, ``param_sync_dtype`` = the
+      bf16 model dtype, hence ``store_params=False, store_param_remainders=True`` unless
+      ``fp8_params`` (then ``store_params=True``)): Apex ``StateBucket`` keeps per parameter
+      shard the int16 remainders of the fp32 master (2 bytes, or the fp32 master: 4) and the two
+      fp32 moments (8); the reduce-scatter writes each bucket's gradient shard into a separate
+      ``sync_grads_shard`` (``_start_bucket_grad_sync``: ``torch.empty([shard_size], ...)``) kept
+      as ``grads_shard`` until ``zero_grad``: grad bytes / N through the optimizer step.
+    * fp8-mixed (megatron-core + Transformer Engine): Megatron-Core passes ``is_first_microbatch``
+      to TE's linears (megatron/core/transformer/custom_layers/transformer_engine.py @ core_r0.8.0,
+      unless ``disable_parameter_transpose_cache``), so TE casts each bf16 weight once per step
+      into a cached workspace with its transpose (TE v1.8 pytorch/module/linear.py
+      ``get_fp8_workspace(cache_name="weight", with_transpose=...)``): 1 + 1 bytes per linear
+      parameter held beside the bf16 weight. With ``fp8_params`` the weights are TE fp8 tensors
+      (1 byte + the cached transpose: 2 bytes, no bf16 copy).
+    """
     from trainledger.estimate.memory.states import model_shape, optimizer_state_bytes
 
-    r, lay = plan.recipe, plan.layout
+    r, lay, rt = plan.recipe, plan.layout, plan.runtime
     N = _megatron_shards(plan, P, shard_group(plan))
     pol = r.policy
     c = 2.0 if pol["compute"] in ("bf16", "fp16", "fp8") else 4.0
     z = lay.zero
+    te = framework(plan) == "megatron-core"
+    fp8 = te and pol["compute"] == "fp8" and "gemm" not in pol  # per-tensor scaled TE fp8
+    fp8_params = fp8 and rt.fp8_params
     # zero 3: Megatron-FSDP / torch FSDP2 under Megatron-Core (``--use-megatron-fsdp``) also shards
     # the 16-bit weights and gathers one unit at a time (current + prefetched, fp32 reduce-scatter)
     parts.weights = P * c / (N if z == 3 else 1)
+    if fp8 and not fp8_params and z != 3:
+        # TE's cached fp8 weight + its transpose (the transpose only when grad is enabled)
+        parts.weights += te_linear * (2.0 if r.is_training else 1.0)
     if not r.is_training:
         return
     sh = model_shape(plan.model)
     dist = lay.zero >= 1
-    parts.master = P_t * FP32 / (N if dist else 1) if c < 4 else 0.0
+    apex = te and rt.dist_optimizer == "apex"
+    g = FP32 if c == 4.0 or rt.reduce_dtype == "fp32" else 2.0
+    if c == 4.0:
+        master = 0.0
+    elif apex and not fp8_params and r.precision != "fp16-mixed":  # bf16 model weights
+        master = 2.0  # store_param_remainders: the low 16 bits of the fp32 master (int16)
+    else:
+        master = FP32
+    parts.master = P_t * master / (N if dist else 1)
     parts.states = optimizer_state_bytes(r.optimizer, P_t, FP32, sh, P_t / max(P, 1)) / (N if dist else 1)
-    # the fp32 main_grad buffer is allocated once when the model is wrapped and only zeroed
-    # between steps (megatron/core/distributed/param_and_grad_buffer.py, ``_ParamAndGradBuffer``:
-    # ``self.grad_data = torch.zeros(self.numel, dtype=self.grad_dtype, ...)``): it lives all step
-    parts.grads_static = P_t * FP32 / (N if lay.zero >= 2 else 1)
+    parts.grads_static = P_t * g / (N if lay.zero >= 2 else 1)
     parts.grads = 0.0
-    parts.opt_temp = 0.0
+    if apex:
+        parts.opt_temp = P_t * g / N if dist else 0.0  # the reduced gradient shards (grads_shard)
+    else:
+        parts.opt_temp = P_t * FP32 / (N if dist else 1) if g < FP32 and c < 4.0 else 0.0  # .float()
     parts.ddp = 0.0
     if z == 3:
         unit = max(sh.max_layer / lay.tp, sh.embedding / lay.tp)
@@ -575,6 +622,13 @@ def runtime_note(plan: Any) -> str:
                                                       if lay.zero == 3 else ""))
     elif fw == "hf" and lay.dp_size > 1 and not lay.zero:
         text += f"; DDP gradient_as_bucket_view={plan.runtime.gradient_as_bucket_view}"
+    elif fw in ("megatron-core", "megatron-deepspeed") and plan.recipe.is_training:
+        rt = plan.runtime
+        opt = ("Apex DistributedFusedAdam (NeMo distributed_fused_adam)" if rt.dist_optimizer == "apex"
+               and fw == "megatron-core" else "distributed optimizer")
+        text += f"; {opt}, {rt.reduce_dtype} gradient buffer"
+        if plan.recipe.precision == "fp8-mixed" and fw == "megatron-core":
+            text += ", fp8 weights (fp8_params)" if rt.fp8_params else ", bf16 weights + TE's cached fp8 copies"
     if lay.tp > 1:
         text += ("; torch TP (parallelize_module): embedding/norms/head replicated unless SP/loss parallel"
                  if torch_tp(plan) else "; Megatron TP (vocab-parallel embedding and cross-entropy)")
