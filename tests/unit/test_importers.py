@@ -180,6 +180,28 @@ def test_megatron_llama3_fp8_example():
     assert not any("cross-entropy" in u for u in _read("megatron_train_llama3_8b_h100_fp8.sh").unknown_keys)
 
 
+def test_megatron_gradient_dtype_and_fp8_weights():
+    """The example's --grad-reduce-in-bf16 (a bf16 main-grad buffer) and --fp8-param-gather (fp8
+    weights); the 175B example sets neither (fp32 main grads with --bf16/--fp16, bf16 weights)."""
+    m = _read("megatron_train_llama3_8b_h100_fp8.sh").merged()
+    assert (m["reduce_dtype"], m["fp8_params"]) == ("bf16", True)
+    g = _read("megatron_train_gpt3_175b_distributed.sh").merged()
+    assert "reduce_dtype" not in g and "fp8_params" not in g
+
+
+def test_nemo1_distributed_fused_adam(tmp_path):
+    """NeMo 1.x ``optim.name: distributed_fused_adam`` is Apex's DistributedFusedAdam sharded over
+    DP, and ``optim.grad_sync_dtype`` its gradient dtype (NeMo Framework Launcher 24.07
+    launcher_scripts/conf/training/nemotron/nemotron_340b.yaml: bf16)."""
+    p = tmp_path / "nemo.sh"
+    p.write_text("python megatron_gpt_pretraining.py trainer.devices=8 trainer.precision=bf16 "
+                 "model.micro_batch_size=1 model.global_batch_size=64 model.encoder_seq_length=4096 "
+                 "model.optim.name=distributed_fused_adam model.optim.grad_sync_dtype=bf16 "
+                 "model.fp8=true model.fp8_params=true --factory llama3_8b\n")
+    m = import_configs([p]).merged()
+    assert (m["dist_optimizer"], m["zero"], m["reduce_dtype"], m["fp8_params"]) == ("apex", 1, "bf16", True)
+
+
 def test_megatron_launch_line_keeps_tp4_pp2(tmp_path):
     """The issue's case: a launch line lost tp4/pp2 (195.2 vs 25.7 GiB)."""
     p = tmp_path / "launch.sh"
@@ -213,6 +235,9 @@ ROUND = {
     "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
                            seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective",
                            fused_loss=True),
+    "megatron-fp8-weights": dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=16, framework="megatron-core",
+                                 tp=2, zero=1, seq_len=8192, micro_batch=1, grad_accum=4,
+                                 precision="fp8-mixed", reduce_dtype="bf16", fp8_params=True),
     "megatron-fsdp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", zero=3, tp=2,
                           seq_len=4096, micro_batch=1, grad_accum=2, recompute="full"),
     "nemo-recipe": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=2, cp=2, zero=1,

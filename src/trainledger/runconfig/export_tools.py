@@ -166,6 +166,14 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--optimizer-cpu-offload"]
     if plan.runtime.fused_loss:
         a += ["--cross-entropy-loss-fusion"]
+    rt = plan.runtime
+    if rt.dist_optimizer == "apex":
+        raise SpecError("dist_optimizer apex is NeMo 1.x's distributed_fused_adam; Megatron-LM shards with "
+                        "its own distributed optimizer — plan --dist-optimizer mcore")
+    if rt.reduce_dtype == "bf16" and r.is_training:
+        a += ["--grad-reduce-in-bf16"]  # megatron/training/arguments.py (core_r0.12.0 on)
+    if rt.fp8_params and r.precision == "fp8-mixed":
+        a += ["--fp8-param-gather"]
     return a
 
 
@@ -211,6 +219,9 @@ def nemo_script(plan: Plan, head: str) -> str:
         raise SpecError(f"no NeMo 2 recipe for {plan.model.name} (recipes here: "
                         f"{', '.join(sorted(set(NEMO_RECIPES.values())))}); export megatron instead")
     megatron_args(plan)  # the same refusals as the Megatron-LM export (MoE, PEFT, ...)
+    if plan.runtime.reduce_dtype != "fp32" or plan.runtime.fp8_params:
+        raise SpecError("this NeMo export writes the recipe's fp32 gradient buffer and bf16 weights; for "
+                        "--reduce-dtype bf16 / --fp8-params export megatron")
     if plan.layout.zero > 1:
         raise SpecError("this NeMo export writes ZeRO-0/1 (distributed optimizer); for Megatron-FSDP "
                         "(ZeRO-2/3) export megatron")

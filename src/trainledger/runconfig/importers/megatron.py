@@ -58,7 +58,8 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
         "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func",
         "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
-        "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion"}
+        "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion",
+        "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -183,6 +184,8 @@ def parse_args(tokens: list[str]) -> dict[str, Any]:
             leaf = key.rsplit(".", 1)[-1]
             if key.endswith("optim.name") or key.endswith("optim.config.optimizer"):
                 leaf = "optimizer"
+            elif key.endswith("optim.grad_sync_dtype"):
+                leaf = "grad_sync_dtype"
             elif leaf == "plugins":  # NeMo 2: trainer.plugins=bf16_mixed
                 leaf = "precision"
                 val = val.replace("_", "-")
@@ -200,6 +203,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
             out.update({f"tokenizer_{t}": tv for t, tv in v.items() if tv is not None})
         elif k == "optim" and isinstance(v, dict):
             out["optimizer"] = v.get("name")
+            if v.get("grad_sync_dtype") is not None:  # Apex distributed_fused_adam's gradient dtype
+                out["grad_sync_dtype"] = v["grad_sync_dtype"]
         elif k in ("exp_manager", "nsys_profile"):
             continue  # logging and profiling
         elif isinstance(v, dict):
@@ -319,6 +324,18 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     # (megatron/core/model_parallel_config.py); Megatron-DeepSpeed has no such flag
     if not deepspeed and _on(a, "cross_entropy_loss_fusion"):
         res.set("fused_loss", True, where)
+    if not deepspeed:
+        # the gradient buffer's dtype: Megatron-LM --grad-reduce-in-bf16 (core_r0.12.0; fp32
+        # otherwise with --bf16), NeMo 1.x optim.grad_sync_dtype (Apex DistributedFusedAdam: the
+        # state dtype, fp32, when unset)
+        if _on(a, "grad_reduce_in_bf16") or str(a.get("grad_sync_dtype", "")).lower() in ("bf16", "bfloat16"):
+            res.set("reduce_dtype", "bf16", where)
+        # fp8 weights: Megatron-LM --fp8-param-gather, NeMo 1.x model.fp8_params
+        if _on(a, "fp8_param_gather") or _on(a, "fp8_params"):
+            res.set("fp8_params", True, where)
+        if opt == "distributed_fused_adam":  # NeMo 1.x: Apex DistributedFusedAdam, sharded over DP
+            res.set("dist_optimizer", "apex", where)
+            res.set("zero", 1, where)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
     _model(a, res, where, layers)
