@@ -12,8 +12,10 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     micro-batch 1 where unstated; 1F1B without interleaving where unstated; dropout 0.1 for
     Megatron-LM GPT runs (its default --attention-dropout/--hidden-dropout), NeMo's below, 0 elsewhere;
     Megatron 2021 heads from SC21 Table 1 (arXiv:2104.04473), TP = min(MP, 8), PP = MP/TP;
-    NeMo 24.07 rows: dropout and the fused loss of the model family's NeMo Framework Launcher 24.07
-    config; Megatron-LM Llama examples: the example script's fused loss;
+    NeMo 24.07 rows: dropout, the fused loss and recomputation of the model family's NeMo Framework
+    Launcher 24.07 config, its Apex distributed_fused_adam, and the release's FP8 settings
+    (grad_sync_dtype bf16, fp8_params; see NEMO_FP8); Megatron-LM Llama examples: the example
+    script's fused loss, --grad-reduce-in-bf16 and --fp8-param-gather;
     Megatron-Core / NeMo runs: distributed optimizer (ZeRO-1), TE flash attention (framework
     megatron-core; its Hopper profile overlaps TP comm as the NeMo recipes do); Megatron-LM 2021/2022
     runs predate Megatron-Core: framework megatron-core on Ampere (fused Apex kernels, no TP
