@@ -228,3 +228,22 @@ def test_fsdp_bf16_reduce_halves_the_gradient_reduce_scatter(framework):
     P = f32.model.params.total  # pp = 1: the stage holds every parameter
     grad_accum = f32.recipe.grad_accum
     assert traffic[0] - traffic[1] == pytest.approx(grad_accum * (n - 1) / n * 2.0 * P / beta, rel=1e-6)
+
+
+def test_distributed_optimizer_bf16_gradient_buffer_halves_the_reduce_scatter():
+    # ZeRO-1 (Megatron-Core DistributedOptimizer; --grad-reduce-in-bf16 / NeMo grad_sync_dtype bf16):
+    # one reduce-scatter of the whole gradient per step, 2 bytes per parameter instead of 4; the
+    # bf16 parameter all-gather is the same in both. Ring: (n-1)/n * S / beta plus an S-free latency.
+    from trainledger.estimate.time.efficiency import link_efficiency
+    from trainledger.estimate.time.step import topology
+    kw = dict(framework="megatron-core", precision="bf16-mixed", zero=1, gpus=16, micro_batch=1,
+              global_batch=64, seq_len=2048)
+    f32, b16 = _plan(**kw), _plan(**kw, reduce_dtype="bf16")
+    lay = f32.layout
+    beta = topology(f32.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, link_efficiency(),
+                    lay.expert_tp).dp.beta
+    n = lay.dp_size
+    c32, c16 = estimate_compute(f32), estimate_compute(b16)
+    traffic = [c.breakdown["comm_dp"] + c.hidden_comm.get("dp", 0.0) for c in (c32, c16)]
+    P = f32.model.params.total
+    assert traffic[0] - traffic[1] == pytest.approx((n - 1) / n * 2.0 * P / beta, rel=1e-6)

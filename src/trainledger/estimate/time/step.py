@@ -468,7 +468,12 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     p = _trainable_stage_params(plan) / lay.tp
     if r.method not in ("lora", "qlora"):
         p = _stage_params(plan, ep_sharded=True) / lay.tp
-    g = p * DTYPE_BYTES[r.policy["grads"]]
+    gb = DTYPE_BYTES[r.policy["grads"]]
+    if gb > 2.0 and r.precision.endswith("-mixed") and plan.runtime.reduce_dtype == "bf16":
+        # a bf16 gradient buffer (Megatron --grad-reduce-in-bf16, NeMo grad_sync_dtype: bf16,
+        # DDP/ZeRO reduce in the runtime's reduce_dtype): the same one the memory model keeps
+        gb = 2.0
+    g = p * gb
     bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
     if lay.zero == 0:
         parts = [(all_reduce_s(topo.dp, g), bwd, all_reduce_s(topo.dp, min(g, links.dp_bucket_bytes)))]
