@@ -30,7 +30,7 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
     shared: list[StageWork] = []
     for f in factors:
         dp = int(round(lay.dp_size * f))
-        if dp < 1 or dp * f < 0 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+        if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
             continue
         world = dp * mp
         per_node = min(cl.gpus_per_node, world)
