@@ -414,3 +414,64 @@ def op_sac_bytes(m: ModelSpec, c: int, R: int, attention: str, t: int, sp: bool)
     rs = 2 * R * h / t if (sp and t > 1) else 0.0
     core = (c * q + FP32 * m.num_heads) / t if attention != "eager" else 0.0
     return R * h / (t if sp else 1) + saved + rs + core
+
+
+#: torch's context parallelism (``torch.distributed.tensor.experimental.context_parallel``; what
+#: torchtitan's ``--experimental.context_parallel_degree`` and accelerate's CP use), read in
+#: torch/distributed/tensor/experimental/_attention.py (pytorch/pytorch, stored version @ 0123248a;
+#: the torchtitan 2024-12 benchmark ran torch @ 1963fc8): ``_templated_ring_attention`` and its
+#: backward replace the SDPA kernel by cp steps over K/V chunks; ``_cp_options`` defaults to
+#: ``rotate_method = ALL_GATHER`` (one all-gather of the whole sequence's K|V per call) and
+#: ``convert_to_f32 = True`` (fp32 merge and fp32 gradient accumulators).
+TORCH_CP_SOURCE = ("torch context_parallel ring attention (torch/distributed/tensor/experimental/"
+                   "_attention.py: ALL_GATHER rotater, fp32 _SDPAMerger, fp32 dQ/dK/dV accumulators)")
+#: Megatron-Core CP through Transformer Engine's ``AttnFuncWithCPAndKVP2P`` (cp_comm_type "p2p", the
+#: default): TE transformer_engine/pytorch/attention.py (NVIDIA/TransformerEngine, stored version);
+#: the forward keeps every step's received K|V (``p2p_comm_buffers``, a list of cp) and every step's
+#: output and softmax statistics (``out_per_step``, ``softmax_lse_per_step``) until the final
+#: correction loop; the backward runs with two K|V+dK|dV buffers ``torch.empty((2, *kv.shape))``.
+TE_CP_SOURCE = ("Transformer Engine AttnFuncWithCPAndKVP2P (p2p ring): cp K|V chunks, per-step outputs "
+                "and softmax statistics in forward; two (K|V, dK|dV) buffers and dQ in backward")
+
+
+def cp_ring_bytes(kind: str, cp: int, q: float, kv: float, heads: float, c: int) -> tuple[float, float]:
+    """(forward, backward) transient bytes per local token of one layer's ring attention under
+    context parallelism of degree ``cp``, beyond the tensors autograd saves (q, k, v, output,
+    logsumexp: counted in ``layer_bytes`` / ``te_layer_bytes``). ``q`` and ``kv`` are the widths
+    (elements per token) of the query and of each of K and V as the ring sees them on this rank,
+    ``heads`` the rank's query heads, ``c`` the compute-dtype bytes. Zero without CP.
+
+    ``kind="torch"`` (TORCH_CP_SOURCE), at the largest moment of each pass, step i >= 1:
+
+    * forward: ``key.contiguous()`` / ``value.contiguous()`` copies (the SDPA inputs are transposed
+      views: 2·c·kv), the all-gathered K|V of the whole sequence (cp·2·c·kv), the step's SDPA output
+      and logsumexp (c·q + 4·heads) and the merge ``out - sigmoid(lse_b - lse)·(out - out_b)`` in
+      fp32: the running output, the upcast step output, their difference and the weighted product
+      (4 · 4q), with the fp32 running, step and merged logsumexp (3 · 4·heads);
+    * backward: the fp32 dQ accumulator (4q), the dK|dV received from the previous rank (still
+      referenced as grad_key/grad_value, 8kv), its updated copy handed to the all-to-all (8kv) and
+      that all-to-all's output (8kv); the step's c-byte dQ, dK, dV (c·(q + 2kv)); the flash
+      backward's fp32 dQ accumulator and softmax sums (4q + 4·heads, aten
+      ``_scaled_dot_product_flash_attention_backward``); and the K|V copies and all-gather as in
+      forward (2·c·kv·(1 + cp)).
+
+    ``kind="te"`` (TE_CP_SOURCE), bf16 attention (Megatron's fp8 DPA off, its default):
+
+    * forward (at the correction loop that ends it): every step's K|V chunk (cp·2·c·kv), every
+      step's output (cp·c·q) and fp32 softmax statistics (cp·4·heads), the running output in q's
+      dtype (c·q) and the fp64 running statistics (8·heads);
+    * backward: dQ (c·q), two communication buffers holding a K|V chunk and its dK|dV (2 · 2 · 2·c·kv)
+      and the step's dQ, dK, dV (c·(q + 2kv)); the cuDNN / flash workspace is not counted.
+    """
+    if cp <= 1:
+        return 0.0, 0.0
+    if kind == "torch":
+        kv_copies = 2 * c * kv * (1 + cp)
+        fwd = kv_copies + c * q + FP32 * heads + 4 * FP32 * q + 3 * FP32 * heads
+        bwd = FP32 * q + 3 * 2 * FP32 * kv + c * (q + 2 * kv) + FP32 * q + FP32 * heads + kv_copies
+        return fwd, bwd
+    if kind == "te":
+        fwd = cp * (2 * c * kv + c * q + FP32 * heads) + c * q + 2 * FP32 * heads
+        bwd = c * q + 2 * 2 * 2 * c * kv + c * (q + 2 * kv)
+        return fwd, bwd
+    raise ValueError(f"unknown context-parallel implementation {kind!r}")

@@ -27,7 +27,7 @@ from trainledger.spec.plan import Plan
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
-    FP32, INT64, Flow, LoraShape, layer_bytes, op_sac_bytes, te_layer_bytes,
+    FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, op_sac_bytes, te_layer_bytes,
 )
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
@@ -57,6 +57,7 @@ class Parts:
     copies_head: float = 0.0  # lm_head copy
     acts: float = 0.0  # saved activations of all in-flight micro-batches
     act_layer: float = 0.0  # one layer's full activations (recompute working set)
+    cp_fwd: float = 0.0  # context parallelism: ring-attention forward transient beyond the layer's saves
     ckpt: float = 0.0  # checkpointed layer inputs (part of acts)
     head_saves: float = 0.0  # final norm saves + lm_head input
     head_out: float = 0.0  # final norm output held by the model output (forward only)
@@ -401,10 +402,52 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     mlp_saved = 4 * flow.c * width / t  # freed by the time attention backward runs
     eager = lb_eager_transient(plan, flow) - mlp_saved if r.attention == "eager" else 0.0
     parts.bwd_work = max(T * (flow.c * width + flow.R * m.hidden_size) / t, eager * T)
+    cp_fwd, cp_bwd = cp_transients(plan, flow)
+    if cp_fwd or cp_bwd:
+        # the ring runs where the attention runs: in forward after the layer's attention inputs are
+        # saved and before its MLP saves exist (the moment holds the acts, act_layer, less one
+        # layer's MLP saves); in backward after the MLP's backward freed them (as ``eager`` above).
+        # A recomputed layer runs the ring forward again inside backward.
+        mlp_kept = mlp_saved
+        if te and not n_moe:  # TE's MLP saves fc1's output and fc2's input (te_layer_bytes)
+            fc2_in = 1 if r.policy["compute"] == "fp8" else 2
+            mlp_kept = (2 * (2 if m.mlp_type == "gated" else 1) + fc2_in) * m.intermediate_size / t
+        parts.cp_fwd = max(0.0, cp_fwd - mlp_kept) * T
+        ring_bwd = max(cp_bwd, cp_fwd if r.recompute != "none" else 0.0)
+        parts.bwd_work = max(parts.bwd_work, (ring_bwd - mlp_kept) * T)
     sh = model_shape(m)
     parts.mlp_share = sh.mlp_share
     parts.cache = cache
     _logits(plan, flow, T, parts)
+
+
+def cp_transients(plan: Plan, flow: Flow) -> tuple[float, float]:
+    """(forward, backward) ring-attention transient bytes per local token of one layer on one rank
+    under context parallelism (``activations.cp_ring_bytes``): torch's ``context_parallel`` for the
+    PyTorch runtimes, Transformer Engine's p2p ring for Megatron-Core. DeepSpeed / Megatron-DeepSpeed
+    sequence parallelism (Ulysses all-to-all) is not modelled here: zero."""
+    m, lay = plan.model, plan.layout
+    cp, t = lay.cp, lay.tp
+    fw = RT.framework(plan)
+    if cp <= 1 or fw in ("deepspeed", "megatron-deepspeed"):
+        return 0.0, 0.0
+    heads = m.num_heads / t
+    if m.mla is not None:
+        ml = m.mla
+        dq, dv = ml.qk_nope_head_dim + ml.qk_rope_head_dim, ml.v_head_dim
+        q, kv = heads * dq, heads * (dq + dv) / 2  # per-head K (dq) and V (dv): their mean width
+    else:
+        q = m.q_dim / t
+        # KV heads split over TP, replicated when fewer than t
+        kv = max(1, m.num_kv_heads // t) * m.head_dim
+        if fw == "fsdp2":
+            # torchtitan repeats K and V to the query heads before SDPA (torchtitan
+            # models/llama/model.py ``Attention.forward``: ``keys = repeat_kv(xk, self.n_rep)``), so
+            # the ring moves n_heads-wide K/V; transformers hands SDPA the KV heads (enable_gqa)
+            kv = q
+    if fw == "megatron-core":
+        return cp_ring_bytes("te", cp, q, kv, heads, 2)
+    return cp_ring_bytes("torch", cp, q, kv, heads, flow.c)
 
 
 def lb_eager_transient(plan: Plan, flow: Flow) -> float:

@@ -54,11 +54,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
               logits=x.logits_grad, other=x.inputs)
     points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
               ("backward", "lm_head backward", b1)]
-    if x.act_layer:  # recompute: a checkpointed layer's full activations exist while it runs
-        points.insert(0, ("forward", "last layer forward", dict(
+    if x.act_layer or x.cp_fwd:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", dict(  # (+ a CP ring's forward transient)
             base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
                                                                          else 0.0),
-            activations=x.acts + x.act_layer,
+            activations=x.acts + x.act_layer + x.cp_fwd,
             other=x.inputs)))
 
     def grads_after(j: int) -> float:

@@ -318,9 +318,9 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
               logits=x.logits_grad, other=x.inputs, zero_buffers=gathered_fwd + head_bwd)
     points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
               ("backward", "lm_head backward", b1)]
-    if x.act_layer:
+    if x.act_layer or x.cp_fwd:  # (+ a context-parallel ring's forward transient)
         points.insert(0, ("forward", "last layer forward", dict(
-            base, gradients=g_prev, autocast_weight_copies=x.copies, activations=x.acts + x.act_layer,
+            base, gradients=g_prev, autocast_weight_copies=x.copies, activations=x.acts + x.act_layer + x.cp_fwd,
             other=x.inputs, zero_buffers=gathered_fwd + f.layer_gathered * f.reshard)))
     for j in (0, n - 1):
         keep = (n - j) / n
