@@ -152,6 +152,13 @@ def _notes(plan: Plan) -> list[str]:
                    "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
         out.append("pipeline: one stage bounding both ends (the first stage's activations, the last's logits)")
+    if lay.cp > 1 and RT.framework(plan) == "megatron-core":
+        out.append(f"context parallel cp={lay.cp}: Transformer Engine's p2p ring keeps cp K|V chunks, outputs and "
+                   "softmax statistics in forward and two K|V+dK|dV buffers in backward, counted at the attention "
+                   "(activations.TE_CP_SOURCE)")
+    elif lay.cp > 1 and RT.framework(plan) not in ("deepspeed", "megatron-deepspeed"):
+        out.append(f"context parallel cp={lay.cp}: torch's ring attention all-gathers the sequence's K|V and merges "
+                   "in fp32, with fp32 dQ/dK/dV in backward, counted at the attention (activations.TORCH_CP_SOURCE)")
     if r.precision == "fp8-mixed" and RT.framework(plan) == "megatron-core":
         out.append("fp8-mixed under megatron-core: Transformer Engine's fp8 copies of GEMM inputs are the saved "
                    "ones (normalized inputs, proj and fc2 inputs); the rest stays bf16")
