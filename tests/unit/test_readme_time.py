@@ -18,7 +18,7 @@ def test_readme_estimate_with_power_limit_and_interval():
                 "--gpus", "8", "--zero", "3", "--framework", "fsdp2", "--seq-len", "8192",
                 "--micro-batch", "2", "--recompute", "selective", "--tokens", "1B", "--no-ledger"])
     assert "step 2.82 s: 46,408 tokens/s, 5,801 per GPU, 336 TFLOP/s per GPU, MFU 34.0%, HFU 34.9%" in out
-    assert "step time p10-p90: 2.69 s - 3.32 s, MFU 28.8-35.6% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
+    assert "step time p10-p90: 2.67 s - 3.28 s, MFU 29.2-35.9% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
     assert "note: power limit 500 W of 700 W TDP: tensor clock x0.863 (DVFS cube law, estimate/stack.py)" in out
 
 
@@ -27,7 +27,7 @@ def test_readme_plan_any_gpu_count():
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
     assert ("1*  h100-sxm   768  megatron-core dp768 z3 mb1×1 rc-full  16.8/80            4.02      "
-            "1,020  46%  29.6 days (26.2 days-34.0 days)  544,741  $1,628,776") in out
+            "1,020  46%  29.6 days (25.9 days-33.0 days)  544,741  $1,628,776") in out
 
 
 def test_readme_calibrate_then_estimate(tmp_path):
@@ -36,4 +36,4 @@ def test_readme_calibrate_then_estimate(tmp_path):
              "--seq-len", "8192", "--micro-batch", "2", "--ledger", led]
     _run(["calibrate", *flags, "--gpus", "8", "--measured-step-time", "2.2"])
     out = _run(["estimate", *flags, "--gpus", "64", "--calibrated"])
-    assert "calibrated step 2.19 s (x1.078, calibration 1; p10-p90 1.90 s - 2.66 s)" in out
+    assert "calibrated step 2.19 s (x1.078, calibration 1; p10-p90 1.96 s - 2.61 s)" in out
