@@ -183,3 +183,27 @@ def test_pipeline_suggestions_pruned_at_a_misfit_stage_equal_the_full_search(kw,
     pruned = S.suggestions(p, opts, est)
     monkeypatch.setattr(S, "fit_or_misfit", S.fit_bytes)
     assert pruned == S.suggestions(p, opts, est) != []
+
+
+def test_serving_section_shares_engine_memory_and_concurrency_points():
+    """The memory and serving sections read one engine accounting; the serving section evaluates
+    the batch, each curve point and the largest concurrency once: every figure equals its own
+    evaluation, and each is its own dict."""
+    from trainledger.estimate.serving.memory import _engine_memory, engine_memory
+    from trainledger.estimate.serving.perf import ServingPerf
+    from trainledger.estimate.serving.section import curve_points, serving_section
+
+    plan = build_plan(PlanInputs(model="llama-3.1-8b", method="inference", seq_len=2048, generate_len=256,
+                                 micro_batch=8))
+    em = engine_memory(plan)
+    assert engine_memory(plan) is em
+    assert dataclasses.asdict(em) == dataclasses.asdict(_engine_memory(plan))
+    sec = serving_section(plan)
+    perf = ServingPerf(plan)
+    limit = max(1, em.steady_concurrency(2048, 256))
+    assert 8 in curve_points(limit)  # the batch is also a curve point: shared
+    assert sec.at_batch == perf.continuous(8, 2048, 256)
+    assert sec.curve == [perf.continuous(c, 2048, 256) for c in curve_points(limit)]
+    assert sec.max_throughput == perf.continuous(limit, 2048, 256)
+    assert sec.max_throughput is not sec.curve[-1]
+    assert all(sec.at_batch is not c for c in sec.curve)

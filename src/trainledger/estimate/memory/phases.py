@@ -10,9 +10,12 @@ variant plan and needs no terms, notes or timeline. Both ``estimate_memory`` (in
 
 from __future__ import annotations
 
+from dataclasses import fields as dataclass_fields
+from operator import attrgetter
 from typing import NamedTuple
 
 from trainledger.spec.plan import Plan
+from trainledger.spec.runtime import Runtime
 from trainledger.estimate.memory.model import Parts, activations, inference, model_states
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
@@ -121,11 +124,95 @@ def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[P
     return out
 
 
-def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
-    x = Parts()
-    model_states(plan, x)
-    if plan.recipe.is_training:
+# ----------------------------------------------------------------------------- term memos
+# A step's terms come from two functions of the plan: ``model_states`` (weights, master, gradients,
+# optimizer states and temporaries, DDP/ZeRO buffers, host) and ``activations`` (saved activations,
+# logits path, caches, inputs). Each reads only some of the plan's fields, declared below; plans
+# that agree on a term's declared fields share its bytes. The suggestion variants each change one
+# field (an optimizer leaves the activations as they are, a micro-batch or recomputation the model
+# states), the scaling curve's points change dp and the accumulation, a pipeline walks the same
+# roles again: each of them derives only the terms its change touches.
+# tests/unit/test_memory_terms_deps.py perturbs every field of every spec of a set of plans and
+# checks that a term whose key did not change did not change either (the declaration is complete).
+
+#: every Parts field, in declaration order (a memo holds the values ``model_states`` leaves)
+_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
+#: the Parts fields ``activations`` writes (disjoint from those ``model_states`` writes; it reads none)
+ACT_FIELDS: tuple[str, ...] = (
+    "acts", "ckpt", "act_layer", "n_layers", "bwd_work", "mlp_share", "cache", "inputs", "grad_flow",
+    "pp_buffers", "head_saves", "head_out", "logits_fwd", "logits_bwd", "logits_grad")
+
+#: model_states: not the batch shape, recomputation, attention kernel, token budget, dropout or
+#: clipping (only the precision policy, method, optimizer, LoRA shape and nvfp4 bf16 layers)
+_STATES_RECIPE = attrgetter("method", "precision", "optimizer", "lora_rank", "lora_targets", "fp4_bf16_layers")
+_STATES_LAYOUT = attrgetter("tp", "pp", "cp", "ep", "etp", "sp", "zero", "hybrid_shard", "offload")
+#: activations: not the optimizer, global batch, token budget, generation length, clipping, LoRA alpha
+#: or nvfp4 bf16 layers, nor the data-parallel, expert or ZeRO layout, offload or node shape; the
+#: accumulation only with a pipeline (micro-batches in flight, receive buffers)
+_ACTS_RECIPE = attrgetter("method", "precision", "seq_len", "micro_batch", "recompute", "recompute_layers",
+                          "attention", "lora_rank", "lora_targets", "dropout")
+_ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_microbatches")
+_RUNTIME = attrgetter(*Runtime.model_fields)
+
+_MEMO_SIZE = 512
+_STATES_MEMO: dict[tuple, tuple] = {}
+_ACTS_MEMO: dict[tuple, tuple] = {}
+
+
+def states_key(plan: Plan) -> tuple:
+    """What ``model_states`` reads of ``plan`` (and the pipeline role being walked)."""
+    lay, cl = plan.layout, plan.cluster
+    # the data-parallel degree: only whether DDP buckets exist under plain DDP without ZeRO, else
+    # the shard count; the node size only for hybrid sharding
+    dp = lay.dp_size > 1 if (lay.zero == 0 and plan.runtime.framework == "hf") else lay.dp_size
+    return (plan.model, _STATES_RECIPE(plan.recipe), _STATES_LAYOUT(lay), dp,
+            cl.gpus_per_node if lay.hybrid_shard else 0, _RUNTIME(plan.runtime), current_role(plan))
+
+
+def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
+    """What ``activations`` reads of ``plan`` and ``opts`` (and the pipeline role being walked)."""
+    r, lay = plan.recipe, plan.layout
+    return (plan.model, _ACTS_RECIPE(r), _ACTS_LAYOUT(lay), r.grad_accum if lay.pp > 1 else 0,
+            _RUNTIME(plan.runtime), opts.use_cache, current_role(plan))
+
+
+def _states_values(plan: Plan) -> tuple:
+    key = states_key(plan)
+    hit = _STATES_MEMO.get(key)
+    if hit is None:
+        x = Parts()
+        model_states(plan, x)
+        hit = tuple([getattr(x, f) for f in _FIELDS])
+        if len(_STATES_MEMO) >= _MEMO_SIZE:
+            _STATES_MEMO.clear()
+        _STATES_MEMO[key] = hit
+    return hit
+
+
+def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
+    key = acts_key(plan, opts)
+    hit = _ACTS_MEMO.get(key)
+    if hit is None:
+        x = Parts()
         activations(plan, opts, x)
+        hit = tuple([getattr(x, f) for f in ACT_FIELDS])
+        if len(_ACTS_MEMO) >= _MEMO_SIZE:
+            _ACTS_MEMO.clear()
+        _ACTS_MEMO[key] = hit
+    return hit
+
+
+def clear_memos() -> None:
+    """Forget every remembered term (benchmarks of a cold estimate; tests)."""
+    _STATES_MEMO.clear()
+    _ACTS_MEMO.clear()
+
+
+def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
+    x = Parts(*_states_values(plan))
+    if plan.recipe.is_training:
+        for f, v in zip(ACT_FIELDS, _acts_values(plan, opts)):
+            setattr(x, f, v)
         if fsdp_sharded(plan):
             points = fsdp_points(plan, x)
         else:

@@ -178,7 +178,22 @@ def sampler_bytes(plan: Plan, rows: float) -> float:
 
 
 def engine_memory(plan: Plan) -> EngineMemory:
-    """The engine's memory accounting for ``plan`` (module docstring)."""
+    """The engine's memory accounting for ``plan`` (module docstring).
+
+    Remembered for the last plan object: the memory section and the serving section of one
+    estimate ask in turn (callers read the result, never change it)."""
+    hit = _LAST[0]
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    em = _engine_memory(plan)
+    _LAST[0] = (plan, em)
+    return em
+
+
+_LAST: list[tuple[Plan, EngineMemory] | None] = [None]
+
+
+def _engine_memory(plan: Plan) -> EngineMemory:
     es = resolve(plan)
     m, lay, gpu = plan.model, plan.layout, plan.cluster.gpu
     fmt = served_format(plan)

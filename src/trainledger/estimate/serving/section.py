@@ -171,11 +171,20 @@ def serving_section(plan: Plan, prices: Any = None, cost_options: Any = None) ->
     r = plan.recipe
     prompt, out = r.seq_len, max(r.generate_len, 1)
     b = r.micro_batch
-    at = perf.continuous(b, prompt, out)
+    seen: dict[int, dict[str, float]] = {}
+
+    def continuous(c: int) -> dict[str, float]:
+        # the batch, the curve's points and the largest concurrency (the curve's last point) are
+        # each evaluated once; every figure gets its own copy
+        if c not in seen:
+            seen[c] = perf.continuous(c, prompt, out)
+        return dict(seen[c])
+
+    at = continuous(b)
     static = perf.static_batch(b, prompt, out)
     limit = max(1, em.steady_concurrency(prompt, out))
-    curve = [perf.continuous(c, prompt, out) for c in curve_points(limit)]
-    best = perf.continuous(limit, prompt, out)
+    curve = [continuous(c) for c in curve_points(limit)]
+    best = continuous(limit)
     notes = [f"batch = --micro-batch {b} concurrent sequences of {prompt} prompt + {out} output tokens"]
     if r.generate_len == 0:
         notes.append("--generate-len 0: every request is a prefill with one output token, so TPOT carries a "
