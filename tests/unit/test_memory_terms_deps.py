@@ -51,6 +51,10 @@ BASES = {
     "mixtral-ep": dict(model="mixtral-8x7b", gpus=16, ep=8, zero=3, seq_len=2048),
     "gemma2-eager": dict(model="gemma-2-9b", attention="eager", micro_batch=2, seq_len=8192, gpus=2),
     "qlora": dict(model="llama-3.1-8b", method="qlora", micro_batch=2),
+    # context parallelism: the ring's forward transient (Parts.cp_fwd) is written by activations
+    "fsdp2-cp2": dict(model="llama-3.1-8b", gpus=8, cp=2, zero=3, framework="fsdp2", seq_len=8192),
+    "mcore-cp2-tp2": dict(model="llama-3.1-8b", gpus=8, cp=2, tp=2, zero=1, framework="megatron-core",
+                          seq_len=8192),
 }
 
 #: values tried for the fields that are neither Literal nor bool (Literal and bool fields take all)

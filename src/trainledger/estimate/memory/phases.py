@@ -140,7 +140,7 @@ _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
 #: the Parts fields ``activations`` writes (disjoint from those ``model_states`` writes; it reads none)
 ACT_FIELDS: tuple[str, ...] = (
     "acts", "ckpt", "act_layer", "n_layers", "bwd_work", "mlp_share", "cache", "inputs", "grad_flow",
-    "pp_buffers", "head_saves", "head_out", "logits_fwd", "logits_bwd", "logits_grad")
+    "pp_buffers", "head_saves", "head_out", "logits_fwd", "logits_bwd", "logits_grad", "cp_fwd")
 
 #: model_states: not the batch shape, recomputation, attention kernel, token budget, dropout or
 #: clipping (only the precision policy, method, optimizer, LoRA shape and nvfp4 bf16 layers)
