@@ -269,7 +269,13 @@ class ModelSpec(Spec):
 
     @cached_property
     def params(self) -> ParamCounts:
-        """Exact parameter counts by component; ``total == sum(breakdown) == non-layer + sum(per_layer)``."""
+        """Exact parameter counts by component; ``total == sum(breakdown) == non-layer + sum(per_layer)``.
+
+        Counted once per distinct spec (:func:`_param_counts`, keyed by the field values): every
+        ``build_plan`` of a preset builds a new, equal spec, and a 70B count walks 80 layers."""
+        return _param_counts(self)
+
+    def _count_params(self) -> ParamCounts:
         h, V = self.hidden_size, self.vocab_size
         bd: dict[str, int] = {"embedding": V * h}
         if self.position_embedding == "learned":
@@ -295,6 +301,12 @@ class ModelSpec(Spec):
             embedding=bd["embedding"] + bd.get("position_embedding", 0),
             per_layer=tuple(per_layer),
         )
+
+
+@lru_cache(maxsize=256)
+def _param_counts(m: ModelSpec) -> ParamCounts:
+    """``ModelSpec.params``, once per spec value (pydantic's hash and == of the field values)."""
+    return m._count_params()
 
 
 #: id(spec) -> (weak reference to the spec, its hash): see ``ModelSpec.__hash__``
