@@ -634,15 +634,7 @@ def _measure_on_fake_pg(plan: Any, steps: int, seed: int, cuda_autocast: bool, w
     notes.append(f"rank 0 of {world} on torch's fake process group (collectives return at once)")
     if rep.late_registered:
         notes.append(f"{rep.late_registered} storages were first seen as op inputs (made outside the tracker)")
-    m = MemoryMeasurement(
-        peak_allocated_bytes=rep.peak_bytes, peak_phase=rep.peak_phase, phase_peaks=rep.phase_peaks,
-        categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
-        device="fake", start_bytes=rep.start_bytes, notes=notes, tracker_peak_bytes=rep.peak_bytes,
-        timeline=rep.timeline)
-    m.env = environment("fake")
-    m.env["world_size"] = str(world)
-    m.env["trace_wall_s"] = f"{wall:.2f}"
-    m.recipe = r.model_dump(mode="json")
+    m = _fake_measurement(rep, notes, r, wall, world_size=str(world))
     del torch
     return m
 
@@ -826,14 +818,17 @@ def _measure_stage(plan: Any, role: str, rank: int, steps: int, seed: int, cuda_
                  + (", embedding" if first else "") + (", final norm + head + loss" if last else "")
                  + f"), torch.distributed.pipelining {cls.__name__} over {n_mb} micro-batches on the fake "
                  "process group (sends/receives return at once)")
+    return _fake_measurement(rep, notes, r, wall, world_size=str(p), pp_role=role)
+
+
+def _fake_measurement(rep: Any, notes: list[str], r: Any, wall: float, **env: str) -> MemoryMeasurement:
+    """The measurement of one traced rank on the fake process group (no device time: the
+    trace's wall time goes into ``env``, with ``env`` naming the rank's place)."""
     m = MemoryMeasurement(
         peak_allocated_bytes=rep.peak_bytes, peak_phase=rep.peak_phase, phase_peaks=rep.phase_peaks,
         categories_at_peak=rep.categories_at_peak, phase_categories=rep.phase_categories,
         device="fake", start_bytes=rep.start_bytes, notes=notes, tracker_peak_bytes=rep.peak_bytes,
         timeline=rep.timeline)
-    m.env = environment("fake")
-    m.env["world_size"] = str(p)
-    m.env["pp_role"] = role
-    m.env["trace_wall_s"] = f"{wall:.2f}"
+    m.env = {**environment("fake"), **env, "trace_wall_s": f"{wall:.2f}"}
     m.recipe = r.model_dump(mode="json")
     return m

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
+from trainledger.estimate.memo import last_call
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
@@ -85,20 +86,13 @@ class Parts:
     copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
 
 
+@last_call
 def flow_of(plan: Plan) -> tuple[Flow, float, float]:
     """(activation dtype flow, weight bytes, trainable-parameter bytes) of the plan's policy.
 
-    Remembered for the last plan object: ``model_states`` and ``activations`` of one walk ask in
+    Remembered for the last plan object (``memo.last_call``): ``model_states`` and ``activations`` of one walk ask in
     turn (the result is immutable and reads nothing but the plan)."""
-    hit = _LAST_FLOW[0]
-    if hit is not None and hit[0] is plan:
-        return hit[1]
-    out = _flow_of(plan)
-    _LAST_FLOW[0] = (plan, out)
-    return out
-
-
-_LAST_FLOW: list[tuple[Plan, tuple[Flow, float, float]] | None] = [None]
+    return _flow_of(plan)
 
 
 def _flow_of(plan: Plan) -> tuple[Flow, float, float]:

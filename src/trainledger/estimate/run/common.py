@@ -18,6 +18,7 @@ from trainledger.spec.plan import Plan
 from trainledger.estimate.optimizers import state_bytes_per_param as optimizer_state_per_param
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_HOUR
 from trainledger.estimate.terms import Term
+from trainledger.estimate.memo import last_call
 
 
 @dataclass
@@ -78,17 +79,8 @@ def run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures
     for them with the same three objects (see :func:`_run_figures`). Only immutable inputs (the
     time model's frozen dataclasses, or None) are remembered; anything else is derived anew."""
     if not (_frozen(compute) and _frozen(time)):
-        return _run_figures(plan, compute, time)
-    hit = _LAST_RUN[0]
-    if hit is not None and hit[0] is plan and hit[1] is compute and hit[2] is time:
-        return hit[3]
-    run = _run_figures(plan, compute, time)
-    _LAST_RUN[0] = (plan, compute, time, run)
-    return run
-
-
-#: the last (plan, compute, time, RunFigures): the sections of one ledger share one result
-_LAST_RUN: list[tuple[Any, Any, Any, RunFigures] | None] = [None]
+        return _run_figures.__wrapped__(plan, compute, time)
+    return _run_figures(plan, compute, time)
 
 
 def _frozen(obj: Any) -> bool:
@@ -96,6 +88,7 @@ def _frozen(obj: Any) -> bool:
     return obj is None or (params is not None and params.frozen)
 
 
+@last_call
 def _run_figures(plan: Plan, compute: Any = None, time: Any = None) -> RunFigures:
     """Step time, cluster tokens/s, run seconds and GPU-hours from the time model's results.
 

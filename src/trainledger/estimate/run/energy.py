@@ -26,6 +26,7 @@ from trainledger.spec.plan import Plan
 from trainledger.spec.base import Spec
 from trainledger.estimate.run.common import RunFigures, Section, run_figures
 from trainledger.estimate.options import CostOptions
+from trainledger.estimate.memo import last_call
 from trainledger.estimate.run.prices import PriceCatalog, load_prices
 from trainledger.estimate.terms import Term
 
@@ -97,19 +98,10 @@ def power_model(plan: Plan, options: CostOptions, run: RunFigures,
     Remembered for the last (plan, options, run, prices) objects: the energy and the cost
     section of one ledger ask in turn (plan, options and run are frozen, the price catalog is
     the one ``load_prices`` caches and shares; the result is frozen)."""
-    prices = prices or load_prices(options.prices_file)
-    hit = _LAST_POWER[0]
-    if hit is not None and hit[0] is plan and hit[1] is options and hit[2] is run and hit[3] is prices:
-        return hit[4]
-    pm = _power_model(plan, options, run, prices)
-    _LAST_POWER[0] = (plan, options, run, prices, pm)
-    return pm
+    return _power_model(plan, options, run, prices or load_prices(options.prices_file))
 
 
-#: the last (plan, options, run, prices, PowerModel)
-_LAST_POWER: list[tuple[Plan, CostOptions, RunFigures, PriceCatalog, PowerModel] | None] = [None]
-
-
+@last_call
 def _power_model(plan: Plan, options: CostOptions, run: RunFigures, prices: PriceCatalog) -> PowerModel:
     gpu, c = plan.cluster.gpu, plan.cluster
     idle = gpu.idle_w if gpu.idle_w is not None else IDLE_FRACTION_OF_TDP * gpu.tdp_w

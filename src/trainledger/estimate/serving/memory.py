@@ -39,6 +39,7 @@ from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import layer_kinds
 from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.memo import last_call
 from trainledger.estimate.serving.engine import EngineSettings, graph_capture_sizes, resolve
 from trainledger.estimate.serving.kv import KvLayout, kv_dtype, kv_layout, stage_layers
 from trainledger.estimate.serving.quant import WeightFormat, weight_format
@@ -177,20 +178,13 @@ def sampler_bytes(plan: Plan, rows: float) -> float:
     return rows * plan.model.vocab_size * FP32 * SAMPLER_COPIES
 
 
+@last_call
 def engine_memory(plan: Plan) -> EngineMemory:
     """The engine's memory accounting for ``plan`` (module docstring).
 
-    Remembered for the last plan object: the memory section and the serving section of one
-    estimate ask in turn (callers read the result, never change it)."""
-    hit = _LAST[0]
-    if hit is not None and hit[0] is plan:
-        return hit[1]
-    em = _engine_memory(plan)
-    _LAST[0] = (plan, em)
-    return em
-
-
-_LAST: list[tuple[Plan, EngineMemory] | None] = [None]
+    Remembered for the last plan object (``memo.last_call``): the memory section and the serving
+    section of one estimate ask in turn (callers read the result, never change it)."""
+    return _engine_memory(plan)
 
 
 def _engine_memory(plan: Plan) -> EngineMemory:
