@@ -18,10 +18,12 @@ import typing
 import pytest
 
 from trainledger.errors import TrainledgerError
-from trainledger.estimate.memory.model import Parts, activations, model_states
+from trainledger.estimate.memory.model import (
+    Parts, _local_params_uncached, activations, local_params_key, model_states,
+)
 from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.memory.phases import (
-    ACT_FIELDS, _step_points, acts_key, clear_memos, states_key,
+    ACT_FIELDS, _acts_values, _step_points, acts_key, clear_memos, states_key,
 )
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import pipeline_role
@@ -168,11 +170,32 @@ def test_equal_keys_mean_equal_terms(name):
                     assert _states(p) == s, f"{name}: model_states reads {field} (role {role})"
                     same_key["states"].add(field)
                 if p.recipe.is_training and acts_key(p, OPTS) == ak:
-                    assert _acts(p, OPTS) == a, f"{name}: activations read {field} (role {role})"
+                    # what the memo answers for p while it holds the base plan's terms is p's own
+                    # terms (a pipeline's receive buffers are kept per micro-batch and rescaled)
+                    clear_memos()
+                    assert tuple(_acts_values(base, OPTS)) == a
+                    assert tuple(_acts_values(p, OPTS)) == _acts(p, OPTS), (
+                        f"{name}: activations read {field} (role {role})")
                     same_key["acts"].add(field)
     # the keys leave out what they claim to: these changes kept the key and were compared
     assert {"recipe.micro_batch", "recipe.recompute", "recipe.attention", "recipe.seq_len"} <= same_key["states"]
     assert {"recipe.optimizer", "layout.offload", "headroom"} <= same_key["acts"]
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_local_params_key_is_complete(name):
+    """The per-layout parameter counts are remembered by ``local_params_key``: a plan that keeps the
+    key keeps the counts (computed afresh here, bypassing the memo)."""
+    base = build_plan(PlanInputs(**BASES[name]))
+    kept = 0
+    for role in _roles(base):
+        with pipeline_role(role):
+            ref = (local_params_key(base), _local_params_uncached(base))
+            for field, p in _perturbed(base):
+                if p is not None and local_params_key(p) == ref[0]:
+                    assert _local_params_uncached(p) == ref[1], f"{name}: _local_params reads {field} ({role})"
+                    kept += 1
+    assert kept  # the key leaves fields out (dp, optimizer, batch shape ...) and was compared
 
 
 @pytest.mark.parametrize("name", ["hf-1gpu", "hf-pp2-lora", "mcore-tp2-pp2-fp8"])

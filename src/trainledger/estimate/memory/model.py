@@ -53,6 +53,7 @@ class Parts:
     states: float = 0.0
     opt_temp: float = 0.0
     pp_buffers: float = 0.0  # torch.distributed.pipelining's per-micro-batch receive buffers
+    pp_buffer_each: float = 0.0  # one micro-batch's receive buffer (pp_buffers = micro-batches x this)
     copies: float = 0.0  # autocast weight copies, all layers
     copies_layer: float = 0.0  # one layer's copies (recompute)
     copies_head: float = 0.0  # lm_head copy
@@ -140,7 +141,35 @@ def _count_sliding(m) -> int:
 
 def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
     """(parameters, autocast-cast parameters, quantizable decoder parameters, lm_head, layers)
-    on the busiest GPU: decoder layers split over pp, matrices over tp, routed experts over ep."""
+    on the busiest GPU: decoder layers split over pp, matrices over tp, routed experts over ep.
+
+    Remembered by what it reads (the model, the model-parallel layout, the stack's TP style and
+    the pipeline role): suggestion variants and scaling-curve points change none of it."""
+    key = local_params_key(plan)
+    hit = _LOCAL_PARAMS.get(key)
+    if hit is None:
+        if len(_LOCAL_PARAMS) >= 1024:
+            _LOCAL_PARAMS.clear()
+        hit = _LOCAL_PARAMS[key] = _local_params_uncached(plan)
+    return hit
+
+
+_LOCAL_PARAMS: dict[tuple, tuple[float, float, float, float, int]] = {}
+
+
+def local_params_key(plan: Plan) -> tuple:
+    """What ``_local_params`` reads of ``plan`` (tests/unit/test_memory_terms_deps.py checks it)."""
+    lay = plan.layout
+    return (plan.model, lay.tp, lay.pp, lay.ep, lay.expert_tp, lay.sp, plan.runtime.framework,
+            plan.runtime.loss_parallel, current_role(plan))
+
+
+def clear_local_params() -> None:
+    """Forget the remembered per-layout parameter counts (cold-estimate benchmarks, tests)."""
+    _LOCAL_PARAMS.clear()
+
+
+def _local_params_uncached(plan: Plan) -> tuple[float, float, float, float, int]:
     m, lay = plan.model, plan.layout
     sh = model_shape(m)
     t = lay.tp
@@ -467,7 +496,8 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
         # ``_create_grad_recv_info`` for the gradients a stage receives, the forward receive infos
         # for its inputs): the first stage holds m gradient buffers, the last m input buffers, each
         # one micro-batch of the R-byte residual stream
-        parts.pp_buffers = (lay.pp_microbatches or r.grad_accum) * T * R * h
+        parts.pp_buffer_each = T * R * h
+        parts.pp_buffers = (lay.pp_microbatches or r.grad_accum) * parts.pp_buffer_each
     if role == "first":  # no final norm, head or loss on the first stage
         return
     cast = flow.autocast and R != c

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import Runtime
-from trainledger.estimate.memory.model import Parts, activations, inference, model_states
+from trainledger.estimate.memory.model import Parts, activations, clear_local_params, inference, model_states
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, pressure
@@ -140,7 +140,7 @@ _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
 #: the Parts fields ``activations`` writes (disjoint from those ``model_states`` writes; it reads none)
 ACT_FIELDS: tuple[str, ...] = (
     "acts", "ckpt", "act_layer", "n_layers", "bwd_work", "mlp_share", "cache", "inputs", "grad_flow",
-    "pp_buffers", "head_saves", "head_out", "logits_fwd", "logits_bwd", "logits_grad", "cp_fwd")
+    "pp_buffers", "pp_buffer_each", "head_saves", "head_out", "logits_fwd", "logits_bwd", "logits_grad", "cp_fwd")
 
 #: model_states: not the batch shape, recomputation, attention kernel, token budget, dropout or
 #: clipping (only the precision policy, method, optimizer, LoRA shape and nvfp4 bf16 layers)
@@ -148,12 +148,13 @@ _STATES_RECIPE = attrgetter("method", "precision", "optimizer", "lora_rank", "lo
 _STATES_LAYOUT = attrgetter("tp", "pp", "cp", "ep", "etp", "sp", "zero", "hybrid_shard", "offload")
 #: activations: not the optimizer, global batch, token budget, generation length, clipping, LoRA alpha
 #: or nvfp4 bf16 layers, nor the data-parallel, expert or ZeRO layout, offload or node shape; the
-#: accumulation only with a pipeline (micro-batches in flight, receive buffers)
+#: accumulation only with a pipeline, through the micro-batches in flight and receive buffers
 _ACTS_RECIPE = attrgetter("method", "precision", "seq_len", "micro_batch", "recompute", "recompute_layers",
                           "attention", "lora_rank", "lora_targets", "dropout")
 _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_microbatches")
 _RUNTIME = attrgetter(*Runtime.model_fields)
 
+_PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
 _MEMO_SIZE = 512
 _STATES_MEMO: dict[tuple, tuple] = {}
 _ACTS_MEMO: dict[tuple, tuple] = {}
@@ -172,7 +173,12 @@ def states_key(plan: Plan) -> tuple:
 def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
     """What ``activations`` reads of ``plan`` and ``opts`` (and the pipeline role being walked)."""
     r, lay = plan.recipe, plan.layout
-    return (plan.model, _ACTS_RECIPE(r), _ACTS_LAYOUT(lay), r.grad_accum if lay.pp > 1 else 0,
+    # with a pipeline the accumulation enters only as the micro-batches in flight and, under
+    # torch.distributed.pipelining, one receive buffer per micro-batch (model.activations; the
+    # memo keeps one buffer, ``_acts_values`` multiplies): plans whose accumulation differs above
+    # the pipeline depth (the scaling curve's points) share the rest
+    pipe = inflight_microbatches(plan) if lay.pp > 1 else 0
+    return (plan.model, _ACTS_RECIPE(r), _ACTS_LAYOUT(lay), pipe,
             _RUNTIME(plan.runtime), opts.use_cache, current_role(plan))
 
 
@@ -199,6 +205,9 @@ def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
         if len(_ACTS_MEMO) >= _MEMO_SIZE:
             _ACTS_MEMO.clear()
         _ACTS_MEMO[key] = hit
+    elif hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
+        hit = list(hit)
+        hit[_PP_BUFFERS] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit[_PP_EACH]
     return hit
 
 
@@ -206,6 +215,7 @@ def clear_memos() -> None:
     """Forget every remembered term (benchmarks of a cold estimate; tests)."""
     _STATES_MEMO.clear()
     _ACTS_MEMO.clear()
+    clear_local_params()
 
 
 def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
