@@ -374,3 +374,19 @@ def test_lora_half_of_fused_expert_projection_is_an_error():
 
     with pytest.raises(PlanError, match="both or neither"):
         load_model("tiny-qwen3-moe-debug").lora_params(("gate_proj",), 8)
+
+
+def test_model_copy_with_changes_recounts_the_derived_values():
+    """``model_copy(update=...)`` must not carry the unchanged spec's parameter counts or MoE mask
+    (``cached_property`` values live in ``__dict__``, which pydantic copies): Llama-3.1-8B has
+    32 layers of 218,112,000 parameters each (4096² q/o, 2·4096·1024 k/v, 3·4096·14336 MLP, two
+    norms: meta-llama/Llama-3.1-8B config.json), so 4 layers drop 28 of them."""
+    from trainledger.load.hf import load_model
+
+    m = load_model("llama-3.1-8b")
+    assert m.params.total == 8_030_261_248 and len(m.moe_layer_mask) == 32
+    small = m.model_copy(update={"num_layers": 4})
+    assert small.params.total == 8_030_261_248 - 28 * 218_112_000
+    assert len(small.moe_layer_mask) == 4
+    same = m.model_copy()
+    assert same == m and same.params.total == m.params.total

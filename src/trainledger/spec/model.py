@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import weakref
 from functools import cached_property, lru_cache
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -145,6 +146,15 @@ class ModelSpec(Spec):
         return self
 
     # ---------------------------------------------------------------- derived structure
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+        """pydantic's copy, less the derived values (``cached_property``: parameter counts, the MoE
+        layer mask) that the copy would otherwise carry over from the unchanged spec."""
+        new = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in _DERIVED:
+                new.__dict__.pop(name, None)
+        return new
+
     def __hash__(self) -> int:
         """pydantic's hash of a frozen model (of all field values), computed once per instance: the
         per-model caches (``lru_cache`` keyed on the spec) hash it many times per estimate. Kept
@@ -308,6 +318,9 @@ def _param_counts(m: ModelSpec) -> ParamCounts:
     """``ModelSpec.params``, once per spec value (pydantic's hash and == of the field values)."""
     return m._count_params()
 
+
+#: the ModelSpec attributes computed once per instance and kept in its ``__dict__``
+_DERIVED = tuple(n for n, v in vars(ModelSpec).items() if isinstance(v, cached_property))
 
 #: id(spec) -> (weak reference to the spec, its hash): see ``ModelSpec.__hash__``
 _HASHES: dict[int, tuple[weakref.ref, int]] = {}
