@@ -23,7 +23,8 @@ from trainledger.estimate.memory.model import (
 )
 from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.memory.phases import (
-    ACT_FIELDS, _acts_values, _step_points, acts_key, clear_memos, states_key,
+    ACT_FIELDS, _acts_values, _states_values, _step_points, acts_key, clear_memos, fit_bytes, fit_or_misfit,
+    states_key,
 )
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import pipeline_role
@@ -196,6 +197,32 @@ def test_local_params_key_is_complete(name):
                     assert _local_params_uncached(p) == ref[1], f"{name}: _local_params reads {field} ({role})"
                     kept += 1
     assert kept  # the key leaves fields out (dp, optimizer, batch shape ...) and was compared
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_resident_states_bound_every_peak(name):
+    """``fit_or_misfit`` calls a plan misfit from its weights, master weights and optimizer states
+    alone (resident at every moment of a training step): that must never exceed the walked peak, and
+    a plan it calls misfit must not fit by the full walk."""
+    base = build_plan(PlanInputs(**BASES[name]))
+    seen = 0
+    for _, p in [("base", base), *_perturbed(base)]:
+        if p is None or not p.recipe.is_training:
+            continue
+        for role in _roles(p):
+            if role is None and p.layout.pp > 1:
+                continue
+            with pipeline_role(role):
+                x = Parts(*_states_values(p))
+                low = sum(int(v) for v in (x.weights, x.master, x.states) if v > 0)
+                assert low <= fit_bytes(p, OPTS)[0], f"{name}: resident states above the peak ({role})"
+                seen += 1
+        full = fit_bytes(p, OPTS)
+        if fit_or_misfit(p, OPTS) is None:
+            assert full[1] > full[2]
+        else:
+            assert fit_or_misfit(p, OPTS) == full
+    assert seen
 
 
 @pytest.mark.parametrize("name", ["hf-1gpu", "hf-pp2-lora", "mcore-tp2-pp2-fp8"])

@@ -155,6 +155,8 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 _RUNTIME = attrgetter(*Runtime.model_fields)
 
 _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
+#: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
+_RESIDENT = tuple(_FIELDS.index(f) for f in ("weights", "master", "states"))
 _MEMO_SIZE = 512
 _STATES_MEMO: dict[tuple, tuple] = {}
 _ACTS_MEMO: dict[tuple, tuple] = {}
@@ -304,19 +306,29 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
         figures = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                fig = fit_bytes(plan, opts)
-            if misfit_early and fig[1] > fig[2]:
+                fig = _fit(plan, opts, misfit_early)
+            if fig is None or (misfit_early and fig[1] > fig[2]):
                 return None
             figures.append(fig)
         return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
+    budget = int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+    if misfit_early and plan.recipe.is_training:
+        # every moment of a training step holds the weights, master weights and optimizer states
+        # (the ``base`` of ``_training_points`` and ``runtimes.fsdp_points``), and the device
+        # total grows with the peak: when they alone exceed the budget, no walk can make it fit
+        x = _states_values(plan)
+        low = sum([int(x[i]) for i in _RESIDENT if x[i] > 0])
+        reserved, context, workspace = _device_bytes(low, opts, rt)
+        if reserved + context + workspace > budget:
+            return None
     points = step_points(plan, opts, rt)[1]
     # ``peak_bytes`` without its breakdown: the same moment, the same integer sum of its terms
     totals = [sum(d.values()) for _, _, d in points]
     i_peak = max(range(len(totals)), key=totals.__getitem__)
     peak = sum([int(v) for v in points[i_peak][2].values() if v > 0])
     reserved, context, workspace = _device_bytes(peak, opts, rt)
-    return peak, reserved + context + workspace, int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+    return peak, reserved + context + workspace, budget
 
 
 def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None) -> Pressure:
