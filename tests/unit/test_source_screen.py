@@ -10,7 +10,10 @@ FSDP FULL_SHARD, PURE bf16, no activation checkpointing, grad accumulation 1 on 
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -157,3 +160,16 @@ def test_screen_flags_the_mpt_1b_32_gpu_dip(bench):
     # the 16-GPU row (mbs 8) is not compared with the mbs-10 rows; the rest of the sweep is consistent
     assert "mpt-1b-s2048-g16-a100_40gb-bf16-mbs8" not in s.flagged()
 
+
+def test_json_keeps_rows_and_summary_and_adds_the_screen(bench):
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench.main(["--json"]) == 0
+    data = json.loads(out.getvalue())
+    assert list(data) == ["rows", "summary", "source_screen"]
+    rows = bench.evaluate_all()
+    assert data["summary"] == json.loads(json.dumps(bench.summarize(rows)))
+    screen = data["source_screen"]
+    over = [r["id"] for r in rows if not r["secondary"] and r["abs_error"] > 0.20]
+    assert sorted(screen["over_20pct"]["flagged"] + screen["over_20pct"]["not_flagged"]) == sorted(over)
+    assert "mpt-1b-s2048-g32-a100_40gb-bf16-mbs10" in screen["over_20pct"]["flagged"]
