@@ -208,6 +208,19 @@ def test_fp8_gemm_half_depth_along_k_is_twice_the_16bit_one():
     assert t8 / t16 == pytest.approx((1 + 2 / 64) / (1 + 1 / 64), rel=1e-6)
 
 
+def test_quantized_gemm_writes_a_16bit_output():
+    # A memory-bound GEMM (shallow K, unbounded tensor rate) moves its inputs at their width and
+    # its M×N output in bf16: fp8 (1 byte) and nvfp4 (0.5) inputs, a 2-byte output (TE and torchao
+    # scaled GEMMs emit bf16); a 16-bit GEMM moves 2 bytes everywhere, tf32/fp32 4.
+    eff = for_gpu(load_gpu("h100-sxm"))
+    M = N = 8192
+    K = 16
+    bw = 1e12 * eff.hbm
+    for b, out in ((1.0, 2.0), (0.5, 2.0), (2.0, 2.0), (4.0, 4.0)):
+        t = gemm_time_s(M, K, N, 1e30, 1e12, eff, 1.0, b)
+        assert t == pytest.approx((b * (M * K + K * N) + out * M * N) / bw, rel=1e-9)
+
+
 @pytest.mark.parametrize("framework", ["pytorch-fsdp", "fsdp2"])
 def test_fsdp_bf16_reduce_halves_the_gradient_reduce_scatter(framework):
     # MixedPrecision(reduce_dtype=bf16) (Composer's 'PURE'): each layer's reduce-scatter moves 2

@@ -166,7 +166,10 @@ def gemm_time_s(M: float, K: float, N: float, peak: float, hbm: float, eff: GpuE
     dk = d * 2.0 / bytes_per_el
     eta = eta_max * (M / (M + d)) * (N / (N + d)) * (K / (K + dk))
     t_compute = 2.0 * M * N * K / (peak * eta)
-    t_memory = bytes_per_el * (M * K + K * N + M * N) / (hbm * eff.hbm)
+    # the output is written in the 16-bit compute dtype (or fp32) whatever the inputs' width: the
+    # fp8 / mxfp8 / nvfp4 GEMMs of Transformer Engine and torchao emit bf16 (TE ``te_gemm``'s D
+    # in the activation dtype; torchao ``torch._scaled_mm(..., out_dtype=bf16)``)
+    t_memory = (bytes_per_el * (M * K + K * N) + max(bytes_per_el, 2.0) * M * N) / (hbm * eff.hbm)
     return max(t_compute, t_memory)
 
 
