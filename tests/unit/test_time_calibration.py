@@ -19,7 +19,7 @@ def _run(**kw):
     base.update(kw)
     p = build_plan(PlanInputs(**base))
     d = estimate_compute(p).to_dict()
-    return p, d, cal.fingerprint(d, {"attention": p.recipe.attention})
+    return p, d, cal.fingerprint(d, {"attention": p.recipe.attention, "runtime": p.runtime.summary()})
 
 
 def test_one_run_reproduces_the_measurement_with_the_least_weighted_change():
@@ -67,6 +67,41 @@ def test_transfer_across_stack_gpu_precision_or_power_is_refused(other):
     assert not got["calibrated"] and "refused" in got["reason"]
     _, d3, fp3 = _run(gpus=16)  # same environment, other GPU count: applies
     assert cal.apply(d3, fp3, fit)["calibrated"]
+
+
+def test_transfer_across_stack_releases_or_attention_kernels_is_refused_where_both_state_them():
+    _, d, fp = _run(stack_version="torchtitan-2412")
+    assert fp["stack_version"] == "torchtitan-2412"
+    fit = cal.fit([(d, fp, 1.2 * d["step_time_s"])])
+    for other in (dict(stack_version="torchtitan-2506"), dict(attention="eager")):
+        _, d2, fp2 = _run(**other)
+        got = cal.apply(d2, fp2, fit)
+        assert not got["calibrated"] and next(iter(other)) in got["reason"]
+    _, d3, fp3 = _run(gpus=16, stack_version="torchtitan-2412")  # the same release: applies
+    assert cal.apply(d3, fp3, fit)["calibrated"]
+    _, d4, fp4 = _run(gpus=16)  # the estimate states no release: the calibration applies
+    assert fp4["stack_version"] is None and cal.apply(d4, fp4, fit)["calibrated"]
+
+
+def test_cli_calibration_keyed_by_stack_version(tmp_path):
+    led = str(tmp_path / "ledger.db")
+    flags = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--zero", "3", "--framework", "fsdp2"]
+    r = CliRunner().invoke(main, ["calibrate", *flags, "--stack-version", "torchtitan-2412",
+                                  "--measured-step-time", "1.0", "--ledger", led])
+    assert r.exit_code == 0, r.output
+    assert "fsdp2 torchtitan-2412" in r.output
+    for version, applied in (("torchtitan-2412", True), ("torchtitan-2506", False)):
+        r = CliRunner().invoke(main, ["estimate", *flags, "--stack-version", version, "--calibrated",
+                                      "--ledger", led, "--json"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        assert out["plan"]["runtime"]["stack_version"] == version
+        tc = out["compute"]["time_calibration"]
+        assert tc["calibrated"] is applied
+        if not applied:
+            assert "stack_version 'torchtitan-2412' vs 'torchtitan-2506'" in tc["reason"]
+    r = CliRunner().invoke(main, ["estimate", *flags, "--stack-version", "bad;version", "--json"])
+    assert r.exit_code != 0
 
 
 def test_a_measurement_that_cannot_be_this_plan_is_an_error():

@@ -199,7 +199,8 @@ def calibrate_time(ledger: Ledger, runs: list[tuple[Any, float]], source: str) -
     fit_runs = []
     for plan, meas in runs:
         comp = estimate_compute(plan).to_dict()
-        fp = tcal.fingerprint(comp, {"attention": plan.recipe.attention})
+        fp = tcal.fingerprint(comp, {"attention": plan.recipe.attention,
+                                     "stack_version": plan.runtime.stack_version})
         fit_runs.append((comp, fp, meas))
     fitted = tcal.fit(fit_runs)
     fitted["source"] = source
@@ -213,14 +214,15 @@ def render_time(fitted: Mapping[str, Any]) -> str:
              f"{fitted.get('source', '')}",
              f"  environment: {fp.get('gpu')}"
              + (f" at {fp['power_limit_w']:g} W" if fp.get("power_limit_w") else "")
-             + f", {fp.get('framework')}, {fp.get('matmul_dtype')} GEMMs, {fp.get('kernels')} kernels, "
-             f"attention {fp.get('attention')}"]
+             + f", {fp.get('framework')}"
+             + (f" {fp['stack_version']}" if fp.get("stack_version") else "")
+             + f", {fp.get('matmul_dtype')} GEMMs, {fp.get('kernels')} kernels, attention {fp.get('attention')}"]
     for k, v in fitted["factors"].items():
         lines.append(f"  {k:<10} x{v:.3f}")
     for m, p in zip(fitted["measured_step_s"], fitted["predicted_step_s"]):
         lines.append(f"  measured {m:.4g} s per step, predicted {p:.4g} s before calibration")
-    lines.append("  applies to estimates of the same GPU, power limit, stack and precision "
-                 "(estimate --calibrated); others are refused")
+    lines.append("  applies to estimates of the same GPU, power limit, stack (release, where both state it), "
+                 "attention kernel and precision (estimate --calibrated); others are refused")
     return "\n".join(lines)
 
 

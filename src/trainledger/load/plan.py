@@ -68,6 +68,7 @@ class PlanInputs(Spec):
     fused_loss: bool = _RUNTIME["fused_loss"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
+    stack_version: str | None = _RUNTIME["stack_version"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
     ds_stage3_prefetch_bucket_size: int | None = _RUNTIME["ds_stage3_prefetch_bucket_size"]
@@ -301,6 +302,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
             loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
             fused_loss=inputs.fused_loss, dist_optimizer=inputs.dist_optimizer, fp8_params=inputs.fp8_params,
+            stack_version=inputs.stack_version,
             **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
         )
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")

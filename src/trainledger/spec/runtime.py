@@ -88,6 +88,10 @@ class Runtime(Spec):
     fp8_params: bool = Field(
         False, description="megatron with fp8-mixed: weights stored as Transformer Engine fp8 tensors "
         "(Megatron --fp8-param-gather, NeMo fp8_params) instead of bf16 plus TE's cached fp8 copies")
+    stack_version: str | None = Field(
+        None, min_length=1, max_length=80, pattern=r"^[\w.@/+ :-]+$",
+        description="the stack's release, e.g. nemo-24.07, megatron-core-0.12, 'torchtitan b5bcd76 torch-2.6': "
+        "read by no estimate, it keys a time calibration (one measured on another release is refused)")
     # DeepSpeed ZeRO knobs (elements); None = DeepSpeed's default (DS_DEFAULTS above)
     ds_reduce_bucket_size: int | None = Field(None, gt=0, description="deepspeed reduce_bucket_size [5e8]")
     ds_allgather_bucket_size: int | None = Field(None, gt=0, description="deepspeed allgather_bucket_size [5e8]")
@@ -110,6 +114,8 @@ class Runtime(Spec):
     def summary(self) -> dict[str, object]:
         """The semantics assumed, for JSON output (only the options the stack reads)."""
         d: dict[str, object] = {"framework": self.framework, "text": FRAMEWORK_TEXT[self.framework]}
+        if self.stack_version:
+            d["stack_version"] = self.stack_version
         if self.framework == "fsdp2":
             d.update(reshard_after_forward=self.reshard_after_forward, param_dtype=self.param_dtype,
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)

@@ -63,16 +63,23 @@ FACTOR_RANGE = (0.2, 5.0)
 TERM_UNCERTAINTY = {"gemm": 0.05, "attention": 0.10, "memory": 0.06, "comm": 0.30, "fixed": 1.0}
 #: fingerprint keys that must match for a calibration to transfer (the rest is informational)
 MUST_MATCH = ("gpu", "framework", "matmul_dtype", "power_limit_w")
+#: keys that must match where both the calibration and the estimate state them: the stack's release
+#: (NeMo 24.07 and Megatron-Core r0.12 run the same Llama-3 8B FP8 job 12.5% apart per GPU,
+#: groundtruth nemo_24_07_perf.yaml vs megatron_lm_readme_scaling.yaml) and the attention kernel
+#: (its factor says nothing about another kernel)
+MUST_MATCH_IF_STATED = ("stack_version", "attention")
 
 
 def fingerprint(comp: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The environment a calibration is valid for, from an estimate's compute dict (and plan)."""
     st = comp.get("stack_profile") or {}
     plan = plan or {}
+    runtime = plan.get("runtime") if isinstance(plan.get("runtime"), Mapping) else {}
     return {
         "gpu": st.get("gpu") or plan.get("gpu"),
         "power_limit_w": st.get("power_limit_w", plan.get("power_limit_w")),
         "framework": st.get("framework"), "matmul_dtype": comp.get("matmul_dtype"),
+        "stack_version": plan.get("stack_version") or runtime.get("stack_version"),
         "attention": plan.get("attention"), "kernels": st.get("kernels"),
         "gpu_family": st.get("gpu_family"),
     }
@@ -81,10 +88,13 @@ def fingerprint(comp: Mapping[str, Any], plan: Mapping[str, Any] | None = None) 
 def mismatch(cal_fp: Mapping[str, Any], fp: Mapping[str, Any]) -> str | None:
     """Why a calibration of ``cal_fp`` must not be applied to an estimate of ``fp`` (None: it may)."""
     diffs = [f"{k} {cal_fp.get(k)!r} vs {fp.get(k)!r}" for k in MUST_MATCH if cal_fp.get(k) != fp.get(k)]
+    diffs += [f"{k} {cal_fp.get(k)!r} vs {fp.get(k)!r}" for k in MUST_MATCH_IF_STATED
+              if cal_fp.get(k) and fp.get(k) and cal_fp.get(k) != fp.get(k)]
     if not diffs:
         return None
     return ("calibration refused: measured on another environment (" + "; ".join(diffs) +
-            "); a fit transfers only within one GPU, power limit, software stack and precision")
+            "); a fit transfers only within one GPU, power limit, software stack (and its release, "
+            "where stated), attention kernel and precision")
 
 
 def terms(comp: Mapping[str, Any]) -> dict[str, float]:
