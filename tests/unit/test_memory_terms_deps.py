@@ -77,7 +77,7 @@ NUMERIC = {
     "ds_reduce_bucket_size": (None, 2 ** 24), "ds_allgather_bucket_size": (None, 2 ** 24),
     "ds_stage3_prefetch_bucket_size": (None, 2 ** 24), "ds_stage3_param_persistence_threshold": (None, 10 ** 7),
     "ds_stage3_max_live_parameters": (None, 10 ** 8), "ds_overlap_comm": (None, True, False),
-    "mla_latent_cache": (None, True, False),
+    "mla_latent_cache": (None, True, False), "stack_version": (None, "nemo-24.07"),
 }
 SKIP = {"dp"}  # resolved from the world size (perturbed through tp/pp/cp/gpus_per_node/nodes)
 
@@ -180,7 +180,8 @@ def test_equal_keys_mean_equal_terms(name):
                     same_key["acts"].add(field)
     # the keys leave out what they claim to: these changes kept the key and were compared
     assert {"recipe.micro_batch", "recipe.recompute", "recipe.attention", "recipe.seq_len"} <= same_key["states"]
-    assert {"recipe.optimizer", "layout.offload", "headroom"} <= same_key["acts"]
+    assert {"recipe.optimizer", "layout.offload", "headroom", "runtime.stack_version"} <= same_key["acts"]
+    assert "runtime.stack_version" in same_key["states"]  # a release tag keys calibrations, not memory
 
 
 @pytest.mark.parametrize("name", BASES)

@@ -152,7 +152,8 @@ _STATES_LAYOUT = attrgetter("tp", "pp", "cp", "ep", "etp", "sp", "zero", "hybrid
 _ACTS_RECIPE = attrgetter("method", "precision", "seq_len", "micro_batch", "recompute", "recompute_layers",
                           "attention", "lora_rank", "lora_targets", "dropout")
 _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_microbatches")
-_RUNTIME = attrgetter(*Runtime.model_fields)
+#: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
+_RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
 _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
 #: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
