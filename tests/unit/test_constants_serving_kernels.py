@@ -47,3 +47,20 @@ def test_a_shared_expert_runs_as_one_dense_mlp():
     without = extra_kernels(routed, SimpleNamespace(mla=None, moe=SimpleNamespace(num_shared_experts=0)))
     with_shared = extra_kernels(routed, SimpleNamespace(mla=None, moe=SimpleNamespace(num_shared_experts=1)))
     assert with_shared - without == kernels
+
+
+def test_a_routed_expert_block_launches_four_kernels_more_than_a_dense_mlp():
+    """The kernels of one routed-expert MLP in vLLM's fused MoE path, counted from the source
+    (vllm-project/vllm @ 000d1458, vllm/model_executor/layers/fused_moe/fused_moe.py):
+    ``fused_topk`` launches one ``topk_softmax`` kernel after the router's gate GEMM, and
+    ``fused_experts_impl`` per chunk ``moe_align_block_size``, the w1 ``invoke_fused_moe_kernel``,
+    ``silu_and_mul``, the w2 ``invoke_fused_moe_kernel`` and ``moe_sum`` (unquantized weights, no
+    expert map, one chunk: decode batches are far below VLLM_FUSED_MOE_CHUNK_SIZE). A dense gated
+    MLP in vLLM is ``gate_up_proj`` (MergedColumnParallelLinear), ``SiluAndMul``, ``down_proj``."""
+    routed = ["router gate GEMM", "topk_softmax", "moe_align_block_size", "fused_moe_kernel w1",
+              "silu_and_mul", "fused_moe_kernel w2", "moe_sum"]
+    dense = ["gate_up_proj", "silu_and_mul", "down_proj"]
+    kind = SimpleNamespace(is_moe=True)
+    plain_moe = SimpleNamespace(mla=None, moe=SimpleNamespace(num_shared_experts=0))
+    assert extra_kernels(kind, plain_moe) == len(routed) - len(dense)
+    assert extra_kernels(SimpleNamespace(is_moe=False), SimpleNamespace(mla=None, moe=None)) == 0

@@ -59,3 +59,19 @@ def test_serving_figures_order_mean_p99_worst():
         return (f["tpot_p99_s"] - f["tpot_s"]) / (f["tpot_worst_s"] - f["tpot_s"])
 
     assert gap(long) < gap(short)
+
+
+@pytest.mark.parametrize("batch,prompt,out", [(1, 128, 2048), (64, 1024, 4096), (256, 32, 8192), (16, 100, 13)])
+def test_static_batch_tpot_is_the_mean_over_every_decode_step(batch, prompt, out):
+    """A static batch's TPOT is the mean time of its out - 1 decode steps, step i attending to
+    prompt + i tokens (vLLM benchmark_serving: (e2e - TTFT) / (n_out - 1)). ``static_batch``
+    integrates the decode phase on DECODE_SAMPLES midpoints instead of stepping through every
+    token; a decode step's time is affine in the context (KV reads grow by one token's bytes per
+    step), and the midpoint rule is exact for an affine integrand whatever the number of samples:
+    the count trades nothing but speed (an equivalent mutant for the probe)."""
+    perf = ServingPerf(build_plan(PlanInputs(model="llama-3.1-8b", gpu="h100-sxm", method="inference")))
+    n = out - 1
+    steps = [perf.decode_s(batch, prompt + i) for i in range(1, n + 1)]
+    slope = (steps[-1] - steps[0]) / max(n - 1, 1)
+    assert all(s == pytest.approx(steps[0] + slope * i, rel=1e-9) for i, s in enumerate(steps))  # affine
+    assert perf.static_batch(batch, prompt, out)["tpot_s"] == pytest.approx(sum(steps) / n, rel=1e-3)
