@@ -39,8 +39,6 @@ from trainledger.estimate.memory.runtimes import sixteen_bit_model, torch_tp
 from trainledger.estimate.options import MemoryOptions
 
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-#: eager inference without autocast: bytes per (b, s, ctx) element of the attention mask's transients
-EAGER_MASK_BYTES_NO_AUTOCAST = 7
 
 
 @dataclass(slots=True)
@@ -564,8 +562,9 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
     a·d_v values. Sliding-window layers keep at most the window; ``paged`` rounds the context up
     to whole blocks (vLLM). Prefill working set (measured, no_grad): the embedding output, the
     layer input, the mid-layer residual and the norm output (4·R·h per token) and three c-byte
-    f-wide MLP tensors (routed experts: five per routed token in R bytes); eager attention adds the
-    b·a·s×ctx scores (masked c-byte scores, fp32 softmax and its c-byte copy) and the mask.
+    f-wide MLP tensors (routed experts: five per routed token in R bytes); with eager attention the
+    larger of those MLP tensors and the attention's b·a·s×s scores at their softmax peak with the
+    mask and repeat_kv's K/V (the two are never alive together).
     Generation computes logits for the last token only (``logits_to_keep=1``).
     """
     m, r, lay = plan.model, plan.recipe, plan.layout
@@ -614,11 +613,29 @@ def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) 
             mlp += c * h
     else:
         mlp = 3 * c * m.intermediate_size / t
-    work = T * (4 * R * h + mlp)
-    if r.attention == "eager":  # masked c-byte scores, fp32 softmax and its c-byte copy, + the mask
-        # without autocast the 4-D mask exists as a bool, its c-byte additive form and an fp32
-        # intermediate at once (transformers masking_utils; measured, torch 2.13: 7 bytes/element)
-        mask = c if flow.autocast else EAGER_MASK_BYTES_NO_AUTOCAST
-        work += b * r.seq_len * ctx * (m.num_heads / t * (FP32 + 2 * c) + mask)
+    work = T * 4 * R * h
+    if r.attention == "eager":
+        # transformers' eager_attention_forward holds, per (b, s, s) element of the prefill (its
+        # keys are the s prompt tokens; generation's later tokens attend one query at a time), the
+        # c-byte additive mask (masking_utils ``eager_mask``: one b×1×s×s tensor for all heads and
+        # layers) and per head, at its peak inside ``softmax(scores, dtype=float32)``: the c-byte
+        # masked scores, the fp32 output and, for 16-bit scores, the fp32 copy of the input softmax
+        # converts first; the later ``.to(c)`` holds less (the copy is freed). Without autocast:
+        # c + 8 bytes per head in 16 bits, c + 4 in fp32 (measured, torch 2.13 / transformers 5.24:
+        # tests/unit/test_constants_eager_mask.py). Under autocast: the c-byte scores, their fp32
+        # softmax and its c-byte copy, and a c-byte mask. With GQA, ``repeat_kv`` has expanded K
+        # and V to every query head (c bytes each per head dim). The scores are freed before the
+        # MLP runs: the layer's working set is the larger of the two moments.
+        if flow.autocast:
+            per_head, mask = FP32 + 2 * c, c
+        else:
+            per_head, mask = c + FP32 + (FP32 if c < FP32 else 0), c
+        s = r.seq_len
+        attn = b * s * s * (m.num_heads / t * per_head + mask)
+        if m.mla is None and m.num_kv_heads < m.num_heads:
+            attn += T * 2 * c * m.q_dim / t
+        work += max(T * mlp, attn)
+    else:
+        work += T * mlp
     parts.infer_work = work + b * m.vocab_size * (c + FP32) / t
     parts.inputs = T * INT64
