@@ -169,7 +169,10 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
         return hit
     fam = for_gpu(gpu)
     v = stack_values(framework, fam.family)
-    best = fam.matmul_best or {}
+    # the ceiling: the family's measured best-shape GEMM rate; a family without one (Blackwell, Ada,
+    # CDNA, Volta: extrapolated, see their files) is capped at its own rate, so no stack is assumed
+    # to beat an extrapolation (stacks/megatron-core.yaml's 0.90 is a "cut to the cap" value)
+    best = fam.matmul_best or fam.matmul
     try:
         mm = {dt: min(float(x), float(best.get(dt, 1.0)))
               for dt, x in {**fam.matmul, **(v.get("matmul_efficiency") or {})}.items()}
