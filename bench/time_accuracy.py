@@ -329,6 +329,15 @@ TITAN_CAPTIONS = {"Table 6": "torch.compile float8 asynctp"}
 #: earlier preset's compile = false.
 TITAN_2408_SOURCE = "docs/performance.md @ 9515a140b"
 
+#: torchtitan compiles the loss with the model from April 2025 on (github:pytorch/torchtitan
+#: torchtitan/components/loss.py ``build_cross_entropy_loss`` @ bbb1b616e, 2025-04-02: "if
+#: job_config.training.compile: loss_fn = torch.compile(loss_fn)"; in the 2024 benchmarks' train.py
+#: that line was still commented out, removed as such by d1f62be73, 2025-02-20). Inductor fuses the
+#: fp32 up-cast, log-softmax and its gradient into kernels over the 16-bit logits: the logits are kept
+#: once, with no fp32 copy or log-softmax output (Runtime.fused_loss's memory meaning on the PyTorch
+#: stacks). Tables by their YYMM id prefix.
+TITAN_LOSS_COMPILED_FROM = 2504
+
 
 def torchtitan_cases() -> list[Case]:
     out = []
@@ -367,8 +376,10 @@ def torchtitan_cases() -> list[Case]:
         # with PP, keeps the gathered parameters between micro-batches ("For PP, do not reshard after
         # forward to avoid per-microbatch all-gathers": torchtitan/models/llama/parallelize_llama.py
         # ``apply_fsdp`` @ b5bcd76, ``reshard_after_forward = False`` when pp_enabled)
+        compiled_loss = "compile" in text and int(c["id"].split("-")[1]) >= TITAN_LOSS_COMPILED_FROM
         p = p.model_copy(update={"runtime": Runtime(framework="fsdp2", loss_parallel=tp > 1,
-                                                    reshard_after_forward=pp == 1)})
+                                                    reshard_after_forward=pp == 1,
+                                                    fused_loss=compiled_loss)})
         opts = TimeOptions(runtime="megatron" if "compile" in text else None,
                            tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None)
         out.append(Case(c["id"], "torchtitan", p, opts, "tokens_per_s_per_gpu",
