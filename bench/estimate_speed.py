@@ -11,7 +11,9 @@ remembered per plan (its Stage, its run figures, its terms) is derived again, an
 estimate shares within itself (suggestion variants, curve points, pipeline stages) is reused, while
 the per-model facts (parameter shapes, LoRA counts) stay cached as they do for any caller.
 
-Usage: python bench/estimate_speed.py [--n N] [--repeat R]
+Usage: python bench/estimate_speed.py [--n N] [--repeat R] [--sections]
+(--sections: a fresh plan's time by section: memory, its suggestions, compute, scaling curve,
+run sections)
 """
 
 from __future__ import annotations
@@ -49,6 +51,33 @@ def per_call_us(fn, n: int, repeat: int = 1) -> float:
     return best
 
 
+def sections(n: int, repeat: int) -> None:
+    """Where a fresh plan's full estimate spends its time, section by section (µs; each the fastest
+    of ``repeat`` blocks, a fresh equal plan with the term memos forgotten per call)."""
+    from trainledger.estimate import EstimateOptions
+    from trainledger.estimate.run.sections import ledger_sections
+    from trainledger.estimate.time import estimate_compute, estimate_time, scaling_curve
+
+    o = EstimateOptions()
+    k = max(n // 10, 10)
+    print(f"\nfresh plan by section: {'memory':>8s} {'suggestions':>12s} {'compute':>8s} {'curve':>7s} "
+          f"{'run sections':>13s}")
+    for name, kw in PLANS.items():
+        p = build_plan(PlanInputs(**kw))
+
+        def fresh(f, p=p):
+            return lambda: (clear_memos(), f(p.model_copy()))
+        mem = per_call_us(fresh(lambda q: estimate_memory(q, o.memory, suggest=False)), k, repeat)
+        sug = per_call_us(fresh(lambda q: estimate_memory(q, o.memory)), k, repeat) - mem
+        comp = per_call_us(fresh(lambda q: estimate_compute(q, o.time)), k, repeat)
+        curve = per_call_us(fresh(lambda q: scaling_curve(q, o.time, own=estimate_compute(q, o.time))),
+                            k, repeat) - comp
+        m, c = estimate_memory(p, o.memory), estimate_compute(p, o.time)
+        t = estimate_time(p, c, None)
+        run = per_call_us(fresh(lambda q: dict(ledger_sections(q, o.cost, m, c, t))), k, repeat)
+        print(f"  {name:34s} {mem:8.0f} {sug:12.0f} {comp:8.0f} {curve:7.0f} {run:13.0f}")
+
+
 def main(argv: list[str]) -> int:
     n = int(argv[argv.index("--n") + 1]) if "--n" in argv else 2000
     repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 3
@@ -63,6 +92,8 @@ def main(argv: list[str]) -> int:
         fresh = per_call_us(lambda p=p: (clear_memos(), estimate(p.model_copy())), max(n // 10, 10), repeat)
         worst, worst_full = max(worst, us), max(worst_full, full, fresh)
         print(f"{name:36s} {us:10.1f} {full:17.1f} {fresh:14.1f} {len(estimate(p).memory.suggestions):11d}")
+    if "--sections" in argv:
+        sections(n, repeat)
     print(f"slowest memory estimate: {worst:.1f} µs (limit {LIMIT_US:.0f} µs)")
     print(f"slowest full estimate: {worst_full:.1f} µs (target {FULL_TARGET_US:.0f} µs: "
           f"{'met' if worst_full <= FULL_TARGET_US else 'NOT met'})")
