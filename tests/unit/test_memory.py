@@ -106,6 +106,11 @@ def test_pipeline_first_stage_holds_p_microbatches():
     assert inflight_microbatches(p) == 4
     pi = plan(seq_len=2048, gpus=4, pp=4, vp=2, grad_accum=8)
     assert inflight_microbatches(pi) == pytest.approx(4 * (1 + 3 / 8))
+    # with as many micro-batches as stages the interleaved warm-up runs out of them: Megatron's
+    # rank-0 warm-up is min((p - 1)·2 + (v - 1)·p, m·v) = min(10, 8) chunk forwards, i.e. every
+    # chunk of all 4 micro-batches in flight = 4 stage-micro-batches (not 5.5)
+    few = plan(seq_len=2048, gpus=4, pp=4, vp=2, grad_accum=4)
+    assert inflight_microbatches(few) == pytest.approx(4.0)
     one = parts(seq_len=2048, grad_accum=8)
     staged = parts(seq_len=2048, gpus=4, pp=4, grad_accum=8)
     assert staged.acts == pytest.approx(one.acts, rel=0.01)  # 4 micro-batches × L/4 layers

@@ -64,7 +64,10 @@ def inflight_microbatches(plan: Plan) -> float:
         return 1.0
     n = float(min(p, m))
     if lay.pp_schedule == "interleaved" and lay.vp > 1:
-        n *= 1 + (p - 1) / (p * lay.vp)
+        # Megatron's warm-up holds min((p - rank - 1)·2 + (v - 1)·p, m·v) chunk forwards
+        # (schedules.py ``forward_backward_pipelining_with_interleaving``): with few micro-batches
+        # (m·v below the warm-up) every chunk of every micro-batch is in flight, m stages' worth
+        n = min(n * (1 + (p - 1) / (p * lay.vp)), float(m))
     return n
 
 
