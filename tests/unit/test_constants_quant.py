@@ -81,3 +81,14 @@ def test_nf4_double_quantization_bytes():
                        ((n // (64 * 256),), torch.float32)) / n
     assert weight_format("bf16", "bf16", "nf4", 0).linear_bytes(K, N) == pytest.approx(expected, rel=1e-9)
     assert (expected - 0.5) * 8 == pytest.approx(0.127, abs=5e-4)  # the paper's figure
+
+
+def test_mxfp4_two_values_per_byte_and_one_e8m0_scale_per_32():
+    # OCP Microscaling Formats (MX) Specification v1.0 (2023), MXFP4: blocks of k = 32 E2M1
+    # elements sharing one 8-bit E8M0 scale. The gpt-oss checkpoints store them so (transformers
+    # integrations/mxfp4.py ``Mxfp4GptOssExperts``, 4.55: ``*_blocks`` uint8 [E, N, K/32, 16],
+    # ``*_scales`` uint8 [E, N, K/32]); one expert's 2880 -> 5760 gate_up projection of gpt-oss
+    k, n = 2880, 5760
+    expected = _nbytes(((n, k // 32, 16), torch.uint8), ((n, k // 32), torch.uint8)) / (k * n)
+    assert weight_format("bf16", "bf16", "mxfp4", 0).linear_bytes(k, n) == pytest.approx(expected, rel=1e-12)
+    assert expected * 8 == pytest.approx(4.25)  # the gpt-oss model card's "4.25 bits per parameter"

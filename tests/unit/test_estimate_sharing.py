@@ -152,6 +152,26 @@ def test_remembered_moments_equal_a_fresh_walk_per_role(name):
         assert step_points(other, opts, rt)[1] == _step_points(other, opts, rt)[1] != step_points(p, opts, rt)[1]
 
 
+def test_memo_size_changes_no_figure(monkeypatch):
+    """The states and activations memos (estimate/memory/phases.py) forget everything when they
+    reach ``_MEMO_SIZE`` entries. A memo that forgets before every insertion gives every figure of
+    these estimates, suggestions included (the search walks many variants through the memos),
+    exactly as the default one does: the size trades only speed (an equivalent mutant for the
+    probe)."""
+    from trainledger.estimate.memory import phases
+
+    def run():
+        phases.clear_memos()
+        out = [estimate_memory(_plan(n), MemoryOptions()).to_dict() for n in sorted(PLANS) for _ in (0, 1)]
+        return out, len(phases._STATES_MEMO) + len(phases._ACTS_MEMO)
+
+    default, kept = run()
+    monkeypatch.setattr(phases, "_MEMO_SIZE", 1)
+    forgetful, kept_one = run()
+    assert kept > 2 and kept_one <= 2  # the default memo kept many entries, the forgetful one one each
+    assert forgetful == default
+
+
 def test_model_hash_is_the_field_hash_and_a_changed_copy_gets_its_own():
     m = _plan("mixtral-ep8").model
     fields = tuple(m.__dict__[k] for k in type(m).model_fields)

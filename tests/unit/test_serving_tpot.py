@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from trainledger.estimate.serving.perf import Z99, ServingPerf, binomial_p99, request_tpot_p99
+from trainledger.estimate.serving.perf import EXACT_STEPS, Z99, ServingPerf, binomial_p99, request_tpot_p99
 from trainledger.load.plan import PlanInputs, build_plan
 
 
@@ -29,6 +29,28 @@ def test_normal_tail_for_long_outputs():
     assert Z99 == pytest.approx(2.3263, abs=5e-4)  # the standard normal's 0.99 quantile
     n, q = 100_000, 0.1
     assert binomial_p99(n, q) == math.ceil(n * q + Z99 * math.sqrt(n * q * (1 - q)))
+
+
+def _quantile_exact(n: int, num: int, den: int) -> int:
+    """K's 0.99 quantile for q = num/den in integer arithmetic: the smallest k with
+    100·Σ_{i<=k} C(n,i)·num^i·(den-num)^(n-i) >= 99·den^n (no rounding at any n)."""
+    target, cdf = 99 * den**n, 0
+    for k in range(n + 1):
+        cdf += 100 * math.comb(n, k) * num**k * (den - num) ** (n - k)
+        if cdf >= target:
+            return k
+    return n
+
+
+@pytest.mark.parametrize("num,den", [(1, 10_000), (1, 1000), (3, 1000), (1, 100), (3, 100), (1, 20), (1, 5)])
+def test_normal_quantile_past_exact_steps_is_within_one_slow_step_of_the_exact_one(num, den):
+    """Where the exact sum stops (n > EXACT_STEPS) the normal quantile takes over. Across the next
+    quarter of n (the range a 1.25x threshold would hand back to the exact sum) it agrees with the
+    exact Binomial quantile to one slow step, i.e. a request TPOT within (slow - plain)/n < 0.05% of
+    the step-time spread: where the threshold sits trades speed, not accuracy (an equivalent mutant
+    for the probe)."""
+    for n in range(EXACT_STEPS + 1, EXACT_STEPS + EXACT_STEPS // 4 + 1, EXACT_STEPS // 16):
+        assert abs(binomial_p99(n, num / den) - _quantile_exact(n, num, den)) <= 1
 
 
 def test_hand_worked_request_tpot():
