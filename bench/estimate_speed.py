@@ -74,7 +74,8 @@ def sections(n: int, repeat: int) -> None:
                             k, repeat) - comp
         m, c = estimate_memory(p, o.memory), estimate_compute(p, o.time)
         t = estimate_time(p, c, None)
-        run = per_call_us(fresh(lambda q: dict(ledger_sections(q, o.cost, m, c, t))), k, repeat)
+        run = per_call_us(fresh(lambda q, m=m, c=c, t=t: dict(ledger_sections(q, o.cost, m, c, t))),
+                          k, repeat)
         print(f"  {name:34s} {mem:8.0f} {sug:12.0f} {comp:8.0f} {curve:7.0f} {run:13.0f}")
 
 

@@ -63,8 +63,6 @@ def test_layer_loop_moments_recur_once_per_layer():
     assert pressure(plan, pts, 100.0, 0.1, n_layers=32).retries_per_step == pytest.approx(32 * 4.5 / 9.5)
 
 
-@pytest.mark.xfail(strict=True, reason="pressure() averages the miss over _LAYER_SAMPLES = 8 points of the layer "
-                   "loop, not over its n_layers layers: 0.52 retries here instead of 0.25 (issue 13 item 9)")
 def test_layer_loop_retries_are_the_sum_over_its_layers():
     """The layer loop's moments recur once per layer, the live bytes interpolated between its two ends
     (estimate/memory/pressure.py docstring), so its retries are the sum of each layer's miss. 32

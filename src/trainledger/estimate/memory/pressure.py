@@ -32,9 +32,6 @@ from trainledger.units import gib
 
 Point = tuple[str, str, dict[str, float]]
 
-#: samples of the layer loop between its two end moments (the miss is not linear in the layer)
-_LAYER_SAMPLES = 8
-
 
 class Pressure(NamedTuple):
     """Allocator pressure of one plan's step on one rank."""
@@ -99,10 +96,12 @@ def pressure(plan: Plan, points: list[Point], capacity: float, f: float, n_layer
             continue  # counted with its "last layer" partner
         if label.startswith("last layer ") and "first layer " + label[len("last layer "):] in by_label:
             j_end = by_label["first layer " + label[len("last layer "):]]
-            a, b = totals[i], totals[j_end]
-            samples = [a + (b - a) * k / (_LAYER_SAMPLES - 1) for k in range(_LAYER_SAMPLES)]
-            miss = sum(_miss(x, capacity, f) for x in samples) / _LAYER_SAMPLES
-            retries += allocs * miss * repeats * max(n_layers, 1)
+            # every layer of the loop, its live bytes interpolated between the two ends (the miss
+            # is not linear in the layer: only the layers near the fuller end may miss)
+            a, b, n = totals[i], totals[j_end], max(n_layers, 1)
+            miss = (sum(_miss(a + (b - a) * k / (n - 1), capacity, f) for k in range(n)) if n > 1
+                    else _miss(a, capacity, f))
+            retries += allocs * miss * repeats
         else:
             retries += allocs * _miss(totals[i], capacity, f) * repeats
     return Pressure(retries, peak, capacity, f, True)
