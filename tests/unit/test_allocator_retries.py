@@ -190,3 +190,21 @@ def test_fsdp2_pipeline_stage_keeps_its_unsharded_fp32_gradients_between_micro_b
     assert fwd["gradients"] - x.grads == pytest.approx(4 * stage_params, rel=2e-3)
     opt = next(d for ph, lb, d in pts if ph == "optimizer")
     assert opt["gradients"] == pytest.approx(x.grads)  # reduce-scattered before the step
+
+
+@pytest.mark.parametrize("framework,gpus,pp,zero,micro_batch", [
+    ("fsdp2", 64, 1, 3, 1), ("fsdp2", 64, 1, 3, 2), ("fsdp2", 128, 2, 1, 1), ("fsdp2", 64, 2, 1, 1),
+    ("fsdp2", 64, 2, 1, 2), ("hf", 8, 1, 0, 1), ("hf", 16, 2, 0, 1), ("hf", 64, 2, 1, 1),
+    ("hf-3b", 8, 1, 0, 1), ("hf-3b", 16, 2, 0, 1)])
+def test_brief_pressure_gives_the_same_retries_as_the_walk(framework, gpus, pp, zero, micro_batch):
+    # the scaling curve's points ask only for the retry count: a stage whose resident states alone
+    # exceed the capacity is called unfit without its walk. Llama 2 13B on A100-80GB, s = 4096: these
+    # plans fit with headroom, fit near capacity (8 and 20 retries), do not fit by their activations,
+    # or by their states alone (DDP: fp32 weights and AdamW states), with and without a pipeline
+    from trainledger.estimate.memory.phases import allocator_pressure
+
+    model = "llama-3.2-3b" if framework == "hf-3b" else "llama-2-13b"  # 3B: resident states ~half the GPU
+    plan = _plan(model=model, gpu="a100-sxm-80gb", gpus=gpus, pp=pp, framework=framework[:2] if framework.startswith("hf") else framework, zero=zero,
+                 micro_batch=micro_batch, seq_len=4096, attention="flash", grad_accum=4)
+    full, brief = allocator_pressure(plan), allocator_pressure(plan, brief=True)
+    assert (brief.retries_per_step, brief.fits) == (full.retries_per_step, full.fits)

@@ -332,9 +332,13 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
     return peak, reserved + context + workspace, budget
 
 
-def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None) -> Pressure:
+def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: bool = False) -> Pressure:
     """Caching-allocator retries per step of ``plan`` (``.pressure``) from its step's moments vs
-    the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage."""
+    the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage.
+
+    ``brief``: only the retry count matters (the scaling curve's points): a stage whose resident
+    weights, master weights and optimizer states alone exceed the capacity does not run, so no
+    retries, without walking its step (the peak it reports is then that lower bound)."""
     opts = opts or MemoryOptions()
     if not plan.recipe.is_training:
         return Pressure(0.0, 0.0, float(plan.cluster.gpu.usable_bytes), 0.0, True)
@@ -342,13 +346,20 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None) -> Pressur
         out = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                out.append(allocator_pressure(plan, opts))
+                out.append(allocator_pressure(plan, opts, brief=brief))
+            if brief and not out[-1].fits:
+                return out[-1]  # a stage that does not fit: no step, no retries
         # a stage that does not fit stops the whole pipeline; else the stage with more retries
         return max(out, key=lambda p: (not p.fits, p.retries_per_step, p.peak_bytes))
     rt = runtime_defaults()
-    x, points = step_points(plan, opts, rt)
     f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
+    if brief:
+        v = _states_values(plan)
+        low = float(sum(v[i] for i in _RESIDENT if v[i] > 0))
+        if low > capacity:
+            return Pressure(0.0, low, capacity, f, False)
+    x, points = step_points(plan, opts, rt)
     return pressure(plan, points, capacity, f, x.n_layers)

@@ -34,8 +34,9 @@ def retry_cost() -> tuple[float, str]:
     return float(data["allocator_retry_ms"]) / 1e3, str(data["allocator_retry_source"])
 
 
-def allocator_retries(plan: Plan) -> RetryTerm:
-    """Seconds per step lost to caching-allocator retries (zero with comfortable headroom)."""
-    p = allocator_pressure(plan)
+def allocator_retries(plan: Plan, brief: bool = False) -> RetryTerm:
+    """Seconds per step lost to caching-allocator retries (zero with comfortable headroom).
+    ``brief``: only the seconds are read (``phases.allocator_pressure``)."""
+    p = allocator_pressure(plan, brief=brief)
     cost, src = retry_cost()
     return RetryTerm(p.retries_per_step * cost, p, cost, src)

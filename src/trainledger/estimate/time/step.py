@@ -554,7 +554,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
-    retry = allocator_retries(plan)  # near-capacity memory (estimate/time/allocator.py)
+    # near-capacity memory (estimate/time/allocator.py); a scaling-curve point reads only its seconds
+    retry = allocator_retries(plan, brief=shared_work is not None)
     bd["allocator_retries"] = retry.seconds
     step = sum(bd.values())
     notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
