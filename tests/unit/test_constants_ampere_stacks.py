@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainledger.estimate.time.efficiency import gpu_efficiency, wave_efficiency
+from trainledger.estimate.time.efficiency import for_gpu, gpu_efficiency, wave_efficiency
+from trainledger.load.catalog import load_gpu
 from trainledger.estimate.time.stack import stack_values
 
 
@@ -97,3 +98,18 @@ def test_eager_pytorch_stacks_pay_one_collective_launch_cost():
     launch = {fw: stack_values(fw, fam)["collective_launch_s"]
               for fw in ("hf", "pytorch-fsdp", "fsdp2") for fam in ("hopper", "ampere")}
     assert len(set(launch.values())) == 1, launch
+
+
+@pytest.mark.parametrize("gpu,sms", [("a10", 72), ("rtx-a6000", 84), ("rtx-3090", 82), ("a100-sxm-80gb", 108),
+                                     ("h100-pcie", 114), ("h100-sxm", 132)])
+def test_waves_fill_each_gpus_own_sms(gpu, sms):
+    """Wave quantization counts the GPU's own SMs (GA102 boards: one RT core per SM, 72 on the A10,
+    84 on the RTX A6000, 82 on the RTX 3090; A100 108, H100 PCIe 114, H100 SXM 132: the A100/H100
+    whitepapers): a GEMM with exactly ``sms`` output tiles is one full wave, one more tile starts a
+    second wave of a single tile."""
+    g = load_gpu(gpu)
+    eff = for_gpu(g)
+    assert eff.sm_count == sms
+    tm, tn = eff.gemm_tile
+    assert wave_efficiency(tm * sms, tn, eff) == pytest.approx(1.0)
+    assert wave_efficiency(tm * (sms + 1), tn, eff) == pytest.approx((sms + 1) / (2 * sms))

@@ -147,6 +147,8 @@ class GpuSpec(Spec):
     pcie_lanes: int = Field(16, ge=1, le=32)
     max_gpus_per_node: int | None = Field(None, ge=1, le=1024)
     devices_per_package: int = Field(1, ge=1, le=8, description="runtime devices per sold module")
+    sm_count: int | None = Field(None, gt=0, le=4096, description="streaming multiprocessors: the slots a "
+                                 "GEMM's output tiles are scheduled on (None: the GPU family's count)")
     tdp_w: float = Field(gt=0, le=5000, description="board power (TDP/TBP), watts")
     idle_w: float | None = Field(None, gt=0, description="idle power, watts (None: 20% of TDP)")
     power_limit_w: float | None = Field(

@@ -17,7 +17,7 @@ rate, described by a documented function of the work's shape:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -135,7 +135,14 @@ def gpu_efficiency(architecture: str) -> GpuEfficiency:
 
 
 def for_gpu(gpu: GpuSpec) -> GpuEfficiency:
-    return gpu_efficiency(gpu.architecture)
+    """The family's efficiency parameters, with this GPU's own SM count where its catalog entry
+    gives one and the family models wave quantization (A10 and RTX A6000 are Ampere with 72 and 84
+    SMs, not the A100's 108; H100 PCIe has 114 of Hopper's 132)."""
+    eff = gpu_efficiency(gpu.architecture)
+    sms = getattr(gpu, "sm_count", None)
+    if sms and eff.sm_count and sms != eff.sm_count:
+        return replace(eff, sm_count=int(sms))
+    return eff
 
 
 @lru_cache(maxsize=None)
