@@ -166,7 +166,8 @@ def test_memo_size_changes_no_figure(monkeypatch):
         return out, len(phases._STATES_MEMO) + len(phases._ACTS_MEMO)
 
     default, kept = run()
-    monkeypatch.setattr(phases, "_MEMO_SIZE", 1)
+    monkeypatch.setattr(phases._STATES_MEMO, "size", 1)
+    monkeypatch.setattr(phases._ACTS_MEMO, "size", 1)
     forgetful, kept_one = run()
     assert kept > 2 and kept_one <= 2  # the default memo kept many entries, the forgetful one one each
     assert forgetful == default

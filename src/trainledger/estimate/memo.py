@@ -30,3 +30,27 @@ def last_call(fn: F) -> F:
 
     wrapper.forget = lambda: last.__setitem__(0, None)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+class KeyedMemo:
+    """Results remembered by a key the caller declares (what the computation reads of its inputs),
+    at most ``size`` of them: the store is emptied whole when full (the keys of one estimate and its
+    variants fit many times over). Results are shared: callers read them, never change them."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._store: dict[Any, Any] = {}
+
+    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
+        hit = self._store.get(key)
+        if hit is None:
+            if len(self._store) >= self.size:
+                self._store.clear()
+            hit = self._store[key] = compute()
+        return hit
+
+    def clear(self) -> None:
+        self._store.clear()
+
+    def __len__(self) -> int:
+        return len(self._store)

@@ -297,14 +297,8 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
             grad_clip=inputs.grad_clip or None, fp4_bf16_layers=inputs.fp4_bf16_layers,
         )
-        runtime = Runtime(
-            framework=inputs.framework, reshard_after_forward=inputs.reshard_after_forward,
-            param_dtype=inputs.param_dtype, reduce_dtype=inputs.reduce_dtype, wrap=inputs.wrap,
-            loss_parallel=inputs.loss_parallel, gradient_as_bucket_view=inputs.gradient_as_bucket_view,
-            fused_loss=inputs.fused_loss, dist_optimizer=inputs.dist_optimizer, fp8_params=inputs.fp8_params,
-            stack_version=inputs.stack_version,
-            **{k: getattr(inputs, k) for k in Runtime.model_fields if k.startswith("ds_")},
-        )
+        # every Runtime field is a PlanInputs field of the same name (declared there from it)
+        runtime = Runtime(**{k: getattr(inputs, k) for k in Runtime.model_fields})
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(
             dp=inputs.dp, tp=inputs.tp, pp=inputs.pp, cp=inputs.cp, ep=inputs.ep, etp=inputs.etp, sp=inputs.sp,

@@ -15,7 +15,7 @@ from trainledger.units import gib
 from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.model import Parts
-from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, step_points
+from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, runtime_settings, step_points
 from trainledger.estimate.memory.pressure import pressure
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
@@ -126,7 +126,7 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
         notes=_notes(plan), framework=RT.framework(plan),
     )
     if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
-        f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
+        f = runtime_settings(opts, rt)[0]
         warn = pressure(plan, points, float(plan.cluster.gpu.usable_bytes - context - workspace), f,
                         x.n_layers).note()
         if warn:

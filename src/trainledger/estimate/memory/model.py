@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
-from trainledger.estimate.memo import last_call
+from trainledger.estimate.memo import KeyedMemo, last_call
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
@@ -143,16 +143,10 @@ def _local_params(plan: Plan) -> tuple[float, float, float, float, int]:
 
     Remembered by what it reads (the model, the model-parallel layout, the stack's TP style and
     the pipeline role): suggestion variants and scaling-curve points change none of it."""
-    key = local_params_key(plan)
-    hit = _LOCAL_PARAMS.get(key)
-    if hit is None:
-        if len(_LOCAL_PARAMS) >= 1024:
-            _LOCAL_PARAMS.clear()
-        hit = _LOCAL_PARAMS[key] = _local_params_uncached(plan)
-    return hit
+    return _LOCAL_PARAMS.get(local_params_key(plan), lambda: _local_params_uncached(plan))
 
 
-_LOCAL_PARAMS: dict[tuple, tuple[float, float, float, float, int]] = {}
+_LOCAL_PARAMS = KeyedMemo(1024)
 
 
 def local_params_key(plan: Plan) -> tuple:

@@ -20,6 +20,7 @@ from trainledger.estimate.memory.model import Parts, activations, clear_local_pa
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, pressure
+from trainledger.estimate.memo import KeyedMemo
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
 
@@ -159,8 +160,8 @@ _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buf
 #: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
 _RESIDENT = tuple(_FIELDS.index(f) for f in ("weights", "master", "states"))
 _MEMO_SIZE = 512
-_STATES_MEMO: dict[tuple, tuple] = {}
-_ACTS_MEMO: dict[tuple, tuple] = {}
+_STATES_MEMO = KeyedMemo(_MEMO_SIZE)
+_ACTS_MEMO = KeyedMemo(_MEMO_SIZE)
 
 
 def states_key(plan: Plan) -> tuple:
@@ -186,29 +187,20 @@ def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
 
 
 def _states_values(plan: Plan) -> tuple:
-    key = states_key(plan)
-    hit = _STATES_MEMO.get(key)
-    if hit is None:
+    def compute() -> tuple:
         x = Parts()
         model_states(plan, x)
-        hit = tuple([getattr(x, f) for f in _FIELDS])
-        if len(_STATES_MEMO) >= _MEMO_SIZE:
-            _STATES_MEMO.clear()
-        _STATES_MEMO[key] = hit
-    return hit
+        return tuple([getattr(x, f) for f in _FIELDS])
+    return _STATES_MEMO.get(states_key(plan), compute)
 
 
 def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
-    key = acts_key(plan, opts)
-    hit = _ACTS_MEMO.get(key)
-    if hit is None:
+    def compute() -> tuple:
         x = Parts()
         activations(plan, opts, x)
-        hit = tuple([getattr(x, f) for f in ACT_FIELDS])
-        if len(_ACTS_MEMO) >= _MEMO_SIZE:
-            _ACTS_MEMO.clear()
-        _ACTS_MEMO[key] = hit
-    elif hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
+        return tuple([getattr(x, f) for f in ACT_FIELDS])
+    hit = _ACTS_MEMO.get(acts_key(plan, opts), compute)
+    if hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
         hit = list(hit)
         hit[_PP_BUFFERS] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit[_PP_EACH]
     return hit
@@ -268,15 +260,29 @@ def peak_bytes(points: list[Point], opts: MemoryOptions, rt: RuntimeDefaults) ->
     return Peak(i_peak, totals, breakdown, int(peak), reserved, context, workspace)
 
 
-def _device_bytes(peak: int, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[int, int, int]:
-    """(reserved, CUDA context, workspaces) bytes around a peak of ``peak`` allocated bytes."""
-    reserve = opts.allocator_reserve_fraction
-    reserve = rt.reserve_fraction if reserve is None else reserve
-    reserved = int(peak * (1 + reserve))
-    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
+def runtime_settings(opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[float, int, int]:
+    """(allocator reserve fraction, CUDA context bytes, library workspace bytes): the options'
+    overrides, else the CUDA runtime's defaults (catalog/runtime/cuda.yaml)."""
+    f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    return f, context, workspace
+
+
+def _device_bytes(peak: int, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[int, int, int]:
+    """(reserved, CUDA context, workspaces) bytes around a peak of ``peak`` allocated bytes."""
+    reserve, context, workspace = runtime_settings(opts, rt)
+    reserved = int(peak * (1 + reserve))
+    reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
     return reserved, context, workspace
+
+
+def _resident_bytes(plan: Plan) -> int:
+    """Weights, master weights and optimizer states of a training plan's rank: held at every moment
+    of its step (the ``base`` of ``_training_points`` and ``runtimes.fsdp_points``), so a lower
+    bound of its peak (tests/unit/test_memory_terms_deps.py)."""
+    x = _states_values(plan)
+    return sum([int(x[i]) for i in _RESIDENT if x[i] > 0])
 
 
 def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
@@ -315,12 +321,9 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
     rt = runtime_defaults()
     budget = int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
     if misfit_early and plan.recipe.is_training:
-        # every moment of a training step holds the weights, master weights and optimizer states
-        # (the ``base`` of ``_training_points`` and ``runtimes.fsdp_points``), and the device
-        # total grows with the peak: when they alone exceed the budget, no walk can make it fit
-        x = _states_values(plan)
-        low = sum([int(x[i]) for i in _RESIDENT if x[i] > 0])
-        reserved, context, workspace = _device_bytes(low, opts, rt)
+        # the device total grows with the peak: when the resident states alone exceed the budget,
+        # no walk can make the plan fit
+        reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt)
         if reserved + context + workspace > budget:
             return None
     points = step_points(plan, opts, rt)[1]
@@ -352,14 +355,11 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
         # a stage that does not fit stops the whole pipeline; else the stage with more retries
         return max(out, key=lambda p: (not p.fits, p.retries_per_step, p.peak_bytes))
     rt = runtime_defaults()
-    f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
-    context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
-    workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
+    f, context, workspace = runtime_settings(opts, rt)
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
     if brief:
-        v = _states_values(plan)
-        low = float(sum(v[i] for i in _RESIDENT if v[i] > 0))
+        low = _resident_bytes(plan)
         if low > capacity:
-            return Pressure(0.0, low, capacity, f, False)
+            return Pressure(0.0, float(low), capacity, f, False)
     x, points = step_points(plan, opts, rt)
     return pressure(plan, points, capacity, f, x.n_layers)

@@ -139,9 +139,8 @@ def for_gpu(gpu: GpuSpec) -> GpuEfficiency:
     gives one and the family models wave quantization (A10 and RTX A6000 are Ampere with 72 and 84
     SMs, not the A100's 108; H100 PCIe has 114 of Hopper's 132)."""
     eff = gpu_efficiency(gpu.architecture)
-    sms = getattr(gpu, "sm_count", None)
-    if sms and eff.sm_count and sms != eff.sm_count:
-        return replace(eff, sm_count=int(sms))
+    if gpu.sm_count and eff.sm_count and gpu.sm_count != eff.sm_count:
+        return replace(eff, sm_count=gpu.sm_count)
     return eff
 
 

@@ -377,12 +377,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         p = _stage_params(plan, ep_sharded=True) / lay.tp
         units = max(1.0, float(layers))
         wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
-        gb = DTYPE_BYTES[r.policy["grads"]] if r.method not in ("lora", "qlora") else 0.0
-        if gb and r.precision.endswith("-mixed") and plan.runtime.reduce_dtype == "bf16":
-            # FSDP MixedPrecision(reduce_dtype=bf16) (FSDP1 MixedPrecision / FSDP2
-            # MixedPrecisionPolicy; Composer's 'PURE' mode): the gradients are reduce-scattered in
-            # bf16 and only the reduced shard is cast to the fp32 parameter's dtype
-            gb = 2.0
+        gb = reduce_bytes(plan) if r.method not in ("lora", "qlora") else 0.0
         regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
         ag_u = all_gather_s(topo.dp, p * wb / units)
         rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
@@ -453,6 +448,19 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     return extra
 
 
+def reduce_bytes(plan: Plan) -> float:
+    """Bytes per gradient element the data-parallel reduction moves: the gradients' dtype, or bf16
+    when a mixed policy reduces in bf16 — FSDP MixedPrecision(reduce_dtype=bf16) (FSDP1
+    MixedPrecision / FSDP2 MixedPrecisionPolicy; Composer's 'PURE' mode: only the reduced shard is
+    cast to the fp32 parameter's dtype), Megatron --grad-reduce-in-bf16, NeMo grad_sync_dtype: bf16
+    (the same buffer the memory model keeps)."""
+    r = plan.recipe
+    gb = float(DTYPE_BYTES[r.policy["grads"]])
+    if r.precision.endswith("-mixed") and plan.runtime.reduce_dtype == "bf16":
+        return min(gb, 2.0)
+    return gb
+
+
 def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
              links: LinkEfficiency) -> tuple[float, float]:
     """(exposed, hidden) seconds of the once-per-step DP sync (ZeRO 0/1/2).
@@ -468,12 +476,7 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     p = _trainable_stage_params(plan) / lay.tp
     if r.method not in ("lora", "qlora"):
         p = _stage_params(plan, ep_sharded=True) / lay.tp
-    gb = DTYPE_BYTES[r.policy["grads"]]
-    if gb > 2.0 and r.precision.endswith("-mixed") and plan.runtime.reduce_dtype == "bf16":
-        # a bf16 gradient buffer (Megatron --grad-reduce-in-bf16, NeMo grad_sync_dtype: bf16,
-        # DDP/ZeRO reduce in the runtime's reduce_dtype): the same one the memory model keeps
-        gb = 2.0
-    g = p * gb
+    g = p * reduce_bytes(plan)
     bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
     if lay.zero == 0:
         parts = [(all_reduce_s(topo.dp, g), bwd, all_reduce_s(topo.dp, min(g, links.dp_bucket_bytes)))]
