@@ -143,6 +143,26 @@ def test_recovery_from_events():
     assert by_name(res)["recovery time"]["status"] == "fail" and by_name(res)["restore checksums"]["status"] == "fail"
 
 
+def test_worker_errors_and_the_launchers_summary_both_reach_the_verdict():
+    rows = [dict.fromkeys(KEYS)] * 3
+    series = {"0": series_from(rows)["0"], "1": series_from(rows)["0"]}
+    ev = [{"rank": 0, "event": "error", "t": 9.0, "attempt": 0, "error": "RuntimeError: Connection reset by peer"}]
+    r = dict(raw(series, ev), error="torchrun exited with code 1; last output: " + "x " * 50
+             + "rank : 1 (local_rank: 1) exitcode : -9 (pid: 42) attempt 1")
+    res = S.evaluate(r, S.SoakThresholds())
+    assert res["ok"] is False
+    msg = res["crossed"][0]
+    assert msg.startswith("torchrun exited with code 1; rank 0 (attempt 0): RuntimeError: Connection reset")
+    assert msg.endswith("launcher's last output: " + "x " * 28 + "rank : 1 (local_rank: 1) exitcode : -9 (pid: 42) attempt 1")
+    # a rank that fails only in leaving the group after training ended: a note, not a failure
+    down = [{"rank": 1, "event": "teardown", "t": 30.0, "attempt": 1, "error": "RuntimeError: Connection reset by peer"}]
+    res = S.evaluate(raw(series, down), S.SoakThresholds())
+    assert res["ok"] is True and res["notes"] == [
+        "rank 1 (attempt 1) left the process group with an error after training ended: RuntimeError: "
+        "Connection reset by peer"]
+    assert S.render(res).endswith("  note: " + res["notes"][0])
+
+
 def test_fault_spec_is_validated():
     with pytest.raises(VerifyError, match="--kill-after"):
         S._fault_spec(2, 60, 1, None, 1)
@@ -171,7 +191,8 @@ def test_cli_soak_two_gloo_ranks_with_a_killed_rank(tmp_path):
                                   "--checkpoint-interval", "2s", "--kill-rank", "1", "--kill-after", "6s",
                                   "--max-step-time-drift", "10", "--telemetry-fixture", str(fx),
                                   "--out", str(out), "--ledger", str(led), "--timeout", "240"])
-    assert r.exit_code == 0, r.output
+    tail = json.loads(out.read_text()).get("log_tail", "") if out.exists() else ""
+    assert r.exit_code == 0, r.output + "\nlauncher output:\n" + tail
     assert "verdict: PASS" in r.output
     res = json.loads(out.read_text())
     c = by_name(res)

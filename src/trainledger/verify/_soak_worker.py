@@ -135,7 +135,7 @@ def init_attempt(device: str, timeout_s: float, attempt: int) -> tuple[int, int]
     return rank, world
 
 
-def run(a: argparse.Namespace) -> None:
+def run(a: argparse.Namespace) -> Journal:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     work = Path(a.workdir)
     j = Journal(work, int(os.environ.get("RANK", "0")))
@@ -146,6 +146,7 @@ def run(a: argparse.Namespace) -> None:
     except BaseException as exc:
         j.event("error", attempt=attempt, error=error_line(exc))
         raise
+    return j
 
 
 def _train(a: argparse.Namespace, rank: int, world: int, attempt: int, work: Path, j: Journal) -> None:
@@ -214,9 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import torch.distributed as dist
 
-    run(a)
-    dist.barrier()
-    dist.destroy_process_group()
+    j = run(a)
+    # Training ended and every rank journaled its checksums: a failure in leaving the group (a peer
+    # that closed its gloo sockets first resets the connection) is the harness's, not the job's;
+    # it is journaled and shown beside the verdict, and the rank exits 0.
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001 - any teardown failure, recorded
+        j.event("teardown", attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                error=error_line(exc))
     return 0
 
 

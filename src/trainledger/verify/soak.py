@@ -245,12 +245,18 @@ def evaluate(raw: dict[str, Any], th: SoakThresholds) -> dict[str, Any]:
     crossed = [f"{c['check']}: {c['detail']}" for c in checks if c["status"] == "fail"]
     errors = [f"rank {e['rank']} (attempt {e.get('attempt', 0)}): {e['error']}" for e in events if e["event"] == "error"]
     if errors and raw.get("error"):
-        raw = {**raw, "error": raw["error"].split("; last output:")[0] + "; " + "; ".join(errors[:4])}
+        # the workers' own errors first, then what the launcher printed last (its failure summary
+        # names the rank, attempt and exit code of the failure that ended it)
+        head, _, tail = raw["error"].partition("; last output: ")
+        raw = {**raw, "error": head + "; " + "; ".join(errors[:4])
+               + (f"; launcher's last output: {' '.join(tail.split()[-40:])}" if tail else "")}
+    notes = [f"rank {e['rank']} (attempt {e.get('attempt', 0)}) left the process group with an error after "
+             f"training ended: {e['error']}" for e in events if e["event"] == "teardown"]
     ok = not crossed and not raw.get("error")
     if raw.get("error"):
         crossed.insert(0, raw["error"])
     return {**raw, "thresholds": th.model_dump(), "recovery": rec, "checks": checks, "crossed": crossed,
-            "summary": summarize(series), "ok": ok}
+            "summary": summarize(series), "notes": notes, "ok": ok}
 
 
 def _progress_check(raw: dict[str, Any], series: dict[str, list[dict]]) -> dict[str, Any]:
@@ -386,6 +392,8 @@ def render(result: dict[str, Any]) -> str:
     lines.append("verdict: " + ("PASS" if result["ok"] else "FAIL"))
     for x in result["crossed"]:
         lines.append(f"  crossed: {x}")
+    for x in result.get("notes") or []:
+        lines.append(f"  note: {x}")
     return "\n".join(lines)
 
 
