@@ -12,6 +12,7 @@ import pytest
 import torch.nn.parallel.distributed as ddp
 
 from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.load.catalog import load_gpu
 from trainledger.estimate.time.efficiency import gpu_efficiency, link_efficiency
 from trainledger.estimate.time.stack import stack_values
 from trainledger.units import MIB
@@ -74,6 +75,23 @@ def test_fa1_generation_runs_the_fa2_abstracts_efficiency_ratio_slower(seq, head
     eff = gpu_efficiency("ampere")
     ratio = attention_efficiency(eff, seq, head_dim, "flash") / attention_efficiency(eff, seq, head_dim, "flash1")
     assert 73 / 40 <= ratio <= 50 / 25
+
+
+def test_attention_head_dim_factor_from_the_a100_matmul_to_non_matmul_ratio():
+    """FlashAttention-2 §3.1 (Dao 2023, arXiv:2307.08691): on A100 a non-matmul FLOP costs as much
+    as 312 / 19.5 = 16 matmul FLOPs (the datasheet's BF16 tensor and FP32 peaks, our A100 entry).
+    Per score element the kernel does 4·d matmul FLOPs and ~4 non-matmul ones, so the element costs
+    4·d + 4·16 units and the head-dim factor is d / (d + 16), equal to 1 at the catalog's quoted
+    head dim 128 (so head dim 64 runs at (64/80)/(128/144) = 0.9 of it)."""
+    from trainledger.estimate.time.efficiency import ATTENTION_REF_HEAD_DIM, attention_efficiency
+    a100 = load_gpu("a100-sxm-80gb")
+    eff = gpu_efficiency("ampere")
+    assert eff.attention_half_head_dim == 4 * (a100.bf16_tflops / a100.fp32_tflops) / 4
+    assert ATTENTION_REF_HEAD_DIM == 128
+    s = 4096
+    at_ref = eff.attention * s / (s + eff.attention_half_seq)
+    assert attention_efficiency(eff, s, 128) == pytest.approx(at_ref, rel=1e-12)
+    assert attention_efficiency(eff, s, 64) / at_ref == pytest.approx((64 / 80) / (128 / 144), rel=1e-12)
 
 
 def test_ampere_flash_attention_2_rate():

@@ -149,3 +149,22 @@ def test_megatron_core_hides_tp_traffic_on_blackwell_as_on_hopper(gpu):
     on = estimate_compute(plan).breakdown["comm_tp"]
     off = estimate_compute(plan, TimeOptions(tp_comm_overlap=False)).breakdown["comm_tp"]
     assert 0.3 <= on / off < 0.4
+
+
+@pytest.mark.parametrize("framework", ["hf", "fsdp2", "pytorch-fsdp"])
+def test_fused_adamw_is_one_pass_on_stacks_whose_adamw_is_foreach(framework):
+    """The stack's optimizer_passes (1.6: foreach AdamW's several multi-tensor kernels) describe the
+    AdamW its users get from ``adamw``; ``adamw-fused`` (torch.optim.AdamW(fused=True)) streams the
+    shard once. Hand sum for 8B on 8 H100, ZeRO-3, bf16-mixed (fp32 weights under autocast, no
+    separate master): per parameter 2 states x 4 B read and written, fp32 grads 3 x 4 B, fp32
+    weights read and written."""
+    g = load_gpu("h100-sxm")
+    prof = stack_profile(framework, g)
+    plans = {o: _plan(framework=framework, optimizer=o) for o in ("adamw", "adamw-fused")}
+    opt = {o: estimate_compute(p).breakdown["optimizer"] for o, p in plans.items()}
+    p = plans["adamw"].model.params.total / 8
+    per = 2 * 2 * 4 + 3 * 4 + 2 * 4
+    one_pass = p * per / (g.hbm_bytes_per_s * prof.eff.hbm)
+    assert opt["adamw-fused"] == pytest.approx(one_pass, rel=1e-9)
+    assert opt["adamw"] == pytest.approx(prof.optimizer_passes * one_pass, rel=1e-9)
+    assert prof.optimizer_passes > 1

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -216,17 +217,26 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     j = run(a)
-    # Training ended and every rank journaled its checksums: a failure in leaving the group (a peer
-    # that closed its gloo sockets first resets the connection) is the harness's, not the job's;
-    # it is journaled and shown beside the verdict, and the rank exits 0.
+    # Training ended and every rank journaled its checksums. The barrier keeps a rank from leaving
+    # while its peer still talks to it; a failure there (a peer that closed its gloo sockets first
+    # resets the connection) is the harness's, not the job's: journaled, shown beside the verdict.
     try:
         dist.barrier()
-        dist.destroy_process_group()
     except Exception as exc:  # noqa: BLE001 - any teardown failure, recorded
         j.event("teardown", attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                 error=error_line(exc))
     return 0
 
 
+def _leave(code: int) -> None:
+    """Exit without destroying the process group or running the interpreter's teardown: a restarted
+    gloo group's rank aborted there once in 8 CPU soaks, after its journal was complete (std::terminate
+    of a still-joinable C++ thread, "terminate called without an active exception", SIGABRT), and
+    torchrun then failed the whole soak. The journal is flushed line by line; stdout and stderr here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _leave(main())

@@ -8,9 +8,10 @@ rate, described by a documented function of the work's shape:
   η_max; a thin one (small hidden size, a TP shard of 128 columns, a LoRA rank of 16, an expert fed
   a few hundred tokens) runs slower, and a very thin one falls onto the memory roofline
   (Williams et al. 2009, "Roofline", CACM 52(4)).
-* fused attention: executed FLOPs / (peak16 · η_attn · s/(s + s½) · d/(d + 16)) — FlashAttention
+* fused attention: executed FLOPs / (peak16 · η_attn · s/(s + s½) · d/(d + d½)) — FlashAttention
   speed grows with sequence length and head dim (Dao 2023, arXiv:2307.08691, Fig. 4);
-  η_attn is quoted at head dim 128.
+  η_attn is quoted at head dim :data:`ATTENTION_REF_HEAD_DIM`, d½ is the family's
+  ``attention_half_head_dim``.
 * streaming kernels (norms, activations, softmax, optimizer): bytes / (HBM · η_hbm).
 """
 
@@ -21,12 +22,16 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
-from trainledger.spec.cluster import GpuSpec, NetworkSpec
+from trainledger.spec.cluster import GpuSpec, LinkKind, NetworkSpec
 from trainledger.errors import CatalogError
+
+#: head dim at which every family's ``attention_efficiency`` is quoted (the catalog's definition,
+#: catalog/efficiency/README.md): the head-dim factor d/(d + d½) is normalised to 1 there
+ATTENTION_REF_HEAD_DIM = 128.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,7 @@ class GpuEfficiency:
     half_dim: float
     attention: float
     attention_half_seq: float
+    attention_half_head_dim: float
     hbm: float
     kernel_overhead_s: float
     matmul_best: dict[str, float] | None = None   # measured best-shape GEMM rate: the stacks' cap
@@ -47,12 +53,14 @@ class GpuEfficiency:
     def matmul_max(self, dtype: str) -> float:
         if dtype not in self.matmul and dtype in ("mxfp8", "nvfp4", "mxfp4") and "fp8" in self.matmul:
             dtype = "fp8"  # no measured block-scaled efficiency yet: the family's fp8 value
-        return self.matmul.get(dtype, self.matmul.get("bf16", 0.7))
+        eta = self.matmul.get(dtype)
+        return self.matmul["bf16"] if eta is None else eta  # bf16: required at load
 
     def with_matmul(self, value: float) -> "GpuEfficiency":
         """A copy whose η_max is ``value`` for every dtype (the user's override)."""
         return GpuEfficiency(self.family, {k: value for k in self.matmul}, self.half_dim,
-                             self.attention, self.attention_half_seq, self.hbm,
+                             self.attention, self.attention_half_seq,
+                             self.attention_half_head_dim, self.hbm,
                              self.kernel_overhead_s, self.matmul_best, self.sm_count,
                              self.gemm_tile)
 
@@ -71,7 +79,7 @@ class LinkEfficiency:
         key = (net.name, net.kind, net.gb_per_s, net.gbit_per_s)
         bw = _BW_CACHE.get(key)
         if bw is None:
-            bw = _BW_CACHE[key] = net.bytes_per_s * self.bandwidth.get(net.kind, 0.7)
+            bw = _BW_CACHE[key] = net.bytes_per_s * self.bandwidth[net.kind]  # every kind: at load
         return bw
 
 
@@ -100,7 +108,8 @@ def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
             eff = GpuEfficiency(
                 family=str(d["family"]), matmul={k: float(v) for k, v in d["matmul_efficiency"].items()},
                 half_dim=float(d["matmul_half_dim"]), attention=float(d["attention_efficiency"]),
-                attention_half_seq=float(d["attention_half_seq"]), hbm=float(d["hbm_efficiency"]),
+                attention_half_seq=float(d["attention_half_seq"]),
+                attention_half_head_dim=float(d["attention_half_head_dim"]), hbm=float(d["hbm_efficiency"]),
                 kernel_overhead_s=float(d["kernel_overhead_s"]),
                 matmul_best={k: float(v) for k, v in (d.get("matmul_best_shape") or {}).items()},
                 sm_count=int(d.get("sm_count", 0)),
@@ -108,6 +117,9 @@ def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CatalogError(f"{p}: missing or invalid efficiency field ({exc})") from None
+        if "bf16" not in eff.matmul:
+            raise CatalogError(f"{p}: matmul_efficiency needs a bf16 value (the fallback of the "
+                               "dtypes it does not list)")
         out.append((p.stem, eff, tuple(a.lower() for a in d.get("architectures") or ())))
     return tuple(out)
 
@@ -147,8 +159,13 @@ def for_gpu(gpu: GpuSpec) -> GpuEfficiency:
 @lru_cache(maxsize=None)
 def link_efficiency() -> LinkEfficiency:
     d = _read(_dir() / "interconnect.yaml")
+    bw = {k: float(v) for k, v in d["bandwidth_efficiency"].items()}
+    missing = sorted(set(get_args(LinkKind)) - set(bw))
+    if missing:
+        raise CatalogError(f"catalog/efficiency/interconnect.yaml: bandwidth_efficiency lacks the link "
+                           f"kind(s) {', '.join(missing)}")
     return LinkEfficiency(
-        bandwidth={k: float(v) for k, v in d["bandwidth_efficiency"].items()},
+        bandwidth=bw,
         tp_overlap_fraction=float(d["tp_overlap_fraction"]),
         dp_bucket_bytes=float(d["dp_bucket_bytes"]),
         step_overhead_s=float(d["step_overhead_s"]),
@@ -218,5 +235,6 @@ def attention_efficiency(eff: GpuEfficiency, s: float, d: float, kernel: str = "
     ``eff.attention`` is the rate of the stack's FlashAttention-2-class kernel; ``kernel="flash1"``
     (FA1, Triton FA, xformers: PyTorch < 2.2 era stacks) runs :data:`FA2_OVER_FA1` times slower.
     """
-    eta = eff.attention * (s / (s + eff.attention_half_seq)) * (d / (d + 16.0)) / (128.0 / 144.0)
+    dh, ref = eff.attention_half_head_dim, ATTENTION_REF_HEAD_DIM
+    eta = eff.attention * (s / (s + eff.attention_half_seq)) * (d / (d + dh)) / (ref / (ref + dh))
     return eta / FA2_OVER_FA1 if kernel == "flash1" else eta

@@ -547,7 +547,9 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     flops = step_flops(plan)
-    opt_s = _optimizer_s(plan, eff, topo, prof.optimizer_passes)
+    # the stack's passes describe the AdamW its users get from ``adamw``; torch's fused AdamW
+    # (``--optimizer adamw-fused``, torch.optim.AdamW(fused=True)) is one read/write pass on any stack
+    opt_s = _optimizer_s(plan, eff, topo, 1.0 if r.optimizer == "adamw-fused" else prof.optimizer_passes)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
