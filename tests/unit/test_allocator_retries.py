@@ -208,3 +208,32 @@ def test_brief_pressure_gives_the_same_retries_as_the_walk(framework, gpus, pp, 
                  micro_batch=micro_batch, seq_len=4096, attention="flash", grad_accum=4)
     full, brief = allocator_pressure(plan), allocator_pressure(plan, brief=True)
     assert (brief.retries_per_step, brief.fits) == (full.retries_per_step, full.fits)
+
+
+def test_pipeline_memory_note_names_the_stage_the_time_term_prices():
+    """Qwen2.5-14B, 16 H100, PP 4, micro-batch 4, full recomputation: the last stage has the larger
+    live peak (head and loss), the first stage more retries (four micro-batches in flight, each
+    allocation a miss). The memory note and the time term read the same stage, the one with more
+    retries (``pressure.busier``)."""
+    from trainledger.estimate.memory import estimate_memory
+    from trainledger.estimate.memory.phases import allocator_pressure, peak_bytes, step_points
+    from trainledger.estimate.memory.device import runtime_defaults
+    from trainledger.estimate.options import MemoryOptions
+    from trainledger.estimate.stage import pipeline_role
+    from trainledger.estimate.time.allocator import allocator_retries
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    p = build_plan(PlanInputs(model="qwen2.5-14b", gpus=16, pp=4, seq_len=2048, micro_batch=4,
+                              grad_accum=8, recompute="full", zero=1))
+    peaks = {}
+    for role in ("first", "last"):
+        with pipeline_role(role):
+            peaks[role] = peak_bytes(step_points(p, MemoryOptions(), runtime_defaults())[1],
+                                     MemoryOptions(), runtime_defaults()).allocated
+            with_role = allocator_pressure(p)
+        peaks[role + " retries"] = with_role.retries_per_step
+    assert peaks["last"] > peaks["first"] and peaks["first retries"] > peaks["last retries"] > 0
+    priced = allocator_retries(p).pressure
+    assert priced.retries_per_step == peaks["first retries"]
+    notes = [n for n in estimate_memory(p).notes if n.startswith("near capacity")]
+    assert notes == [priced.note()]

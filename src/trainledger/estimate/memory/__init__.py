@@ -16,7 +16,7 @@ from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.model import Parts
 from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, runtime_settings, step_points
-from trainledger.estimate.memory.pressure import pressure
+from trainledger.estimate.memory.pressure import Pressure, busier, pressure
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
 from trainledger.estimate.stage import current_role, pipeline_role
@@ -81,6 +81,13 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         with pipeline_role(role):
             est = _build(plan, opts, rt, x, points, pk)
         est.notes = [n for n in est.notes if not n.startswith("pipeline:")]
+        # the near-capacity note names the stage the time term prices (``pressure.busier``), which
+        # need not be the one with the larger peak
+        stages = []
+        for wx, wpoints, wpk, wrole in walks:
+            with pipeline_role(wrole):
+                stages.append(_pressure(plan, opts, rt, wx, wpoints, wpk))
+        _note_pressure(est, busier(stages))
         est.notes.append(f"pipeline: the busiest rank is the {role} stage ("
                          + ", ".join(f"{w[3]} {gib(w[2].allocated):.2f} GiB" for w in walks) + ")")
         if suggest and opts.suggestions and not est.fits:
@@ -88,7 +95,10 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         return est
     rt = runtime_defaults()
     x, points = step_points(plan, opts, rt)
-    est = _build(plan, opts, rt, x, points, peak_bytes(points, opts, rt))
+    pk = peak_bytes(points, opts, rt)
+    est = _build(plan, opts, rt, x, points, pk)
+    if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
+        _note_pressure(est, _pressure(plan, opts, rt, x, points, pk))
     if suggest and opts.suggestions and not est.fits:
         est.suggestions = suggestions(plan, opts, est)
     return est
@@ -125,13 +135,21 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
         host_bytes=int(x.host), terms=terms, runtime_terms=runtime_terms,
         notes=_notes(plan), framework=RT.framework(plan),
     )
-    if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
-        f = runtime_settings(opts, rt)[0]
-        warn = pressure(plan, points, float(plan.cluster.gpu.usable_bytes - context - workspace), f,
-                        x.n_layers).note()
-        if warn:
-            est.notes.append(warn)
     return est
+
+
+def _pressure(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, points: list[Point],
+              pk: Peak) -> Pressure:
+    """The caching allocator's retries of one walked step (``.pressure``), for its near-capacity note."""
+    f = runtime_settings(opts, rt)[0]
+    return pressure(plan, points, float(plan.cluster.gpu.usable_bytes - pk.context - pk.workspace), f,
+                    x.n_layers)
+
+
+def _note_pressure(est: MemoryEstimate, p: Pressure) -> None:
+    warn = p.note()
+    if warn:
+        est.notes.append(warn)
 
 
 def _notes(plan: Plan) -> list[str]:

@@ -19,7 +19,7 @@ from trainledger.spec.runtime import Runtime
 from trainledger.estimate.memory.model import Parts, activations, clear_local_params, inference, model_states
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
-from trainledger.estimate.memory.pressure import Pressure, pressure
+from trainledger.estimate.memory.pressure import Pressure, busier, pressure
 from trainledger.estimate.memo import KeyedMemo
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
@@ -352,8 +352,7 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
                 out.append(allocator_pressure(plan, opts, brief=brief))
             if brief and not out[-1].fits:
                 return out[-1]  # a stage that does not fit: no step, no retries
-        # a stage that does not fit stops the whole pipeline; else the stage with more retries
-        return max(out, key=lambda p: (not p.fits, p.retries_per_step, p.peak_bytes))
+        return busier(out)
     rt = runtime_defaults()
     f, context, workspace = runtime_settings(opts, rt)
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)

@@ -61,6 +61,13 @@ class Pressure(NamedTuple):
                 "a smaller micro-batch or more recomputation restores headroom")
 
 
+def busier(stages: "list[Pressure]") -> "Pressure":
+    """The pipeline stage whose pressure the plan reports: one that does not fit stops the whole
+    pipeline; else the stage with more retries (then the larger live peak). The memory note and
+    the time term both read this one."""
+    return max(stages, key=lambda p: (not p.fits, p.retries_per_step, p.peak_bytes))
+
+
 def _miss(live: float, capacity: float, f: float) -> float:
     """Share of a moment's large allocations that find no cached block (see module docstring)."""
     over = live * (1 + f) - capacity
