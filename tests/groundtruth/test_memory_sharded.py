@@ -41,12 +41,20 @@ CASES_MOD = _cases()
 MEASURED: dict = json.loads(DATA.read_text()) if DATA.exists() else {}
 
 
+def pinned(kw: dict, measured: dict | None = None) -> dict:
+    """The inputs of the measured run. The runs were measured under the inputs' precision, or
+    bf16-mixed (the default of every method before the default followed the method, issue 18), and
+    torch's foreach AdamW (``adamw``, the default before it followed the stack): both pinned, so that
+    estimate and live re-measurement are of the committed run."""
+    given = (measured or {}).get("inputs", {})
+    return {"precision": given.get("precision") or "bf16-mixed", "optimizer": given.get("optimizer") or "adamw",
+            **kw}
+
+
 def compare(name: str, kw: dict, measured: dict, role: str | None = None) -> dict:
     """Estimate vs measurement for one case: peak error and the major terms' errors (``role``: the
     pipeline rank measured, estimated as that rank)."""
-    # the runs were measured under the inputs' precision, or bf16-mixed: the default of every method
-    # before the default followed the method (issue 18); pin it so the estimate is of the measured run
-    kw = {"precision": measured.get("inputs", {}).get("precision") or "bf16-mixed", **kw}
+    kw = pinned(kw, measured)
     with pipeline_role(role):
         est = estimate_memory(build_plan(PlanInputs(**kw)), suggest=False)
     pred = by_measured_category(est.breakdown)
@@ -103,8 +111,7 @@ def test_pipeline_plan_estimate_is_the_busier_rank():
     for _name, kw, role in CASES_MOD.PIPELINE:
         by_kw.setdefault(tuple(sorted(kw.items())), {})[role] = kw
     for key, roles in by_kw.items():
-        kw = {"precision": "bf16-mixed", **dict(key)}
-        plan = build_plan(PlanInputs(**kw))
+        plan = build_plan(PlanInputs(**pinned(dict(key))))
         each = []
         for role in roles:
             with pipeline_role(role):
@@ -119,7 +126,7 @@ def test_committed_measurement_is_reproduced_live(name):
     from trainledger.verify.sharded import measure_sharded
 
     kw = dict(CASES_MOD.CASES)[name]
-    m = measure_sharded(build_plan(PlanInputs(**kw)))
+    m = measure_sharded(build_plan(PlanInputs(**pinned(kw, MEASURED[name]))))
     assert m.peak_allocated_bytes == MEASURED[name]["peak_allocated_bytes"]
     assert m.categories_at_peak == MEASURED[name]["categories_at_peak"]
 
@@ -131,6 +138,6 @@ def test_committed_pipeline_measurement_is_reproduced_live():
     from trainledger.verify.sharded import measure_pipeline_stage
 
     name, kw, role = CASES_MOD.PIPELINE[-1]
-    m = measure_pipeline_stage(build_plan(PlanInputs(**{"precision": "bf16-mixed", **kw})), role)
+    m = measure_pipeline_stage(build_plan(PlanInputs(**pinned(kw, MEASURED[name]))), role)
     assert m.peak_allocated_bytes == MEASURED[name]["peak_allocated_bytes"]
     assert m.categories_at_peak == MEASURED[name]["categories_at_peak"]

@@ -22,7 +22,9 @@ from trainledger.spec.layout import Layout, Offload, PipelineSchedule
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
-from trainledger.spec.runtime import DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap
+from trainledger.spec.runtime import (
+    DEFAULT_OPTIMIZER, DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap,
+)
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
 from trainledger.safety import check_tree, clip, path_exists, read_text, shorten
@@ -80,7 +82,10 @@ class PlanInputs(Spec):
     precision: Precision | None = Field(
         None, description="precision policy [by method: bf16-mixed for pretrain/full; the checkpoint's dtype "
         "with fp32 adapters for lora/qlora; the checkpoint's dtype for inference; fp16 on GPUs without bf16]")
-    optimizer: Optimizer = _RECIPE["optimizer"]
+    optimizer: Optimizer | None = Field(
+        None, description="optimizer [by stack: adamw-fused for hf, pytorch-fsdp and fsdp2 (the Trainer's "
+        "default with torch >= 2.8, torchtitan's); adamw (the stack's own fused Adam) for deepspeed and "
+        "megatron]; adamw = torch's foreach AdamW")
     seq_len: int = _RECIPE["seq_len"]
     micro_batch: int = _RECIPE["micro_batch"]
     grad_accum: int = _RECIPE["grad_accum"]
@@ -289,7 +294,8 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         cluster = build_cluster(inputs)
         precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
         recipe = Recipe(
-            method=inputs.method, precision=precision, optimizer=inputs.optimizer,
+            method=inputs.method, precision=precision,
+            optimizer=inputs.optimizer or DEFAULT_OPTIMIZER[inputs.framework],
             seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,

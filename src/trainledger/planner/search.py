@@ -37,7 +37,7 @@ from trainledger.load.hf import load_model
 from trainledger.spec.model import ModelSpec
 from trainledger.load.plan import PlanInputs
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe
-from trainledger.spec.runtime import Framework
+from trainledger.spec.runtime import DEFAULT_OPTIMIZER, Framework
 from trainledger.planner.candidates import Candidate, Rejected
 from trainledger.planner.space import Space, run_search
 
@@ -58,7 +58,7 @@ class Job(Spec):
     framework: Framework = _SHARED["framework"]
     method: Method = _SHARED["method"]
     precision: Precision | None = _SHARED["precision"]
-    optimizer: Optimizer = _SHARED["optimizer"]
+    optimizer: Optimizer | None = _SHARED["optimizer"]
     attention: Attention = _SHARED["attention"]
     seq_len: int = _SHARED["seq_len"]
     global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas [~1M tokens]")
@@ -159,8 +159,10 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
         from trainledger.spec.precision import default_precision  # None: the method's default, as estimate resolves it
 
         precision = job.precision or default_precision(job.method, model, None)[0]
-        job = job.model_copy(update={"precision": precision})  # the result states the policy used
-        recipe = Recipe(method=job.method, precision=precision, optimizer=job.optimizer,
+        optimizer = job.optimizer or DEFAULT_OPTIMIZER[job.framework]
+        # the result states the policy and the optimizer used
+        job = job.model_copy(update={"precision": precision, "optimizer": optimizer})
+        recipe = Recipe(method=job.method, precision=precision, optimizer=optimizer,
                         seq_len=job.seq_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
     except Exception as exc:  # pydantic validation of the job's recipe fields

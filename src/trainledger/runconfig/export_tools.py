@@ -78,7 +78,10 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
     model: dict[str, Any] = {"name": name, "flavor": fl}
     if r.precision == "fp8-mixed":
         model["converters"] = ["float8"]
-    return {"model": model, "optimizer": {"name": "AdamW"}, "training": training,
+    # torchtitan's [optimizer] implementation: "fused" (its default) or "foreach" (torch's AdamW
+    # default on CUDA), torchtitan/components/optimizer/optimizer.py
+    impl = "fused" if r.optimizer == "adamw-fused" else "foreach"
+    return {"model": model, "optimizer": {"name": "AdamW", "implementation": impl}, "training": training,
             "parallelism": par, "activation_checkpoint": ac}
 
 

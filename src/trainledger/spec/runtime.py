@@ -46,6 +46,21 @@ FRAMEWORK_TEXT: dict[str, str] = {
 }
 
 
+#: The AdamW a stack's users get when they name no implementation (``PlanInputs.optimizer`` None):
+#: * hf, pytorch-fsdp: transformers' Trainer asks for ``adamw_torch_fused`` when torch >= 2.8
+#:   (transformers training_args.py: ``default_optim``), accelerate passes the Trainer's optimizer on;
+#: * fsdp2: torchtitan's ``Optimizer.implementation`` defaults to ``"fused"``
+#:   (torchtitan/components/optimizer/optimizer.py), and accelerate's FSDP2 runs the Trainer's;
+#: * deepspeed, megatron-*: ``adamw`` is the stack's own fused Adam (DeepSpeed FusedAdam, Apex / TE
+#:   FusedAdam in Megatron's distributed optimizer), whose memory and passes those stacks model.
+#: Composer's DecoupledAdamW and a hand-written ``torch.optim.AdamW(params)`` (foreach on CUDA) are
+#: ``--optimizer adamw``.
+DEFAULT_OPTIMIZER: dict[str, str] = {
+    "hf": "adamw-fused", "pytorch-fsdp": "adamw-fused", "fsdp2": "adamw-fused",
+    "deepspeed": "adamw", "megatron-core": "adamw", "megatron-deepspeed": "adamw",
+}
+
+
 #: DeepSpeed ZeRO defaults (elements), deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig,
 #: v0.19): reduce_bucket_size 5e8, allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
 #: stage3_param_persistence_threshold 1e5, stage3_max_live_parameters 1e9; overlap_comm defaults

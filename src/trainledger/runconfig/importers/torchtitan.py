@@ -114,7 +114,11 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
             res.notes.append(f"{where}: selective_ac_option {opt}: every {opt}th layer is checkpointed "
                              "(sized as full recomputation of those layers)")
     opt_name = str((d.get("optimizer") or {}).get("name", "AdamW")).lower()
-    res.set("optimizer", {"adamw": "adamw", "adam": "adamw"}.get(opt_name), where)
+    # [optimizer] implementation defaults to "fused" (torchtitan/components/optimizer/optimizer.py);
+    # "foreach" and "for-loop" are torch's AdamW without the fused kernel
+    impl = str((d.get("optimizer") or {}).get("implementation", "fused")).lower()
+    adamw = "adamw-fused" if impl.startswith("fused") else "adamw"
+    res.set("optimizer", {"adamw": adamw, "adam": adamw}.get(opt_name), where)
     if opt_name not in ("adamw", "adam"):
         res.unknown_keys.append(f"{where}: [optimizer] name={opt_name} (state size not modeled)")
     comp = (d.get("compile") or {}).get("enable", tr.get("compile"))
