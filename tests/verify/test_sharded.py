@@ -44,10 +44,11 @@ def plan(**kw):
 
 @pytest.mark.parametrize("n", [8, 64])
 def test_fsdp2_rank0_holds_padded_dim0_shards(n):
-    m = measure_sharded(plan(framework="fsdp2", gpus=n))
+    m = measure_sharded(plan(framework="fsdp2", gpus=n, optimizer="adamw"))
     shards = sum(r512(math.ceil(d0 / n) * row * 4) for d0, row in shapes())
     assert m.categories_at_peak["weights"] == shards
-    # AdamW: two fp32 states shaped like each (unpadded) local shard
+    # foreach AdamW: two fp32 states shaped like each (unpadded) local shard, step counters on the
+    # host (fused AdamW, fsdp2's default, adds a step tensor per parameter on the device)
     states = 2 * shards
     assert m.categories_at_peak["optimizer_states"] == states
     assert m.categories_at_peak["sharding_buffers"] > 0  # gathered bf16 parameters
