@@ -152,6 +152,19 @@ def test_torchtitan_llama3_70b_toml_keeps_tp8():
     assert plan.layout.dp_size == 8
 
 
+@pytest.mark.parametrize("impl,want", [(None, "adamw-fused"), ("fused", "adamw-fused"), ("foreach", "adamw"),
+                                       ("for-loop", "adamw"), ("fused_opt_states_bf16", "adamw-fused")])
+def test_torchtitan_optimizer_implementation(tmp_path, impl, want):
+    """torchtitan's [optimizer] implementation defaults to "fused" (PR #881, 2025-02); foreach and
+    for-loop are torch's AdamW without the fused kernel; bf16 states are named as not modeled."""
+    p = tmp_path / "t.toml"
+    opt = f'[optimizer]\nname = "AdamW"\n' + (f'implementation = "{impl}"\n' if impl else "")
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n' + opt)
+    res = import_configs([p])
+    assert res.merged()["optimizer"] == want
+    assert any("bf16 Adam states" in k for k in res.unknown_keys) == (impl == "fused_opt_states_bf16")
+
+
 def test_torchtitan_unknown_flavor_is_an_error(tmp_path):
     p = tmp_path / "t.toml"
     p.write_text('[model]\nname = "llama3"\nflavor = "debugmodel"\n[training]\nseq_len = 2048\n[parallelism]\n')

@@ -288,7 +288,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     model = model or load_model(inputs.model)
     if inputs.method == "inference":  # an inference job has no optimizer, no accumulation, no dropout
         inputs = inputs.model_copy(update={
-            "optimizer": PlanInputs.model_fields["optimizer"].default, "grad_accum": 1, "dropout": 0.0,
+            "optimizer": _RECIPE["optimizer"].default, "grad_accum": 1, "dropout": 0.0,
             "offload": "none" if inputs.offload == "optimizer" else inputs.offload})
     try:
         cluster = build_cluster(inputs)

@@ -498,10 +498,14 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
 
 
 def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float = 1.0) -> float:
-    """Streaming time of the optimizer step over this GPU's shard of the trainable parameters."""
+    """Streaming time of the optimizer step over this GPU's shard of the trainable parameters.
+    ``passes``: the stack's, describing the optimizer its users get from ``adamw``; torch's fused
+    AdamW (``adamw-fused``, torch.optim.AdamW(fused=True)) is one read/write pass on any stack."""
     r, lay, cl = plan.recipe, plan.layout, plan.cluster
     if not r.is_training:
         return 0.0
+    if r.optimizer == "adamw-fused":
+        passes = 1.0
     p = _trainable_stage_params(plan) / lay.tp
     if lay.zero >= 1:
         p /= max(1, topo.dp.n)
@@ -547,9 +551,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     flops = step_flops(plan)
-    # the stack's passes describe the AdamW its users get from ``adamw``; torch's fused AdamW
-    # (``--optimizer adamw-fused``, torch.optim.AdamW(fused=True)) is one read/write pass on any stack
-    opt_s = _optimizer_s(plan, eff, topo, 1.0 if r.optimizer == "adamw-fused" else prof.optimizer_passes)
+    opt_s = _optimizer_s(plan, eff, topo, prof.optimizer_passes)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
