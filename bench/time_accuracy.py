@@ -337,6 +337,9 @@ TITAN_2408_SOURCE = "docs/performance.md @ 9515a140b"
 #: once, with no fp32 copy or log-softmax output (Runtime.fused_loss's memory meaning on the PyTorch
 #: stacks). Tables by their YYMM id prefix.
 TITAN_LOSS_COMPILED_FROM = 2504
+#: torchtitan's AdamW is fused from 2025-02-24 on ([optimizer] implementation = "fused" by default:
+#: pytorch/torchtitan PR #881, commit 6e4988550); before it torch's foreach AdamW
+TITAN_FUSED_ADAMW_FROM = 2502
 
 
 def torchtitan_cases() -> list[Case]:
@@ -369,6 +372,8 @@ def torchtitan_cases() -> list[Case]:
         p = plan(mdl, cl, tp=tp, pp=pp, cp=cp, dp=dps, vp=vp, zero=3, mbs=mbs, gbs=gbs,
                  seq=s["seq_len"], precision="fp8-mixed" if fp8 else "bf16-mixed",
                  recompute=rc, recompute_layers=rcl, framework="fsdp2")
+        if int(c["id"].split("-")[1]) >= TITAN_FUSED_ADAMW_FROM:
+            p = p.model_copy(update={"recipe": p.recipe.model_copy(update={"optimizer": "adamw-fused"})})
         if TITAN_2408_SOURCE in str(c.get("source", "")) and fp8:
             text += " torch.compile"
         # torchtitan applies loss parallel whenever TP is on (--parallelism.disable_loss_parallel

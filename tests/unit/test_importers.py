@@ -158,7 +158,7 @@ def test_torchtitan_optimizer_implementation(tmp_path, impl, want):
     """torchtitan's [optimizer] implementation defaults to "fused" (PR #881, 2025-02); foreach and
     for-loop are torch's AdamW without the fused kernel; bf16 states are named as not modeled."""
     p = tmp_path / "t.toml"
-    opt = f'[optimizer]\nname = "AdamW"\n' + (f'implementation = "{impl}"\n' if impl else "")
+    opt = '[optimizer]\nname = "AdamW"\n' + (f'implementation = "{impl}"\n' if impl else "")
     p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n' + opt)
     res = import_configs([p])
     assert res.merged()["optimizer"] == want

@@ -103,6 +103,14 @@ def test_preset_equals_transformers_numel(name):
     assert spec.params.total == sum(spec.params.breakdown.values())
 
 
+@pytest.mark.parametrize("name", HF_PRESETS)
+def test_preset_tensor_count_equals_transformers(name):
+    """Per-tensor costs (the optimizer's dispatch on DTensor stacks) read this count."""
+    from trainledger.spec.layers import param_tensors
+
+    assert param_tensors(load_model(name)) == len(list(preset_model(name).parameters()))
+
+
 # Totals published by model cards / papers (decimal, as printed on the card or in the paper).
 PUBLISHED = {
     # exact counts of the published checkpoints (Hub safetensors metadata; quoted in issue 2)
@@ -365,8 +373,11 @@ def test_lora_params_equal_peft(name, targets):
         model = build_meta(load_hf_config(name))
         with torch.device("meta"):
             wrapped = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=list(targets)))
-    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    assert load_model(name).lora_params(targets, 8) == trainable
+    trainable = [p for p in wrapped.parameters() if p.requires_grad]
+    assert load_model(name).lora_params(targets, 8) == sum(p.numel() for p in trainable)
+    from trainledger.spec.layers import lora_tensors
+
+    assert lora_tensors(load_model(name), targets) == len(trainable)  # the optimizer's tensor list
 
 
 def test_lora_half_of_fused_expert_projection_is_an_error():

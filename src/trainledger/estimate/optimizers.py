@@ -24,6 +24,22 @@ STATES_PER_PARAM: dict[str, int] = {
     "adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1,
 }
 
+#: Operator dispatches per parameter tensor per optimizer step: each list op of a foreach optimizer
+#: and each op of a per-tensor loop handles every parameter tensor once on the host (on a DTensor,
+#: one sharding propagation and local op per tensor). Counted with a TorchDispatchMode over
+#: ``step()`` on torch 2.13 (tests/unit/test_optimizer_dispatch.py counts them again), leaving out
+#: the ops on the plain CPU ``step`` counters:
+#: AdamW foreach (torch/optim/adam.py ``_multi_tensor_adam``, decoupled decay): mul_ (decay), lerp_,
+#: mul_, addcmul_, sqrt, div_, add_ (eps), addcdiv_ = 8; fused (``torch._fused_adamw_``) 1; SGD
+#: foreach add_ 1, with momentum mul_, add_, add_ = 3; Adafactor foreach (torch/optim/_adafactor.py)
+#: 13 list ops + 6 per-tensor ops (4 vector norms, mm, mean) = 19; bitsandbytes 8-bit AdamW one
+#: kernel per tensor (bitsandbytes/optim/optimizer.py ``Optimizer2State.update_step``) = 1; Lion
+#: (lucidrains/lion-pytorch ``update_fn``, a per-tensor loop: mul_, clone, mul_, add, sign_, add_,
+#: mul_, add_) = 8.
+DISPATCHES_PER_TENSOR: dict[str, int] = {
+    "adamw": 8, "adamw-fused": 1, "adamw-8bit": 1, "sgd": 1, "sgd-momentum": 3, "adafactor": 19, "lion": 8,
+}
+
 #: bitsandbytes block size of the 8-bit optimizer states (one fp32 absmax per block; see docstring)
 BNB_BLOCK = 256
 

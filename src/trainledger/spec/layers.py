@@ -12,6 +12,8 @@ modules holding a weight; neither is an ``nn.Linear``, so ``target_modules`` doe
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -195,3 +197,50 @@ def component(path: str) -> str:
     if rest.startswith("shared_expert"):
         return "shared_experts"
     return "mlp"
+
+
+def layer_tensors(m: ModelSpec, i: int) -> int:
+    """Parameter tensors of decoder layer i: each projection's weight (a stack of routed experts is
+    one 3-D tensor) and bias, each norm's weight and bias, q/k norms, MLA's latent norms, sinks."""
+    n = sum(1 + lin.bias for lin in layer_linears(m, i).values())
+    n += m.norms_per_layer * (2 if m.norm_bias else 1)
+    if m.mla is not None:
+        n += 1 + (m.mla.q_lora_rank is not None)  # kv_a_layernorm (+ q_a_layernorm)
+    elif m.qk_norm != "none":
+        n += 2  # q_norm, k_norm
+    return n + m.attn_sinks
+
+
+def _end_tensors(m: ModelSpec) -> tuple[int, int]:
+    """(first-stage, last-stage) tensors outside the decoder layers: the embeddings; the final norm
+    and an untied lm_head."""
+    head = ((2 if m.norm_bias else 1) if m.final_norm else 0)
+    return 1 + (m.position_embedding == "learned"), head + (0 if m.tie_word_embeddings else 1 + m.lm_head_bias)
+
+
+def param_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of the model (``len(list(model.parameters()))`` of its transformers
+    module): per-tensor costs (optimizer dispatch) scale with this, not with the parameter count."""
+    return sum(_end_tensors(m)) + sum(layer_tensors(m, i) for i in range(m.num_layers))
+
+
+@lru_cache(maxsize=1024)
+def stage_tensors(m: ModelSpec, pp: int, lora: tuple[str, ...] | None = None) -> int:
+    """Trainable parameter tensors on the busiest of ``pp`` pipeline stages (ceil(L/pp) layers,
+    the larger end's embeddings or head); ``lora``: peft's targets, only the adapters train."""
+    share = -(-m.num_layers // pp) / m.num_layers
+    if lora is not None:
+        return math.ceil(share * lora_tensors(m, lora))
+    ends = _end_tensors(m)
+    layers = math.ceil(share * sum(layer_tensors(m, i) for i in range(m.num_layers)))
+    return layers + (sum(ends) if pp == 1 else max(ends))
+
+
+def lora_tensors(m: ModelSpec, targets: tuple[str, ...]) -> int:
+    """Trainable tensors peft adds for ``target_modules=targets``: an A and a B per wrapped module
+    (and per converted MoE role: router, the fused expert gate_up, expert down)."""
+    n = 0
+    for i in range(m.num_layers):
+        mods, roles = lora_targets_of(m, i, targets)
+        n += 2 * len(mods) + 2 * len(roles & {"router", "gate", "down"})
+    return n

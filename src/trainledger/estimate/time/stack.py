@@ -14,7 +14,8 @@ framework on one GPU family (catalog/efficiency/stacks/<framework>.yaml):
   overlap;
 * the fixed cost of each collective launched on the critical path (charged per layer collective:
   TP all-reduces, FSDP all-gathers and reduce-scatters), and FSDP2's copy-in/copy-out passes;
-* the optimizer step's HBM passes (fused Adam = 1, foreach AdamW more);
+* the optimizer step's HBM passes (fused Adam = 1, foreach AdamW more), and its host dispatch per
+  parameter tensor where parameters are DTensors (FSDP2): the step takes the longer of the two;
 * the HBM bytes of its cross-entropy loss per logit (Megatron's unfused vocab-parallel loss makes
   more passes over fp32 logits than PyTorch's log-softmax);
 * a fixed host cost per optimizer step.
@@ -63,6 +64,7 @@ class StackProfile:
     collective_launch_s: float
     optimizer_passes: float
     host_step_s: float
+    optimizer_dispatch_s: float = 0.0  # host seconds per parameter tensor per optimizer op (DTensor)
     selective_gemms: float = 0.0
     cp_rotate: str = "ring"        # 'ring' (P2P per step) | 'allgather' (one gather per layer)
     cp_kv_expanded: bool = False   # K/V exchanged after repeat_kv (n_heads, not n_kv_heads)
@@ -98,6 +100,7 @@ class StackProfile:
             "fsdp_copy_passes": self.fsdp_copy_passes, "dp_overlap": self.dp_overlap,
             "collective_launch_s": self.collective_launch_s,
             "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
+            "optimizer_dispatch_s": self.optimizer_dispatch_s,
             "selective_recompute_gemms": self.selective_gemms,
             "cp_rotate": self.cp_rotate, "cp_kv_expanded": self.cp_kv_expanded,
             "cp_merge_bytes": list(self.cp_merge_bytes),
@@ -185,6 +188,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     dp_overlap=bool(v.get("dp_overlap", True)),
                     collective_launch_s=float(v.get("collective_launch_s", 0.0)),
                     optimizer_passes=float(v.get("optimizer_passes", 1.0)),
+                    optimizer_dispatch_s=float(v.get("optimizer_dispatch_s", 0.0)),
                     host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
                     selective_gemms=float(v.get("selective_recompute_gemms", 0.0)),
                     cp_rotate=str(v.get("cp_rotate", "ring")),
