@@ -147,3 +147,34 @@ def test_deadline_bound_is_the_smallest_whole_node_count_not_a_power_of_two():
     capped = search(job.model_copy(update={"max_gpus": 800}))
     assert capped.plans and capped.plans[0].plan.cluster.world_size <= 800
     assert all(r.to_dict()["reason"].startswith("megatron-core") for r in capped.rejected if r.plan is not None)
+
+
+def test_each_searched_stack_plans_with_its_own_default_optimizer_and_the_report_rebuilds_it():
+    """A search over several stacks prices each stack's plans with that stack's default optimizer
+    (as `estimate --framework X` does), and `report --from-plan-json` rebuilds the picked plan with
+    its own stack and optimizer: the same step time as the planner's."""
+    from trainledger.load.plan import build_plan
+    from trainledger.estimate import estimate
+    from trainledger.report import inputs_from_plan_result
+    from trainledger.spec.runtime import DEFAULT_OPTIMIZER
+
+    job = Job(model="llama-3.2-1b", tokens=2e9, deadline_days=3, global_batch=64, gpus=("h100-sxm",),
+              max_gpus=16, top=30, frameworks=("hf", "megatron-core"))
+    res = search(job)
+    assert res.job.optimizer is None  # the stacks' defaults differ: each plan states its own
+    seen = set()
+    for c in res.plans:
+        fw = c.plan.runtime.framework
+        seen.add(fw)
+        assert c.plan.recipe.optimizer == DEFAULT_OPTIMIZER[fw]
+    assert seen == {"hf", "megatron-core"}
+    d = json.loads(json.dumps(res.to_dict()))
+    i = next(k for k, q in enumerate(d["plans"]) if q["framework"] != "hf")
+    p = d["plans"][i]
+    inputs = inputs_from_plan_result(d, i)
+    assert (inputs.framework, inputs.optimizer) == ("megatron-core", "adamw") == (p["framework"], p["optimizer"])
+    rebuilt = estimate(build_plan(inputs)).compute
+    assert rebuilt.step_time_s == pytest.approx(p["estimate"]["step_time_s"], rel=1e-9)
+    # one stack searched: the job states the optimizer it ran
+    one = search(job.model_copy(update={"frameworks": ("megatron-core",), "top": 1}))
+    assert one.job.optimizer == "adamw"

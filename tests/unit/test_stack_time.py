@@ -166,5 +166,9 @@ def test_fused_adamw_is_one_pass_on_stacks_whose_adamw_is_foreach(framework):
     per = 2 * 2 * 4 + 3 * 4 + 2 * 4
     one_pass = p * per / (g.hbm_bytes_per_s * prof.eff.hbm)
     assert opt["adamw-fused"] == pytest.approx(one_pass, rel=1e-9)
-    assert opt["adamw"] == pytest.approx(prof.optimizer_passes * one_pass, rel=1e-9)
+    # foreach AdamW on DTensor shards (fsdp2) is host-bound: 8 dispatches per tensor (torch 2.13),
+    # 291 tensors (32 layers x 9 + embedding, final norm, head), each dispatch the stack's cost
+    host = prof.optimizer_dispatch_s * 8 * (32 * 9 + 3)
+    assert (host > 0) == (framework == "fsdp2")
+    assert opt["adamw"] == pytest.approx(max(prof.optimizer_passes * one_pass, host), rel=1e-9)
     assert prof.optimizer_passes > 1

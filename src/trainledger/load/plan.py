@@ -23,7 +23,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
 from trainledger.spec.runtime import (
-    DEFAULT_OPTIMIZER, DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap,
+    DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
 )
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
@@ -295,7 +295,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         precision = inputs.precision or default_precision(inputs.method, model, cluster.gpu)[0]
         recipe = Recipe(
             method=inputs.method, precision=precision,
-            optimizer=inputs.optimizer or DEFAULT_OPTIMIZER[inputs.framework],
+            optimizer=stack_optimizer(inputs.optimizer, inputs.framework),
             seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,

@@ -94,7 +94,7 @@ class Candidate:
         c, m = self.compute, self.memory
         d: dict[str, Any] = {
             "gpu": self.plan.cluster.gpu.name, "gpus": self.plan.cluster.world_size,
-            "framework": self.plan.runtime.framework,
+            "framework": self.plan.runtime.framework, "optimizer": self.plan.recipe.optimizer,
             "nodes": self.plan.cluster.nodes, "network": self.plan.cluster.inter.name
             if self.plan.cluster.inter else None,
             "layout": layout_dict(self.plan),

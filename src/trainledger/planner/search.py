@@ -37,7 +37,7 @@ from trainledger.load.hf import load_model
 from trainledger.spec.model import ModelSpec
 from trainledger.load.plan import PlanInputs
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe
-from trainledger.spec.runtime import DEFAULT_OPTIMIZER, Framework
+from trainledger.spec.runtime import Framework, stack_optimizer
 from trainledger.planner.candidates import Candidate, Rejected
 from trainledger.planner.space import Space, run_search
 
@@ -159,9 +159,13 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
         from trainledger.spec.precision import default_precision  # None: the method's default, as estimate resolves it
 
         precision = job.precision or default_precision(job.method, model, None)[0]
-        optimizer = job.optimizer or DEFAULT_OPTIMIZER[job.framework]
-        # the result states the policy and the optimizer used
-        job = job.model_copy(update={"precision": precision, "optimizer": optimizer})
+        asked = job.optimizer  # None: each searched stack's default (spec.runtime.stack_optimizer)
+        optimizer = stack_optimizer(asked, job.framework)
+        # the result states the policy and the optimizer used (each plan its own where the searched
+        # stacks' defaults differ)
+        used = {stack_optimizer(asked, fw) for fw in (job.frameworks or (job.framework,))}
+        job = job.model_copy(update={"precision": precision,
+                                     "optimizer": used.pop() if len(used) == 1 else None})
         recipe = Recipe(method=job.method, precision=precision, optimizer=optimizer,
                         seq_len=job.seq_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
@@ -171,7 +175,7 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
     nets = [load_network(n) for n in (job.networks or ("ib-ndr",))]
     sizes = job.gpus_per_node or (8,)
     space = Space(job=job, model=model, recipe=recipe, global_batch=gb,
-                  lower_bound=_state_bytes_lower_bound(model, recipe))
+                  lower_bound=_state_bytes_lower_bound(model, recipe), optimizer=asked)
     configs = [(g, s, n, fw) for g in gpus for s in sizes for n in nets
                for fw in (job.frameworks or (job.framework,))]
     cands, rejected, evaluated, counts = run_search(space, configs, progress)

@@ -12,7 +12,7 @@ from trainledger.estimate.memory import estimate_memory
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import Runtime
+from trainledger.spec.runtime import Runtime, stack_optimizer
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
     KNOBS, Rejected, cluster_for, deadline_s, evaluate, gpu_counts, layout_for, memory_options,
@@ -33,6 +33,7 @@ class Space:
     global_batch: int
     lower_bound: float
     framework: str = ""   # the stack searched ('' = the job's framework)
+    optimizer: str | None = None  # the job's --optimizer; None: the searched stack's default
 
 
 @dataclass
@@ -239,6 +240,9 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
     base_space = space
     for i, (gpu, per_node, net, *fw) in enumerate(configs):
         space = dataclasses.replace(base_space, framework=fw[0] if fw else base_space.framework)
+        if space.framework:  # each stack runs its own default optimizer unless the job names one
+            space.recipe = space.recipe.model_copy(
+                update={"optimizer": stack_optimizer(space.optimizer, space.framework)})
         mem_bound = time_bound = None
         missed = 0  # largest whole-node count tried that ran but missed the deadline
         for n in gpu_counts(per_node, space.job.max_gpus):

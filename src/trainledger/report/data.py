@@ -79,7 +79,9 @@ def inputs_from_plan_result(result: dict[str, Any], index: int = 0) -> PlanInput
     lay = p.get("layout") or {}
     data: dict[str, Any] = {k: job[k] for k in ("model", "method", "precision", "optimizer", "attention",
                                                  "seq_len", "tokens", "lora_rank", "headroom") if job.get(k) is not None}
-    data.update(gpu=p.get("gpu"), gpus=p.get("gpus"), network=p.get("network"))
+    # the picked plan's stack and optimizer (a search over several stacks ranks plans of each)
+    data.update(gpu=p.get("gpu"), gpus=p.get("gpus"), network=p.get("network"),
+                framework=p.get("framework") or job.get("framework"), optimizer=p.get("optimizer") or job.get("optimizer"))
     if p.get("nodes"):
         data["gpus_per_node"] = p["gpus"] // p["nodes"]
     for k in ("dp", "tp", "pp", "cp", "ep", "vp", "zero", "offload", "micro_batch", "grad_accum", "recompute", "sp"):

@@ -61,6 +61,12 @@ DEFAULT_OPTIMIZER: dict[str, str] = {
 }
 
 
+def stack_optimizer(optimizer: str | None, framework: str) -> str:
+    """The optimizer a job runs: the one asked for, else its stack's default (``DEFAULT_OPTIMIZER``).
+    ``build_plan`` and the planner (once per searched stack) both resolve it here."""
+    return optimizer or DEFAULT_OPTIMIZER[framework]
+
+
 #: DeepSpeed ZeRO defaults (elements), deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig,
 #: v0.19): reduce_bucket_size 5e8, allgather_bucket_size 5e8, stage3_prefetch_bucket_size 5e7,
 #: stage3_param_persistence_threshold 1e5, stage3_max_live_parameters 1e9; overlap_comm defaults

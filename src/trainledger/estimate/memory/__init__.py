@@ -15,8 +15,8 @@ from trainledger.units import gib
 from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.model import Parts
-from trainledger.estimate.memory.phases import Peak, Point, peak_bytes, runtime_settings, step_points
-from trainledger.estimate.memory.pressure import Pressure, busier, pressure
+from trainledger.estimate.memory.phases import Peak, Point, allocator_pressure, peak_bytes, step_points
+from trainledger.estimate.memory.pressure import Pressure
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
 from trainledger.estimate.stage import current_role, pipeline_role
@@ -82,12 +82,8 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
             est = _build(plan, opts, rt, x, points, pk)
         est.notes = [n for n in est.notes if not n.startswith("pipeline:")]
         # the near-capacity note names the stage the time term prices (``pressure.busier``), which
-        # need not be the one with the larger peak
-        stages = []
-        for wx, wpoints, wpk, wrole in walks:
-            with pipeline_role(wrole):
-                stages.append(_pressure(plan, opts, rt, wx, wpoints, wpk))
-        _note_pressure(est, busier(stages))
+        # need not be the one with the larger peak: the time term's own count (the walks are cached)
+        _note_pressure(est, allocator_pressure(plan, opts))
         est.notes.append(f"pipeline: the busiest rank is the {role} stage ("
                          + ", ".join(f"{w[3]} {gib(w[2].allocated):.2f} GiB" for w in walks) + ")")
         if suggest and opts.suggestions and not est.fits:
@@ -98,7 +94,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
     pk = peak_bytes(points, opts, rt)
     est = _build(plan, opts, rt, x, points, pk)
     if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
-        _note_pressure(est, _pressure(plan, opts, rt, x, points, pk))
+        _note_pressure(est, allocator_pressure(plan, opts))
     if suggest and opts.suggestions and not est.fits:
         est.suggestions = suggestions(plan, opts, est)
     return est
@@ -136,14 +132,6 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
         notes=_notes(plan), framework=RT.framework(plan),
     )
     return est
-
-
-def _pressure(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, points: list[Point],
-              pk: Peak) -> Pressure:
-    """The caching allocator's retries of one walked step (``.pressure``), for its near-capacity note."""
-    f = runtime_settings(opts, rt)[0]
-    return pressure(plan, points, float(plan.cluster.gpu.usable_bytes - pk.context - pk.workspace), f,
-                    x.n_layers)
 
 
 def _note_pressure(est: MemoryEstimate, p: Pressure) -> None:

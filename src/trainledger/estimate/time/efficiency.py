@@ -97,13 +97,31 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _shared(path: Path, d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with the fields it takes from another family's file (``shared_from: {family: [field,
+    ...]}``): a value derived once, on one GPU, is written once, in the file that derives it."""
+    out = dict(d)
+    for fam, keys in (d.get("shared_from") or {}).items():
+        src = _dir() / f"{fam}.yaml"
+        if not src.is_file():
+            raise CatalogError(f"{path}: shared_from names {fam!r}, which has no {src.name}")
+        other = _read(src)
+        for k in keys:
+            if k in d:
+                raise CatalogError(f"{path}: {k} is both set here and shared from {fam}.yaml")
+            if k not in other:
+                raise CatalogError(f"{path}: shared_from {fam}.yaml: it has no {k}")
+            out[k] = other[k]
+    return out
+
+
 @lru_cache(maxsize=None)
 def _families() -> tuple[tuple[str, GpuEfficiency, tuple[str, ...]], ...]:
     out = []
     for p in sorted(_dir().glob("*.yaml")):
         if p.stem in ("interconnect", "intervals"):
             continue
-        d = _read(p)
+        d = _shared(p, _read(p))
         try:
             eff = GpuEfficiency(
                 family=str(d["family"]), matmul={k: float(v) for k, v in d["matmul_efficiency"].items()},
