@@ -194,7 +194,9 @@ def test_fused_adam_is_one_pass_over_the_states():
     # Apex/TE FusedAdam and DeepSpeed FusedAdam: one multi_tensor_apply kernel reads and writes
     # params, grads and both moments once per step
     for fw in ("megatron-core", "megatron-deepspeed", "deepspeed"):
-        assert stack_values(fw, "hopper")["optimizer_passes"] == 1
+        assert stack_values(fw, "hopper")["adamw_kernel"] == "fused"
+    for fw in ("hf", "pytorch-fsdp", "fsdp2"):  # torch.optim.AdamW(foreach=True), the CUDA default
+        assert stack_values(fw, "hopper")["adamw_kernel"] == "foreach"
 
 
 def test_megatron_step_overhead_is_the_interconnect_files():

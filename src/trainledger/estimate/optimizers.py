@@ -40,6 +40,25 @@ DISPATCHES_PER_TENSOR: dict[str, int] = {
     "adamw": 8, "adamw-fused": 1, "adamw-8bit": 1, "sgd": 1, "sgd-momentum": 3, "adafactor": 19, "lion": 8,
 }
 
+#: Extra parameter-sized element accesses (reads + writes, per parameter per step) of the
+#: optimizer's multi-kernel implementation over one fused pass (which reads weights, gradient and
+#: states once and writes weights and states once: 3 + 2·states accesses). Each foreach list op is
+#: its own kernel and streams its operands from HBM; temporaries (sqrt of the second moment, the
+#: update) are written and read back. Counted with a TorchDispatchMode over ``step()`` on torch 2.13
+#: from each op's schema (arguments it reads, arguments it writes; a tensor passed twice is loaded
+#: once), 2-D parameters (tests/unit/test_optimizer_bytes.py counts them again):
+#: AdamW foreach: mul_ (decay) 2, lerp_ 3, mul_ 2, addcmul_(v, g, g) 3, sqrt 2, div_ 2, add_ 2,
+#: addcdiv_ 4 = 20 vs fused 7 -> 13; SGD foreach add_ 3 vs 3 -> 0; with momentum mul_ 2, add_ 3,
+#: add_ 3 = 8 vs 5 -> 3; Adafactor foreach (torch/optim/_adafactor.py, factored 2-D path): row and
+#: column norms of the gradient 2, mm 1, div_ 2, clamp_min_ 2, rsqrt_ 2, mul_ 3, update norm 1,
+#: mul_ 2, add_ 3 = 19 vs 3 -> 16; Lion (lucidrains/lion-pytorch ``update_fn``: mul_ 2, clone 2,
+#: mul_ 2, add 3, sign_ 2, add_ 3, mul_ 2, add_ 3 = 19 vs 5, counted by hand) -> 14; fused AdamW
+#: and bitsandbytes' 8-bit AdamW (one kernel) 0. Stacks whose ``adamw`` is their own fused Adam
+#: (DeepSpeed, Megatron: ``adamw_kernel: fused``) pay none for it.
+FOREACH_EXTRA_ACCESSES: dict[str, int] = {
+    "adamw": 13, "adamw-fused": 0, "adamw-8bit": 0, "sgd": 0, "sgd-momentum": 3, "adafactor": 16, "lion": 14,
+}
+
 #: bitsandbytes block size of the 8-bit optimizer states (one fp32 absmax per block; see docstring)
 BNB_BLOCK = 256
 

@@ -62,7 +62,7 @@ class StackProfile:
     fsdp_copy_passes: float
     dp_overlap: bool
     collective_launch_s: float
-    optimizer_passes: float
+    adamw_fused: bool            # the stack's 'adamw' is its own fused Adam (one pass), not torch's foreach
     host_step_s: float
     optimizer_dispatch_s: float = 0.0  # host seconds per parameter tensor per optimizer op (DTensor)
     selective_gemms: float = 0.0
@@ -99,7 +99,7 @@ class StackProfile:
             "tp_comm_overlap": self.tp_overlap, "fsdp_prefetch": self.fsdp_prefetch,
             "fsdp_copy_passes": self.fsdp_copy_passes, "dp_overlap": self.dp_overlap,
             "collective_launch_s": self.collective_launch_s,
-            "optimizer_passes": self.optimizer_passes, "host_step_s": self.host_step_s,
+            "adamw_kernel": "fused" if self.adamw_fused else "foreach", "host_step_s": self.host_step_s,
             "optimizer_dispatch_s": self.optimizer_dispatch_s,
             "selective_recompute_gemms": self.selective_gemms,
             "cp_rotate": self.cp_rotate, "cp_kv_expanded": self.cp_kv_expanded,
@@ -187,7 +187,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     fsdp_copy_passes=float(v.get("fsdp_copy_passes", 0.0)),
                     dp_overlap=bool(v.get("dp_overlap", True)),
                     collective_launch_s=float(v.get("collective_launch_s", 0.0)),
-                    optimizer_passes=float(v.get("optimizer_passes", 1.0)),
+                    adamw_fused={"fused": True, "foreach": False}[str(v.get("adamw_kernel", "foreach"))],
                     optimizer_dispatch_s=float(v.get("optimizer_dispatch_s", 0.0)),
                     host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
                     selective_gemms=float(v.get("selective_recompute_gemms", 0.0)),

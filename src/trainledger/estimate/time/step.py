@@ -40,7 +40,7 @@ from trainledger.estimate.time.compute import (FlopCount, layer_kinds, lora_gemm
 from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
                                                  link_efficiency, wave_efficiency)
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.optimizers import DISPATCHES_PER_TENSOR, STATES_PER_PARAM, bytes_per_state
+from trainledger.estimate.optimizers import DISPATCHES_PER_TENSOR, FOREACH_EXTRA_ACCESSES, STATES_PER_PARAM, bytes_per_state
 from trainledger.estimate.time.stack import StackProfile, stack_profile
 from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
@@ -498,13 +498,16 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     return exposed, total - exposed
 
 
-def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float = 1.0,
+def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bool = True,
                  dispatch_s: float = 0.0) -> float:
     """Time of the optimizer step over this GPU's shard of the trainable parameters: the longer of
     its HBM streaming and its host dispatch.
 
-    ``passes``: the stack's, describing the optimizer its users get from ``adamw``; torch's fused
-    AdamW (``adamw-fused``, torch.optim.AdamW(fused=True)) is one read/write pass on any stack.
+    The bytes: one pass over weights, gradients and states (plus the gradient's norm and reduce
+    accesses), and the extra accesses of a multi-kernel (foreach) implementation
+    (``optimizers.FOREACH_EXTRA_ACCESSES``, in the states' dtype); ``adamw_fused``: the stack's
+    ``adamw`` is its own fused Adam (DeepSpeed, Megatron), which has none; torch's fused AdamW
+    (``adamw-fused``) has none on any stack.
     ``dispatch_s``: the stack's host seconds per parameter tensor per optimizer op (FSDP2: every
     parameter is a DTensor, whose ops go through sharding propagation tensor by tensor; pytorch
     issue #134191). The host issues the step's kernels op by op, so when that takes longer than
@@ -513,8 +516,6 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float =
     r, lay, cl = plan.recipe, plan.layout, plan.cluster
     if not r.is_training:
         return 0.0
-    if r.optimizer == "adamw-fused":
-        passes = 1.0
     p = _trainable_stage_params(plan) / lay.tp
     if lay.zero >= 1:
         p /= max(1, topo.dp.n)
@@ -526,7 +527,8 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, passes: float =
     if lay.offload in ("optimizer", "params"):
         host_bw = cl.host_mem_bw_gb_per_s * 1e9 / cl.gpus_per_node * CPU_ADAM_BW_FRACTION
         return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S
-    gpu_s = passes * p * per / (cl.gpu.hbm_bytes_per_s * eff.hbm)
+    extra = 0 if (r.optimizer == "adamw" and adamw_fused) else FOREACH_EXTRA_ACCESSES[r.optimizer]
+    gpu_s = p * (per + extra * DTYPE_BYTES[pol["states"]]) / (cl.gpu.hbm_bytes_per_s * eff.hbm)
     if dispatch_s <= 0:
         return gpu_s
     lora = r.lora_targets if r.method in ("lora", "qlora") else None
@@ -565,7 +567,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     flops = step_flops(plan)
-    opt_s = _optimizer_s(plan, eff, topo, prof.optimizer_passes, prof.optimizer_dispatch_s)
+    opt_s = _optimizer_s(plan, eff, topo, prof.adamw_fused, prof.optimizer_dispatch_s)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
