@@ -3,7 +3,8 @@ hand; it measures real-size configurations with ``torch.cuda.max_memory_allocate
 writes ``bench/results/memory_cuda_<gpu>.json`` (commit it). The reserve/context terms of
 ``catalog/runtime/cuda.yaml`` are calibrated from those files.
 
-Usage: python bench/memory_cuda.py [--gpu h200] [--only SUBSTRING]   (needs torch with CUDA)
+Usage: python bench/memory_cuda.py [--gpu h200] [--only SUBSTRING]   (needs torch with CUDA;
+``--device cpu --only 0.5B`` checks the script on the CPU and writes under /tmp)
 """
 
 from __future__ import annotations
@@ -38,29 +39,74 @@ CASES: list[tuple[str, dict]] = [
 ]
 
 
+def _driver_overhead() -> dict[str, float]:
+    """MiB the process holds on the GPU beyond the caching allocator's reserve: CUDA context,
+    loaded kernels, cuBLAS/cuDNN handles and workspaces (device used by cudaMemGetInfo minus
+    ``memory_reserved``; the GPU runs nothing else)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        torch.zeros(1, device="cuda")
+        ctx_only = torch.cuda.mem_get_info()
+        a = torch.randn(256, 256, device="cuda")
+        (a @ a).sum().item()  # creates the cuBLAS handle and its workspace
+        del a
+    else:
+        ctx_only = None
+    free, total = torch.cuda.mem_get_info()
+    mib = 2**20
+    out = {"used_mib": (total - free) / mib, "reserved_mib": torch.cuda.memory_reserved() / mib,
+           "overhead_mib": (total - free - torch.cuda.memory_reserved()) / mib}
+    if ctx_only is not None:
+        out["context_only_mib"] = (ctx_only[1] - ctx_only[0]) / mib - 2.0  # less the 2 MiB segment
+    print(f"driver overhead: {out}", flush=True)
+    return out
+
+
 def main(argv: list[str]) -> int:
     from trainledger.verify.measure import measure_memory
 
     gpu = argv[argv.index("--gpu") + 1] if "--gpu" in argv else "h200"
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
+    device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
+    out = ROOT / "bench" / "results" / f"memory_cuda_{gpu}.json"
     rows = []
+    context = _driver_overhead() if device == "cuda" else None
     for name, kw in CASES:
         if only and only not in name:
             continue
+        if device == "cuda":  # each case starts from an empty cache: its reserved peak is its own
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
         plan = build_plan(PlanInputs(gpu=gpu, **kw))
         est = estimate_memory(plan, suggest=False)
-        m = measure_memory(plan, device="cuda", steps=2)
+        try:
+            m = measure_memory(plan, device=device, steps=2)
+        except Exception as exc:  # one failing case is a result; the others still run
+            rows.append({"name": name, "inputs": kw, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            print(f"{name:36s} {rows[-1]['error']}", flush=True)
+            continue
         row = {"name": name, "inputs": kw, "predicted_allocated": est.peak_allocated_bytes,
                "measured_allocated": m.peak_allocated_bytes, "predicted_reserved": est.peak_reserved_bytes,
                "measured_reserved": m.peak_reserved_bytes, "pred_phase": est.peak_phase,
                "meas_phase": m.peak_phase, "oom": m.oom, "env": m.env, "notes": m.notes,
+               "measured_categories": m.categories_at_peak, "step_time_s": m.step_time_s,
+               "driver_overhead_after": _driver_overhead() if device == "cuda" else None,
                "error": (est.peak_allocated_bytes - m.peak_allocated_bytes) / max(m.peak_allocated_bytes, 1)}
         rows.append(row)
         print(f"{name:36s} pred {est.peak_allocated_bytes / 2**30:8.2f} GiB  meas "
               f"{m.peak_allocated_bytes / 2**30:8.2f} GiB  {row['error']:+.2%}  reserved pred/meas "
               f"{est.peak_reserved_bytes / 2**30:.2f}/{(m.peak_reserved_bytes or 0) / 2**30:.2f} GiB", flush=True)
-    out = ROOT / "bench" / "results" / f"memory_cuda_{gpu}.json"
-    out.write_text(json.dumps(rows, indent=1, default=str))
+        if device == "cuda":
+            out.write_text(json.dumps({"context_at_start": context, "rows": rows}, indent=1, default=str))
+    if device != "cuda":
+        out = Path("/tmp") / out.name
+    out.write_text(json.dumps({"context_at_start": context, "rows": rows}, indent=1, default=str))
     print(f"wrote {out}")
     return 0
 
