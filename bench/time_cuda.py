@@ -15,7 +15,7 @@ per-family constants (``matmul_best_shape``, ``half_dim``, ``attention_efficienc
 * step: verify's StepRunner (the plain Hugging Face model, SDPA, torch AdamW) on one GPU, median
   of timed steps after warm-up steps; predicted by ``estimate_compute`` for ``--framework hf``.
 
-Usage: python bench/time_cuda.py [--gpu h200] [--only gemm|attention|step] [--profile-all] [--tag T] [--smoke]
+Usage: python bench/time_cuda.py [--gpu h200] [--only gemm|linear|clock|attention|step] [--profile-all] [--tag T] [--smoke]
 ``--profile-all``: every step row also profiled, its kernels summed by term of the time model;
 ``--tag T`` writes ``time_cuda_<gpu>_T.json``.
 ``--smoke`` runs tiny sizes on the CPU (checks the script, measures nothing worth keeping).
@@ -47,6 +47,10 @@ GEMMS = [(n, n, n) for n in (1024, 2048, 4096, 8192, 16384)] + [
     (2048, 2048, 2048), (512, 4096, 4096), (128, 8192, 8192), (65536, 1024, 1024),
 ]
 FP8_GEMMS = [(n, n, n) for n in (2048, 4096, 8192, 16384)] + [(8192, 4096, 28672), (8192, 14336, 4096)]
+#: (tokens, in, out) of nn.Linear layers: Llama-3.2-1B's at 8192 tokens (q, k+v, gate/up, down,
+#: lm_head) and Qwen2.5-7B's at 4096 (q, up, down, lm_head)
+LINEARS = [(8192, 2048, 2048), (8192, 2048, 512), (8192, 2048, 8192), (8192, 8192, 2048), (8192, 2048, 128256),
+           (4096, 3584, 3584), (4096, 3584, 18944), (4096, 18944, 3584), (4096, 3584, 152064)]
 #: (batch, heads, seq, head_dim)
 ATTENTION = [(16, 32, 1024, 128), (8, 32, 2048, 128), (4, 32, 4096, 128), (2, 32, 8192, 128),
              (1, 32, 16384, 128), (1, 32, 32768, 128), (8, 32, 2048, 64), (2, 32, 8192, 64)]
@@ -124,6 +128,119 @@ def bench_gemm(gpu: Any, device: str, smoke: bool) -> list[dict[str, Any]]:
         print(f"gemm {dtype:4s} {M:6d}x{K:6d}x{N:6d}  meas {rows[-1]['measured_tflops']:7.1f} TFLOP/s  "
               f"pred {rows[-1]['predicted_tflops']:7.1f}  ratio {pred / t:5.3f}", flush=True)
         del a, b
+    return rows
+
+
+def _linear_variants(M: int, K: int, N: int, device: str) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(M, N, device=device, dtype=torch.bfloat16)
+    w_init = torch.randn(N, K, device=device, dtype=torch.bfloat16) * 0.02
+    w_rand = torch.randn(N, K, device=device, dtype=torch.bfloat16)
+    b_nn = torch.randn(K, N, device=device, dtype=torch.bfloat16)
+    return {"matmul_nn_randn": lambda: x @ b_nn, "linear_fwd_randn": lambda: F.linear(x, w_rand),
+            "linear_fwd_init": lambda: F.linear(x, w_init), "linear_dgrad_init": lambda: dy @ w_init,
+            "linear_wgrad": lambda: dy.t() @ x}
+
+
+def bench_linear(gpu: Any, device: str, smoke: bool) -> list[dict[str, Any]]:
+    """The GEMMs of an nn.Linear as training runs them: F.linear's forward (x·Wᵀ), the input
+    gradient (dy·W) and the weight gradient (dyᵀ·x), with the weight drawn as at initialisation
+    (std 0.02, transformers' initializer_range) or as randn, each against ``a @ b`` on randn."""
+    timer, eff, rows = Timer(device), for_gpu(gpu), []
+    peak = gpu.peak_flop_per_s("bf16")
+    for M, K, N in ([(64, 128, 96)] if smoke else LINEARS):
+        variants = _linear_variants(M, K, N, device)
+        pred = gemm_time_s(M, K, N, peak, gpu.hbm_bytes_per_s, eff, eff.matmul_max("bf16"), 2.0)
+        row: dict[str, Any] = {"M": M, "K": K, "N": N, "predicted_s": pred}
+        for name, fn in variants.items():
+            t = timer(fn, reps=20)
+            row[name + "_s"] = t
+            row[name + "_tflops"] = 2 * M * K * N / t / 1e12
+        rows.append(row)
+        print(f"linear {M:5d}x{K:5d}x{N:6d} pred {2 * M * K * N / pred / 1e12:6.1f} | "
+              + " ".join(f"{k} {row[k + '_tflops']:6.1f}" for k in variants), flush=True)
+        del variants
+    return rows
+
+
+def bench_clock(gpu: Any, device: str, smoke: bool) -> list[dict[str, Any]]:
+    """GEMM rate and SM clock, back to back and with memory-bound kernels between them.
+
+    The datasheet's dense rate is at the boost clock it names (H100/H200 SXM: 1830 MHz); under a
+    sustained GEMM load the 700 W limit pulls the clock below it, while a training step's
+    streaming kernels leave power headroom. Each case runs ~1.5 s of 8192^3 bf16 GEMMs while a
+    thread samples NVML's SM clock and board power every 5 ms."""
+    import threading
+
+    import torch
+
+    n = 256 if smoke else 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b_init = b * 0.02
+    z = torch.zeros(n, n, device=device, dtype=torch.bfloat16)
+    big = torch.empty(2**29 if not smoke else 2**10, device=device, dtype=torch.bfloat16)  # 1 GiB
+    big2 = torch.empty_like(big)
+    nvml = None
+    if device == "cuda":
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device()))
+        except Exception:  # no NVML: rates only
+            nvml = None
+    cases = {"back_to_back_randn": (a, b, 0), "back_to_back_init_weights": (a, b_init, 0),
+             "back_to_back_zeros": (z, z, 0), "gemm_then_copy_randn": (a, b, 1),
+             "gemm_then_2_copies_randn": (a, b, 2)}
+    rows = []
+    for name, (x, w, copies) in cases.items():
+        samples: list[tuple[float, float]] = []
+        stop = threading.Event()
+
+        def sample(samples=samples, stop=stop):
+            while nvml and not stop.is_set():
+                lib, h = nvml
+                samples.append((lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM),
+                                lib.nvmlDeviceGetPowerUsage(h) / 1e3))
+                time.sleep(0.005)
+
+        events = []
+        reps = 4 if smoke else 1500 // (1 + copies)
+        for _ in range(20 if not smoke else 1):  # warm to a steady clock
+            x @ w
+        th = threading.Thread(target=sample)
+        th.start()
+        for _ in range(reps):
+            if device == "cuda":
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                x @ w
+                e1.record()
+                events.append((e0, e1))
+            else:
+                t0 = time.perf_counter()
+                x @ w
+                events.append(time.perf_counter() - t0)
+            for _ in range(copies):
+                big2.copy_(big)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        stop.set()
+        th.join()
+        times = sorted((e0.elapsed_time(e1) / 1e3) if device == "cuda" else e0 for e0, e1 in
+                       (ev if isinstance(ev, tuple) else (ev, None) for ev in events))
+        t = statistics.median(times[len(times) // 4:])  # the steady part
+        clocks = [c for c, _ in samples[len(samples) // 4:]]
+        power = [p for _, p in samples[len(samples) // 4:]]
+        rows.append({"case": name, "gemm_s": t, "tflops": 2 * n**3 / t / 1e12,
+                     "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+                     "power_w": statistics.median(power) if power else None, "samples": len(samples)})
+        print(f"clock {name:28s} {rows[-1]['tflops']:7.1f} TFLOP/s  SM {rows[-1]['sm_clock_mhz']} MHz  "
+              f"power {rows[-1]['power_w']} W", flush=True)
     return rows
 
 
@@ -308,6 +425,8 @@ def main(argv: list[str]) -> int:
     if smoke:
         path = Path("/tmp") / "time_cuda_smoke.json"
     sections = {"gemm": lambda: bench_gemm(gpu, device, smoke),
+                "linear": lambda: bench_linear(gpu, device, smoke),
+                "clock": lambda: bench_clock(gpu, device, smoke),
                 "attention": lambda: bench_attention(gpu, device, smoke),
                 "step": lambda: bench_steps(gpu_name, device, smoke)}
     for name, run in sections.items():

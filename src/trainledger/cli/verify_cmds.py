@@ -85,6 +85,25 @@ def _need_torch(device: str | None = None) -> None:
             raise VerifyError("--device cuda: torch sees no CUDA GPU on this machine; use --device cpu")
 
 
+def _on_this_gpu(inputs: Any, device: str) -> Any:
+    """``--device cuda`` with no GPU named (flag or plan file): the plan is for the GPU torch runs
+    on, so the comparison is with this machine (a plan for another GPU would compare the wrong
+    step time and capacity); a GPU outside the catalog keeps the default and says so."""
+    if device != "cuda" or "gpu" in inputs.model_fields_set:
+        return inputs
+    from trainledger.verify.probe import catalog_gpu_here
+
+    here = catalog_gpu_here()
+    if here is None:
+        import torch
+
+        _progress(f"{torch.cuda.get_device_name()} is not in the GPU catalog: planned as {inputs.gpu} "
+                  "(--gpu NAME or --gpu FILE.yaml to plan it)")
+        return inputs
+    _progress(f"planned for this machine's GPU: {here} (--gpu to plan another)")
+    return type(inputs).model_validate({**inputs.model_dump(exclude_unset=True), "gpu": here})
+
+
 def ledger_options(func):
     func = click.option("--no-ledger", is_flag=True, help="do not store the result in the ledger")(func)
     func = click.option("--ledger", "ledger_path", type=click.Path(dir_okay=False),
@@ -206,7 +225,7 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     from trainledger.verify.compare import compare_memory, compare_time, render_memory
     from trainledger.verify.measure import measure_memory
 
-    plan = build_plan(inputs_from_options(kwargs))
+    plan = build_plan(_on_this_gpu(inputs_from_options(kwargs), device))
     if not plan.recipe.is_training and plan.serving.engine != "hf":  # what runs here is transformers
         _progress(f"inference: measuring transformers generate (engine hf); the {plan.serving.engine} "
                   f"accounting is in `trainledger estimate`")
@@ -352,7 +371,7 @@ def scaling_cmd(device: str, nproc: int, steps: int, warmup: int, timeout_s: flo
     from trainledger.verify.launch import in_torchrun
     from trainledger.verify import multinode
 
-    inputs = inputs_from_options(kwargs)
+    inputs = _on_this_gpu(inputs_from_options(kwargs), device)
     plan = build_plan(inputs)
     with _failures(kwargs, "verify scaling", plan):
         if in_torchrun():  # the launcher's world: rank 0 alone (baseline), then all ranks; no nested launch
@@ -464,7 +483,7 @@ def accept_cmd(device: str, nproc: int, steps_before: int, steps_after: int, out
     from trainledger.verify import multinode
     from trainledger.verify.launch import in_torchrun
 
-    inputs = inputs_from_options(kwargs)
+    inputs = _on_this_gpu(inputs_from_options(kwargs), device)
     plan = build_plan(inputs)
     with _failures(kwargs, "verify accept", plan):
         if in_torchrun():  # the launcher's world: run and restore in these processes; rank 0 reports
@@ -564,7 +583,7 @@ def soak_cmd(device: str, nproc: int, duration: str, checkpoint_interval: str, s
                                  max_link_errors=max_link_errors, fail_on_slowdown=fail_on_slowdown)
     except ValidationError as exc:
         raise spec_error(exc, "soak thresholds") from None
-    inputs = inputs_from_options(kwargs)
+    inputs = _on_this_gpu(inputs_from_options(kwargs), device)
     plan = build_plan(inputs)
     dur = _seconds(duration)
     _progress(f"soak of {plan.model.name} on {nproc} {device} rank(s) for {dur:g} s under torchrun "

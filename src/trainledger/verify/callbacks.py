@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainledger.errors import MissingDependency, SpecError
+from trainledger.verify.probe import catalog_gpu_here
 
 #: the ledger command of a measured training run
 RUN_COMMAND = "train run"
@@ -97,18 +98,9 @@ def derive_inputs(model: Any, *, seq_len: int | None = None, micro_batch: int | 
             inputs[k] = v
     inputs.update({k: v for k, v in extra.items() if v is not None})
     if gpu is None:
-        inputs["gpu"] = _catalog_gpu() or "h100-sxm"
+        _torch()  # a clear MissingDependency without torch
+        inputs["gpu"] = catalog_gpu_here() or "h100-sxm"
     return {k: v for k, v in inputs.items() if v is not None}, spec
-
-
-def _catalog_gpu() -> str | None:
-    torch = _torch()
-    if not torch.cuda.is_available():
-        return None
-    from trainledger.load.catalog import entries
-    from trainledger.verify.probe import catalog_gpu_for
-
-    return catalog_gpu_for(torch.cuda.get_device_name(), list(entries("gpus")))
 
 
 class RunRecorder:

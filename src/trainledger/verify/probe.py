@@ -301,6 +301,17 @@ def catalog_gpu_for(nvml_name: str, catalog_names: list[str]) -> str | None:
     return max(hits, key=len) if hits else None
 
 
+def catalog_gpu_here() -> str | None:
+    """The catalog GPU torch's current CUDA device is (None without a GPU or outside the catalog)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from trainledger.load.catalog import entries
+
+    return catalog_gpu_for(torch.cuda.get_device_name(), list(entries("gpus")))
+
+
 def compare_with_plan(found: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, str]]:
     """Findings ('fail'/'warn'/'ok') of a probe against the plan's cluster assumptions.
 
