@@ -39,6 +39,12 @@ CASES: list[tuple[str, dict]] = [
 ]
 
 
+def case_inputs(kw: dict) -> dict:
+    """A case's plan inputs: what runs here for inference is transformers' generate, so the plan's
+    serving engine is hf (as ``verify memory`` does); the vLLM accounting is ``estimate``'s."""
+    return {**kw, "serving_engine": "hf"} if kw.get("method") == "inference" else kw
+
+
 def _driver_overhead() -> dict[str, float]:
     """MiB the process holds on the GPU beyond the caching allocator's reserve: CUDA context,
     loaded kernels, cuBLAS/cuDNN handles and workspaces (device used by cudaMemGetInfo minus
@@ -83,7 +89,7 @@ def main(argv: list[str]) -> int:
             gc.collect()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        plan = build_plan(PlanInputs(gpu=gpu, **kw))
+        plan = build_plan(PlanInputs(gpu=gpu, **case_inputs(kw)))
         est = estimate_memory(plan, suggest=False)
         try:
             m = measure_memory(plan, device=device, steps=2)
