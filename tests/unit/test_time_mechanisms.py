@@ -32,6 +32,10 @@ def test_wave_quantization_on_hopper_by_hand():
     assert wave_efficiency(2048, 128, eff, K=16384) == pytest.approx(128 / 132)
     # a shallow K cannot be split: 16 tiles in one wave of 132
     assert wave_efficiency(2048, 128, eff, K=256) == pytest.approx(16 / 132)
+    # K limits the split: each split keeps 4 stages of 64-deep K tiles busy (CUTLASS sm90 mainloop
+    # defaults), so K = 1024 splits 1024 / (4 * 64) = 4 ways: 64 tiles
+    assert wave_efficiency(2048, 128, eff, K=1024) == pytest.approx(64 / 132)
+    assert wave_efficiency(2048, 128, eff, K=1023) == pytest.approx(48 / 132)
 
 
 def test_asynctp_split_costs_thin_shards_only():
