@@ -1,9 +1,9 @@
 """HBM bytes of the streaming (non-GEMM, non-attention) kernels of one Hugging Face training step,
 counted from the ops torch dispatches, beside what the time model charges for them (issue 15).
 
-The step runs on fake tensors (verify's StepRunner, CUDA's autocast lists) under a dispatch mode
-that takes each op's reads (its tensor arguments) and writes (mutated arguments, fresh outputs)
-from its schema; views move nothing. Ops are grouped by the time model's terms: matmul, attention,
+The step runs on fake tensors (verify's StepRunner, CUDA's autocast lists) under
+``trainledger.verify.opbytes.OpBytes``, which takes each op's reads (its tensor arguments) and
+writes (mutated arguments, fresh outputs) from its schema; views move nothing. Ops are grouped by the time model's terms: matmul, attention,
 loss (log-softmax, NLL), embedding, optimizer (the optimizer phase), and the rest, elementwise.
 Where ``bench/results/time_cuda_h200_profile.json`` holds the same configuration measured on an
 H200, the elementwise kernels' measured milliseconds give the bandwidth they reached.
@@ -21,93 +21,32 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-GEMM = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm")
-LOSS = ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward", "nll_loss_backward",
-        "nll_loss2d_forward", "nll_loss2d_backward")
-EMBEDDING = ("embedding", "embedding_dense_backward")
-#: ops whose schema returns no alias annotation but which return a view (no kernel runs)
-NO_COPY = ("_unsafe_view", "_reshape_alias", "lift_fresh")
-
-
-def term_of(op: str, phase: str) -> str:
-    if phase in ("optimizer", "zero_grad"):
-        return "optimizer"
-    if op in GEMM:
-        return "matmul"
-    if "scaled_dot_product" in op or "flash_attention" in op or "efficient_attention" in op:
-        return "attention"
-    if op in LOSS:
-        return "loss"
-    if op in EMBEDDING:
-        return "embedding"
-    return "elementwise"
-
-
 def count_step(kw: dict[str, Any]) -> dict[str, Any]:
     """Bytes by term and by elementwise op of one steady-state training step of ``kw``'s plan."""
     import contextlib
 
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from trainledger.load.hf import load_hf_config
     from trainledger.load.plan import PlanInputs, build_plan
-    from trainledger.verify.build import build_model
-    from trainledger.verify.build import fake_runtime
+    from trainledger.verify.build import build_model, fake_runtime
+    from trainledger.verify.opbytes import OpBytes
     from trainledger.verify.train_step import StepRunner
 
     plan = build_plan(PlanInputs(framework="hf", **kw))
     built = build_model(load_hf_config(plan.model.name), plan.recipe, device="fake", seed=0)
-    terms: dict[str, float] = {}
-    ops: dict[str, float] = {}
-    state = {"phase": "forward", "on": False}
-
-    def nbytes(v: Any) -> list[tuple[int, int]]:
-        vs = v if isinstance(v, (list, tuple)) else [v]
-        return [(id(t), t.numel() * t.element_size()) for t in vs if isinstance(t, torch.Tensor)]
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if not state["on"]:
-                return out
-            schema = func._schema
-            rets = schema.returns
-            mutates = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-            name = schema.name.split("::")[-1]
-            fresh = [o for r, o in zip(rets, out if isinstance(out, (list, tuple)) and len(rets) > 1 else [out])
-                     if r.alias_info is None and isinstance(o, torch.Tensor)]
-            if not mutates and (not fresh or name in NO_COPY):
-                return out  # a view, or no tensor made (e.g. prim::device): no bytes move
-            given = {a.name: (args[i] if i < len(args) else kwargs.get(a.name))
-                     for i, a in enumerate(schema.arguments)}
-            reads = dict(t for a in schema.arguments for t in nbytes(given[a.name]))
-            written = sum(b for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write
-                          for _, b in nbytes(given[a.name]))
-            outs = out if isinstance(out, (list, tuple)) and len(rets) > 1 else [out]
-            written += sum(b for r, o in zip(rets, outs) if r.alias_info is None for _, b in nbytes(o))
-            total = sum(reads.values()) + written
-            term = term_of(name, state["phase"])
-            terms[term] = terms.get(term, 0.0) + total
-            if term == "elementwise":
-                key = f"{name} ({state['phase']})"
-                ops[key] = ops.get(key, 0.0) + total
-            return out
+    counter = OpBytes()
 
     @contextlib.contextmanager
     def phase(name: str):
-        state["phase"] = name
+        counter.phase = name
         yield
 
     with fake_runtime(built.fake_mode):
         runner = StepRunner(built, plan.recipe, seed=0)
         runner.step()
-        with Count():
-            state["on"] = True
+        with counter:
             runner.step(phase)
-            state["on"] = False
-    return {"plan": plan, "terms": terms, "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1]))}
+    return {"plan": plan, "terms": counter.terms,
+            "ops": dict(sorted(counter.by_op.items(), key=lambda kv: -kv[1]))}
 
 
 def model_elementwise_bytes(plan: Any) -> float:

@@ -123,9 +123,9 @@ def _hf_step_errors(name: str) -> dict[str, float]:
 
 def test_hf_steps_on_the_h200_as_the_readme_states():
     errors = _hf_step_errors("time_cuda_h200.json")
-    lora = errors.pop("Llama-3.1-8B LoRA s4096 b2")
-    assert len(errors) == 7 and max(abs(e) for e in errors.values()) < 0.13
-    assert lora == pytest.approx(0.33, abs=0.02)  # README: peft's elementwise ops, not modelled
+    assert len(errors) == 8 and max(abs(e) for e in errors.values()) < 0.13
+    # peft's fp32 adapter casts (work.PEFT_FP32_ADAPTER_BYTES) were +33% before they were priced
+    assert abs(errors["Llama-3.1-8B LoRA s4096 b2"]) < 0.07
 
 
 def test_hf_gemm_term_against_the_profiled_kernels():
