@@ -44,19 +44,28 @@ KERNEL_BYTES: dict[str, dict[str, tuple[float, float]]] = {
            "rope": (20, 20)},
 }
 #: peft's LoRA layer with its adapters in fp32 (``LoraModel(autocast_adapter_dtype=True)``, the
-#: default since peft 0.12: adapters of a bf16/fp16 base are upcast to fp32) and no autocast (pure
-#: 16-bit training): ``lora_B(lora_A(x.to(fp32))) * scaling`` runs in fp32 and is added to the
-#: 16-bit base output, which promotes the sum to fp32 before it is cast back (peft/tuners/lora/
-#: layer.py ``Linear.forward``). HBM bytes per element of the wrapped projection's input (k) and
-#: output (n), per token, (forward, backward):
-#:   input : x -> fp32 (read 2, write 4) = 6; backward: dx fp32 -> 16-bit (4 + 2) and the sum with
-#:           the base path's dx (2 + 2 + 2) = 12
-#:   output: scaling (4 + 4), base + adapter -> fp32 (2 + 4 + 4), back to 16-bit (4 + 2) = 24;
-#:           backward: the cast's grad (2 + 4), the add's grad for the 16-bit base output (4 + 2),
-#:           scaling's grad (4 + 4) = 20
-#: Counted again from the ops torch dispatches in tests/unit/test_peft_lora_bytes.py (18k + 44n
-#: per token over forward and backward on Llama-3.1-8B's projections, exact).
-PEFT_FP32_ADAPTER_BYTES = {"in": (6.0, 12.0), "out": (24.0, 20.0)}
+#: default since peft 0.12: adapters of a bf16/fp16 base are upcast to fp32): ``lora_B(lora_A(
+#: x.to(fp32))) * scaling`` added to the base output (peft/tuners/lora/layer.py ``Linear.forward``).
+#: HBM bytes per element of the wrapped projection's input (k) and output (n), per token,
+#: (forward, backward), keyed by whether autocast runs (the ``*-mixed`` precisions):
+#:   no autocast (pure 16-bit): the adapter path is fp32 and the sum with the 16-bit base output
+#:     is promoted to fp32, then cast back.
+#:     input : x -> fp32 (read 2, write 4) = 6; backward: dx fp32 -> 16-bit (4 + 2) and the sum
+#:             with the base path's dx (2 + 2 + 2) = 12
+#:     output: scaling (4 + 4), base + adapter -> fp32 (2 + 4 + 4), back to 16-bit (4 + 2) = 24;
+#:             backward: the cast's grad (2 + 4), the add's grad for the 16-bit base output
+#:             (4 + 2), scaling's grad (4 + 4) = 20
+#:   autocast: lora_A casts the fp32 x back to 16 bits, so the adapter path and the sum are 16-bit.
+#:     input : x -> fp32 (2 + 4) and back (4 + 2) = 12; backward: both casts' grads (6 + 6) and
+#:             the sum with the base path's dx (6) = 18
+#:     output: scaling (2 + 2), the sum (2 + 2 + 2) = 10; backward: scaling's grad (2 + 2) = 4
+#:   (a 16-bit input x; an fp32 one, the normed input of an fp32 base, skips the first cast and
+#:   its grad: 6 bytes less each way on those projections)
+#: Counted again from the ops torch dispatches in tests/unit/test_peft_lora_bytes.py.
+PEFT_FP32_ADAPTER_BYTES = {
+    False: {"in": (6.0, 12.0), "out": (24.0, 20.0)},
+    True: {"in": (12.0, 18.0), "out": (10.0, 4.0)},
+}
 #: kernels a decoder layer launches per forward (projections, norms, rope, attention, MLP, adds);
 #: backward launches about twice as many. Fixed cost per kernel from the family file.
 KERNELS_PER_LAYER_FWD = {"megatron": 20, "hf": 40}
@@ -129,12 +138,13 @@ def _split_router(gemms: tuple[Gemm, ...]) -> tuple[tuple[Gemm, ...], tuple[Gemm
             tuple(g for g in gemms if g.name == "router"))
 
 
-def peft_adapter_bytes(adapters: tuple[Gemm, ...]) -> tuple[float, float]:
+def peft_adapter_bytes(adapters: tuple[Gemm, ...], autocast: bool) -> tuple[float, float]:
     """(forward, backward) HBM bytes per token of one layer's peft fp32 adapters (their casts,
     scaling and sums; :data:`PEFT_FP32_ADAPTER_BYTES`): each A GEMM's k is a wrapped projection's
     input, each B GEMM's n its output; routed experts count top-k times per token."""
-    fi, bi = PEFT_FP32_ADAPTER_BYTES["in"]
-    fo, bo = PEFT_FP32_ADAPTER_BYTES["out"]
+    rates = PEFT_FP32_ADAPTER_BYTES[autocast]
+    fi, bi = rates["in"]
+    fo, bo = rates["out"]
     fwd = bwd = 0.0
     for g in adapters:
         if g.name.startswith("lora_a_"):
@@ -205,9 +215,11 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     rc = recompute_fraction(plan) if training else 0.0
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
-    # peft on transformers (the hf stack) keeps LoRA adapters in fp32; pure 16-bit training runs
-    # them without autocast, so their casts and sums stream fp32 (PEFT_FP32_ADAPTER_BYTES)
-    fp32_adapters = frozen and plan.runtime.framework == "hf" and r.precision in ("bf16", "fp16")
+    # peft on transformers (the hf stack) keeps LoRA adapters in fp32: their casts and sums
+    # stream extra bytes, fp32 ones without autocast (PEFT_FP32_ADAPTER_BYTES)
+    peft_adapters = frozen and plan.runtime.framework == "hf" and r.precision in ("bf16", "fp16", "bf16-mixed",
+                                                                                "fp16-mixed")
+    autocast = r.precision.endswith("-mixed")
     stage_layers = math.ceil(m.num_layers / pp)
     # share of the decoder layers whose GEMMs the nvfp4 recipe keeps in bf16 (spread evenly; with
     # pp the last stage, which holds most of them, is slower than this average)
@@ -225,11 +237,11 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         t_lora = 0.0
         if frozen:
             adapters = lora_gemms(m, kind, r.lora_targets, r.lora_rank)
-            # priced at the 16-bit rate even where peft runs them in fp32 (SIMT kernels): the
-            # family's GEMM shape model describes tensor-core tiles, not rank-16 fp32 GEMMs
+            # priced at the 16-bit rate even where peft runs them in fp32 without autocast (SIMT
+            # kernels): the family's GEMM shape model describes tensor-core tiles, not rank-16 fp32
             t_lora = _gemm_set_s(adapters, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
-            if fp32_adapters:  # peft's fp32 adapters without autocast: their casts and sums
-                fwd_a, bwd_a = peft_adapter_bytes(adapters)
+            if peft_adapters:  # peft's fp32 adapters: their casts and sums
+                fwd_a, bwd_a = peft_adapter_bytes(adapters, autocast)
                 ew += nl * tokens * (fwd_a * (1 + rc) + (bwd_a if training else 0.0)) / (hbm * eff.hbm)
         if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
             nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
