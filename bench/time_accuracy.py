@@ -28,7 +28,8 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     benchmark's techniques read from its table captions, which cover every row of the table; the
     2024-08 405B Float8 rows compiled, as the preset committed with that table), H100
     rows on the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
-    stack, layout assumed).
+    stack, layout assumed); our H200 rows (bench/results/time_cuda_h200.json): hf, one GPU, the
+    hf profile's host step added to the measured step (verify's StepRunner runs no Trainer loop).
 
 Rows whose source states the memory it measured (torchtitan: max reserved GiB) also print the
 plan's predicted reserved memory beside it, and the summary their error: a check that the bench's
@@ -63,6 +64,8 @@ from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.options import MemoryOptions, TimeOptions
 from trainledger.estimate.time import estimate_compute, estimate_time
 from trainledger.load.hf import from_hf_config, load_model
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.estimate.time.stack import stack_profile
 from trainledger.spec.layout import Layout
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
@@ -469,9 +472,32 @@ def nemo_cases() -> list[Case]:
     return out
 
 
+#: our own measurements (bench/time_cuda.py on one H200: torch 2.11, transformers 5.17, verify's
+#: StepRunner: the plain Hugging Face model, SDPA, torch AdamW, one GPU)
+H200_STEPS = Path(__file__).resolve().parent / "results" / "time_cuda_h200.json"
+
+
+def h200_cases() -> list[Case]:
+    """Single-GPU hf training steps measured on an H200. verify's StepRunner runs no Trainer loop,
+    so the hf profile's host step (logging, LR scheduler, data hand-off) is added to the measured
+    step: the row compares the GPU work the model prices."""
+    if not H200_STEPS.exists():
+        return []
+    out = []
+    for r in json.loads(H200_STEPS.read_text())["step"]:
+        if "measured_step_s" not in r:
+            continue
+        p = build_plan(PlanInputs(gpu="h200", framework="hf", **r["inputs"]))
+        host = stack_profile("hf", p.cluster.gpu).host_step_s
+        cid = "h200-hf-" + "-".join(r["name"].lower().replace(".", "").split())
+        out.append(Case(cid, "trainledger-h200", p, TimeOptions(), "step_time_s", r["measured_step_s"] + host,
+                        note="measured without a Trainer loop; + the profile's host step"))
+    return out
+
+
 def all_cases() -> list[Case]:
     return (megatron_cases() + korthikanti_cases() + mosaic_cases() + reported_cases()
-            + torchtitan_cases() + nemo_cases())
+            + torchtitan_cases() + nemo_cases() + h200_cases())
 
 
 def predict(case: Case) -> tuple[float, float]:
@@ -512,7 +538,7 @@ def evaluate_all() -> list[dict[str, Any]]:
         rows.append({"id": c.id, "source": c.source, "stack": c.stack, "family": c.family,
                      "metric": c.metric, "measured": c.measured, "predicted": pred,
                      "abs_error": err, "signed_error": rate_ratio - 1, "secondary": c.secondary,
-                     "memory_gib": mem})
+                     "memory_gib": mem, "gpus": c.plan.cluster.world_size})
     return rows
 
 
@@ -554,11 +580,17 @@ def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path
     from trainledger.estimate.time import intervals
 
     sg = [r["signed_error"] for r in rows if not r["secondary"]]
+    gpus_max: dict[str, int] = {}
+    for r in rows:
+        if not r["secondary"]:
+            key = f"{r['stack']}/{r['family']}"
+            gpus_max[key] = max(gpus_max.get(key, 0), int(r["gpus"]))
     data = {"source": "bench/time_accuracy.py --write-intervals: p10/p90 of the signed rate error "
                       "(pred/meas - 1) of the primary cases, per stack/GPU family",
             "pooled": {"n": len(sg), "p10": round(quantile(sg, 0.1), 4), "p90": round(quantile(sg, 0.9), 4)},
             "stacks": {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4),
-                           "median": round(v["bias"], 4)} for k, v in summary["by_stack"].items()}}
+                           "median": round(v["bias"], 4), "gpus_max": gpus_max[k]}
+                       for k, v in summary["by_stack"].items()}}
     old = intervals._table()
     if old.get("calibrated"):
         data["calibrated"] = old["calibrated"]

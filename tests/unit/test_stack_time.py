@@ -105,6 +105,18 @@ def test_every_time_figure_has_an_interval():
     assert lo < 0 < hi and "pooled" in basis
 
 
+def test_one_gpu_measurements_bound_one_gpu_plans_only():
+    # hf/hopper's suite rows are single-GPU steps (bench/results/time_cuda_h200.json): they hold no
+    # communication, so a multi-GPU hf plan keeps the widened pooled interval
+    one = rate_interval("hf", "hopper", gpus=1)
+    many = rate_interval("hf", "hopper", gpus=8)
+    assert "accuracy suite residuals, hf/hopper" in one[2]
+    assert "measured on one GPU only" in many[2] and "pooled" in many[2]
+    assert many[1] - many[0] > one[1] - one[0]
+    # a stack measured at scale keeps its own residuals at any GPU count
+    assert "fsdp2/hopper" in rate_interval("fsdp2", "hopper", gpus=4096)[2]
+
+
 def test_routing_imbalance_is_the_expected_maximum_of_binomial_loads():
     import math
 

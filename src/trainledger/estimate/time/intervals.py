@@ -41,25 +41,31 @@ def _table() -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def rate_interval(framework: str, family: str, calibrated: bool = False) -> tuple[float, float, str]:
-    """(p10, p90) of the signed rate error for this stack and family, and where it comes from."""
+def rate_interval(framework: str, family: str, calibrated: bool = False,
+                  gpus: int | None = None) -> tuple[float, float, str]:
+    """(p10, p90) of the signed rate error for this stack and family, and where it comes from.
+
+    A stack/family measured on single GPUs only (``gpus_max`` 1) bounds single-GPU plans: its
+    residuals hold no communication, so a plan on ``gpus`` > 1 takes the widened pooled interval."""
     t = _table()
     key = f"{framework}/{family}"
     if calibrated and key in (t.get("calibrated") or {}):
         v = t["calibrated"][key]
         return float(v["p10"]), float(v["p90"]), f"calibration transfer residuals, {key} (n={v['n']})"
     v = (t.get("stacks") or {}).get(key)
-    if v and v.get("n", 0) >= MIN_CASES:
+    one_gpu_only = bool(v) and v.get("gpus_max", 0) == 1 and (gpus or 1) > 1
+    if v and v.get("n", 0) >= MIN_CASES and not one_gpu_only:
         return float(v["p10"]), float(v["p90"]), f"accuracy suite residuals, {key} (n={v['n']})"
     pooled = t.get("pooled") or {"p10": -0.15, "p90": 0.15, "n": 0}
     w = UNSEEN_WIDENING
+    why = f"{key} measured on one GPU only" if one_gpu_only else f"no {key} measurements"
     return (float(pooled["p10"]) * w, float(pooled["p90"]) * w,
-            f"no {key} measurements: pooled residuals (n={pooled.get('n', 0)}) x{w:g}")
+            f"{why}: pooled residuals (n={pooled.get('n', 0)}) x{w:g}")
 
 
 def time_interval(step_time_s: float, framework: str, family: str,
-                  calibrated: bool = False) -> dict[str, Any]:
+                  calibrated: bool = False, gpus: int | None = None) -> dict[str, Any]:
     """p10/p90 of the step time (see the module docstring)."""
-    lo, hi, basis = rate_interval(framework, family, calibrated)
+    lo, hi, basis = rate_interval(framework, family, calibrated, gpus)
     return {"p10": step_time_s * (1 + lo), "p90": step_time_s * (1 + hi),
             "factor_p10": 1 + lo, "factor_p90": 1 + hi, "basis": basis}

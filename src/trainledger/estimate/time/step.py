@@ -105,7 +105,7 @@ class ComputeEstimate:
     def interval(self, calibrated: bool = False) -> dict[str, Any]:
         """p10/p90 of the step time from the accuracy suite's residuals (estimate/intervals.py)."""
         return time_interval(self.step_time_s, str(self.stack.get("framework", "hf")),
-                             str(self.stack.get("gpu_family", self.family)), calibrated)
+                             str(self.stack.get("gpu_family", self.family)), calibrated, self.gpus)
 
     @property
     def model_flops_per_step(self) -> float:
