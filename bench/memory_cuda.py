@@ -75,6 +75,12 @@ def main(argv: list[str]) -> int:
     gpu = argv[argv.index("--gpu") + 1] if "--gpu" in argv else "h200"
     only = argv[argv.index("--only") + 1] if "--only" in argv else ""
     device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():  # skips cleanly (`make bench` runs it too), and never
+            print("skipped: no CUDA GPU")  # overwrites the committed measurement with errors
+            return 0
     out = ROOT / "bench" / "results" / f"memory_cuda_{gpu}.json"
     rows = []
     context = _driver_overhead() if device == "cuda" else None
