@@ -75,6 +75,8 @@ class StackProfile:
     tp_overlap_chunks: bool = False  # TP overlap runs each TP GEMM as tp row chunks (AsyncTP)
     sac_regathers_tp: bool = False   # selective AC re-runs the SP all-gathers in the backward
     tp_fp8_allgather: bool = False   # fp8 recipes all-gather the SP activations/gradients in fp8
+    lora_fp32_adapters: bool = False  # LoRA through peft, whose adapters of a 16-bit base are fp32
+                                      # (work.PEFT_FP32_ADAPTER_BYTES)
     xent_bytes_per_vocab: float | None = None  # HBM bytes per logit of the loss, fwd + bwd
                                                # (None: PyTorch's, work.XENT_BYTES_PER_VOCAB)
     xent_bytes_per_vocab_fused: float | None = None  # the same with the stack's fused loss
@@ -204,6 +206,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     tp_overlap_chunks=bool(v.get("tp_overlap_chunks", False)),
                     sac_regathers_tp=bool(v.get("sac_regathers_tp", False)),
                     tp_fp8_allgather=bool(v.get("tp_fp8_allgather", False)),
+                    lora_fp32_adapters=bool(v.get("lora_fp32_adapters", False)),
                     **{k: (float(v[k]) if v.get(k) is not None else None)
                        for k in ("xent_bytes_per_vocab", "xent_bytes_per_vocab_fused")})
         for k in ("xent_bytes_per_vocab", "xent_bytes_per_vocab_fused"):

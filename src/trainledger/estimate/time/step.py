@@ -555,7 +555,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         work = shared_work[0]
     else:
         work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
-                          prof.selective_gemms, prof.xent_bytes(plan.runtime.fused_loss))
+                          prof.selective_gemms, prof.xent_bytes(plan.runtime.fused_loss),
+                          prof.lora_fp32_adapters)
         if shared_work is not None:
             shared_work.append(work)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)

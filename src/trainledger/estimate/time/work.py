@@ -138,20 +138,21 @@ def _split_router(gemms: tuple[Gemm, ...]) -> tuple[tuple[Gemm, ...], tuple[Gemm
             tuple(g for g in gemms if g.name == "router"))
 
 
+@lru_cache(maxsize=1024)
+def _adapter_dims(adapters: tuple[Gemm, ...]) -> tuple[float, float]:
+    """(Σk, Σn) per token of the projections the adapters wrap: each A GEMM's k is a projection's
+    input, each B GEMM's n its output; routed experts count top-k times per token."""
+    k = sum(g.k * g.mult for g in adapters if g.name.startswith("lora_a_"))
+    n = sum(g.n * g.mult for g in adapters if not g.name.startswith("lora_a_"))
+    return float(k), float(n)
+
+
 def peft_adapter_bytes(adapters: tuple[Gemm, ...], autocast: bool) -> tuple[float, float]:
     """(forward, backward) HBM bytes per token of one layer's peft fp32 adapters (their casts,
-    scaling and sums; :data:`PEFT_FP32_ADAPTER_BYTES`): each A GEMM's k is a wrapped projection's
-    input, each B GEMM's n its output; routed experts count top-k times per token."""
+    scaling and sums; :data:`PEFT_FP32_ADAPTER_BYTES`)."""
+    k, n = _adapter_dims(adapters)
     rates = PEFT_FP32_ADAPTER_BYTES[autocast]
-    fi, bi = rates["in"]
-    fo, bo = rates["out"]
-    fwd = bwd = 0.0
-    for g in adapters:
-        if g.name.startswith("lora_a_"):
-            fwd, bwd = fwd + fi * g.k * g.mult, bwd + bi * g.k * g.mult
-        else:
-            fwd, bwd = fwd + fo * g.n * g.mult, bwd + bo * g.n * g.mult
-    return fwd, bwd
+    return (rates["in"][0] * k + rates["out"][0] * n, rates["in"][1] * k + rates["out"][1] * n)
 
 
 def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
@@ -192,7 +193,7 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
                matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0,
-               xent_bytes: float | None = None) -> StageWork:
+               xent_bytes: float | None = None, lora_fp32_adapters: bool = False) -> StageWork:
     """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
 
     ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
@@ -200,6 +201,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     op-level SAC saves every matmul output except every second one; see stacks/fsdp2.yaml).
     ``xent_bytes``: HBM bytes per vocabulary entry per token of the stack's loss (forward and
     backward of the cross-entropy on the lm_head's logits; None: ``XENT_BYTES_PER_VOCAB``).
+    ``lora_fp32_adapters``: the stack runs LoRA through peft, whose adapters of a 16-bit base are
+    fp32 (their casts and sums: ``PEFT_FP32_ADAPTER_BYTES``).
     """
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
@@ -215,10 +218,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     rc = recompute_fraction(plan) if training else 0.0
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
     flash = uses_flash(r.attention)
-    # peft on transformers (the hf stack) keeps LoRA adapters in fp32: their casts and sums
-    # stream extra bytes, fp32 ones without autocast (PEFT_FP32_ADAPTER_BYTES)
-    peft_adapters = frozen and plan.runtime.framework == "hf" and r.precision in ("bf16", "fp16", "bf16-mixed",
-                                                                                "fp16-mixed")
+    peft_adapters = frozen and lora_fp32_adapters and r.precision in ("bf16", "fp16", "bf16-mixed", "fp16-mixed")
     autocast = r.precision.endswith("-mixed")
     stage_layers = math.ceil(m.num_layers / pp)
     # share of the decoder layers whose GEMMs the nvfp4 recipe keeps in bf16 (spread evenly; with
