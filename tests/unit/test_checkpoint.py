@@ -12,6 +12,7 @@ from trainledger.estimate.run.checkpoint import (
     checkpoint_bytes,
     checkpoint_section,
     checkpoint_time_share,
+    moe_shard_bytes,
     shard_bytes,
     write_time_s,
     writer_nodes,
@@ -91,3 +92,34 @@ def test_optimizer_and_precision_change_the_size():
     assert checkpoint_section(_plan(optimizer="sgd"), CostOptions())["full_bytes"] == pytest.approx(n * 4)
     assert checkpoint_section(_plan(precision="bf16"), CostOptions())["full_bytes"] == pytest.approx(n * 6)
     assert checkpoint_section(_plan(precision="fp8-mixed"), CostOptions())["full_bytes"] == pytest.approx(n * 14)
+
+
+def test_moe_shards_split_the_experts_over_expert_parallel_ranks():
+    # 100 params of which 80 routed experts; 14 bytes (bf16 weights + fp32 master + Adam m, v)
+    n, e = 100.0, 80.0
+    # dense 20·14/(1·2) + experts 80·14/(1·8·2)
+    assert moe_shard_bytes(n, e, 2, 12, pp=2, ep=8) == pytest.approx(20 * 14 / 2 + 80 * 14 / 16)
+    # ZeRO-1: the dense states shard over dp·cp (16), the experts' over the expert-dp group (2)
+    assert moe_shard_bytes(n, e, 2, 12, pp=2, ep=8, zero=1, zero_shards=16, expert_dp=2) == pytest.approx(
+        20 * 2 / 2 + 20 * 12 / 32 + 80 * 2 / 16 + 80 * 12 / 32)
+    # expert TP multiplies the split; no experts is the dense formula
+    assert moe_shard_bytes(n, e, 2, 12, tp=2, ep=4, etp=1) == pytest.approx(20 * 14 / 2 + 80 * 14 / 4)
+    assert moe_shard_bytes(n, 0, 2, 12, tp=2, pp=2) == pytest.approx(shard_bytes(n, 2, 12, tp=2, pp=2))
+    # one replica of a tp1·pp16 model with its experts over 64 ranks spans 16·64 GPUs = 128 nodes
+    assert writer_nodes(256, 8, tp=1, pp=16, zero=0, ep_ranks=64) == 128
+    assert writer_nodes(256, 8, tp=1, pp=16, zero=0) == 2
+
+
+def test_deepseek_v3_expert_parallel_checkpoint_by_hand():
+    # DeepSeek-V3 on 2048 H800 (DeepSeek-V3 report §3.2: PP16, EP64); without ZeRO one replica of
+    # 16·64 ranks = 128 nodes holds the checkpoint: before the fix each of 2 "replica" nodes staged
+    # half of 8.5 TiB in host RAM (DOES NOT FIT) and each rank a 1/16 shard (547 GiB)
+    plan = build_plan(parse_inputs({"model": "deepseek-v3", "gpu": "h800", "gpus": 2048, "tp": 1, "pp": 16,
+                                    "ep": 64, "precision": "fp8-mixed", "framework": "megatron-core"}))
+    pc = plan.model.params
+    n, e = pc.total, pc.breakdown["experts"]
+    sec = checkpoint_section(plan, CostOptions())
+    assert sec["full_bytes"] == pytest.approx(n * 14)
+    assert sec["shard_bytes"] == pytest.approx((n - e) * 14 / 16 + e * 14 / (64 * 16))
+    assert sec["shards"] == 16 * 64
+    assert sec["bytes_per_writer_node"] == pytest.approx(n * 14 / 128)

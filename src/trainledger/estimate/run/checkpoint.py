@@ -5,11 +5,16 @@ Glossary:
     N     trainable parameters (all of them, or the LoRA adapters)
     w, m, o  bytes per parameter of weights, master copy, optimizer states (precision policy)
     t, p  tensor- and pipeline-parallel degrees    d  ZeRO shard group (dp · cp)
+    N_e   routed-expert parameters (MoE)           e, t_e, d_e  expert-parallel, expert-TP and
+          expert-data-parallel degrees (Layout.ep, expert_tp, expert_dp)
     B_w   storage write bandwidth per node         n_w  nodes that write
     δ     write time of one checkpoint             M    mean time between failures of the job
 
     full      = N · (w + m + o)           (one replica; DP replicas hold copies, not parts)
     per shard = N·w / (t·p·[d if ZeRO-3]) + N·(m + o) / (t·p·[d if ZeRO ≥ 1])
+                (MoE with e > 1: the routed experts' N_e apart, split by t_e·e·p and sharded over
+                d_e instead of d, as each rank holds E/e experts: Megatron-Core MoE parallel
+                folding, arXiv:2504.14960 §3; DeepSpeed-MoE expert parallelism)
     δ         = full / (n_w · B_w)        (training paused while writing: synchronous save)
     share     = δ / (interval + δ)
     Young's optimal interval ≈ sqrt(2 · δ · M)  (Young 1974, CACM 17(9), "A first order
@@ -54,11 +59,41 @@ def shard_bytes(n_params: float, weight_bytes: float, state_bytes: float, *, tp:
     return w + s
 
 
-def writer_nodes(nodes: int, gpus_per_node: int, tp: int, pp: int, zero: int) -> int:
-    """Nodes holding a part of the checkpoint: all of them under ZeRO ≥ 1, else those of replica 0."""
+def moe_shard_bytes(n_params: float, n_experts: float, weight_bytes: float, state_bytes: float, *,
+                    tp: int = 1, pp: int = 1, zero: int = 0, zero_shards: int = 1, ep: int = 1,
+                    etp: int | None = None, expert_dp: int = 1) -> float:
+    """Bytes one rank writes when ``n_experts`` of the ``n_params`` are routed experts split over
+    ``ep`` expert-parallel ranks (each with ``etp``-way expert TP) and sharded by ZeRO over the
+    expert-data-parallel group: the dense rest as :func:`shard_bytes`, the experts by their layout."""
+    dense = shard_bytes(n_params - n_experts, weight_bytes, state_bytes, tp=tp, pp=pp, zero=zero,
+                        zero_shards=zero_shards)
+    experts = shard_bytes(n_experts, weight_bytes, state_bytes, tp=(etp or tp) * ep, pp=pp, zero=zero,
+                          zero_shards=expert_dp)
+    return dense + experts
+
+
+def writer_nodes(nodes: int, gpus_per_node: int, tp: int, pp: int, zero: int, ep_ranks: int = 1) -> int:
+    """Nodes holding a part of the checkpoint: all of them under ZeRO ≥ 1, else those of replica 0
+    (tp·pp ranks, or pp·max(tp, ``ep_ranks``) when the routed experts are split over ``ep_ranks`` =
+    etp·ep ranks: one replica of the model then spans the expert-parallel group)."""
     if zero >= 1:
         return nodes
-    return max(1, min(nodes, math.ceil(tp * pp / gpus_per_node)))
+    return max(1, min(nodes, math.ceil(pp * max(tp, ep_ranks) / gpus_per_node)))
+
+
+def plan_writer_nodes(plan: Plan) -> int:
+    """:func:`writer_nodes` of ``plan``'s cluster and layout."""
+    c, lay = plan.cluster, plan.layout
+    return writer_nodes(c.nodes, c.gpus_per_node, lay.tp, lay.pp, lay.zero, expert_split(plan)[1])
+
+
+def rank_share(plan: Plan, n_params: float, weight_bytes: float, state_bytes: float) -> float:
+    """Bytes of ``n_params`` trainable parameters' weights and states one rank holds under
+    ``plan``'s layout (:func:`moe_shard_bytes` with the plan's expert split)."""
+    lay = plan.layout
+    n_exp, _ = expert_split(plan)
+    return moe_shard_bytes(n_params, n_exp, weight_bytes, state_bytes, tp=lay.tp, pp=lay.pp, zero=lay.zero,
+                           zero_shards=lay.zero_shards, ep=lay.ep, etp=lay.expert_tp, expert_dp=lay.expert_dp)
 
 
 def write_time_s(total_bytes: float, n_writer_nodes: int, write_bytes_per_s_per_node: float) -> float:
@@ -83,16 +118,29 @@ def _default(options_value: Any, prices: PriceCatalog, key: str, flag: str) -> t
     return d.value, d.source
 
 
+def expert_split(plan: Plan) -> tuple[float, int]:
+    """(routed-expert parameters among the trainable ones, ranks they are split over: etp·ep);
+    (0, 1) for dense models, ep = 1, and LoRA (its adapters are left with the dense split)."""
+    lay, m = plan.layout, plan.model
+    if m.moe is None or lay.ep <= 1 or plan.recipe.method != "full":
+        return 0.0, 1
+    return float(m.params.breakdown.get("experts", 0)), lay.expert_tp * lay.ep
+
+
+def full_checkpoint_bytes(plan: Plan) -> float:
+    """N·(w + m + o) of ``plan``: its trainable parameters under its precision and optimizer."""
+    b = state_bytes_per_param(plan)
+    return checkpoint_bytes(trainable_params(plan), b["weights"], b["master"], b["optimizer"])
+
+
 def _sizes(plan: Plan, prices: PriceCatalog) -> dict[str, Any]:
     """Trainable parameters, bytes per parameter, full/shard/export sizes of one checkpoint."""
-    lay = plan.layout
     n_train = trainable_params(plan)
     b = state_bytes_per_param(plan)
     export_b, export_src = _default(None, prices, "export_dtype_bytes", "")
     return {"n_train": n_train, "b": b, "export_b": export_b, "export_src": export_src,
             "full": checkpoint_bytes(n_train, b["weights"], b["master"], b["optimizer"]),
-            "shard": shard_bytes(n_train, b["weights"], b["master"] + b["optimizer"], tp=lay.tp, pp=lay.pp,
-                                 zero=lay.zero, zero_shards=lay.zero_shards),
+            "shard": rank_share(plan, n_train, b["weights"], b["master"] + b["optimizer"]),
             "export": n_train * export_b, "merged": plan.model.params.total * export_b}
 
 
@@ -118,7 +166,7 @@ def checkpoint_section(plan: Plan, options: CostOptions, memory: Any = None, com
     z = _sizes(plan, prices)
     full, lora = z["full"], plan.recipe.method in ("lora", "qlora")
     write_gb = options.storage_write_gb_per_s or c.storage.write_gb_per_s
-    n_w = writer_nodes(c.nodes, c.gpus_per_node, lay.tp, lay.pp, lay.zero)
+    n_w = plan_writer_nodes(plan)
     wr_s = write_time_s(full, n_w, write_gb * GB) if full else 0.0
     interval, i_src = _default(options.checkpoint_interval_s, prices, "checkpoint_interval_s", "--checkpoint-interval")
     kept, k_src = _default(options.checkpoints_kept, prices, "checkpoints_kept", "--checkpoints-kept")
@@ -148,5 +196,9 @@ def checkpoint_section(plan: Plan, options: CostOptions, memory: Any = None, com
 
 
 def _shards(plan: Plan) -> int:
+    """Distinct parts the checkpoint is saved in: under ZeRO ≥ 1 one per rank (tp·pp·dp·cp), else
+    one per rank of replica 0 (tp·pp, or pp·max(tp, etp·ep) when the experts are split)."""
     lay = plan.layout
-    return lay.tp * lay.pp * (lay.zero_shards if lay.zero >= 1 else 1)
+    if lay.zero >= 1:
+        return lay.tp * lay.pp * lay.zero_shards
+    return lay.pp * max(lay.tp, expert_split(plan)[1])

@@ -176,12 +176,11 @@ def goodput_inputs(plan: Plan, options: CostOptions, write_s: float,
 def plan_write_s(plan: Plan, options: CostOptions, prices: PriceCatalog) -> float:
     """δ of ``plan``: the checkpoint section's write time (full checkpoint over the writer nodes)."""
     from trainledger.units import GB
-    from trainledger.estimate.run.checkpoint import _sizes, write_time_s, writer_nodes
+    from trainledger.estimate.run.checkpoint import full_checkpoint_bytes, plan_writer_nodes, write_time_s
 
-    c, lay = plan.cluster, plan.layout
-    full = _sizes(plan, prices)["full"]
-    bw = (options.storage_write_gb_per_s or c.storage.write_gb_per_s) * GB
-    return write_time_s(full, writer_nodes(c.nodes, c.gpus_per_node, lay.tp, lay.pp, lay.zero), bw) if full else 0.0
+    full = full_checkpoint_bytes(plan)
+    bw = (options.storage_write_gb_per_s or plan.cluster.storage.write_gb_per_s) * GB
+    return write_time_s(full, plan_writer_nodes(plan), bw) if full else 0.0
 
 
 def wall_factor(plan: Plan, options: CostOptions | None = None) -> float:

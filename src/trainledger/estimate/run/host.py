@@ -24,6 +24,7 @@ from typing import Any
 
 from trainledger.spec.plan import Plan
 from trainledger.units import GB
+from trainledger.estimate.run.checkpoint import rank_share
 from trainledger.estimate.run.common import RunFigures, Section, run_figures, state_bytes_per_param, trainable_params
 from trainledger.estimate.options import CostOptions
 from trainledger.estimate.run.prices import PriceCatalog, load_prices
@@ -62,9 +63,9 @@ def pinned_batch_bytes(workers: int, micro_batch: int, seq_len: int) -> float:
 
 
 def _params_per_gpu(plan: Plan, n_train: int) -> float:
-    lay = plan.layout
-    shards = lay.zero_shards if lay.zero >= 1 else 1
-    return n_train / (lay.tp * lay.pp * shards)
+    """Trainable parameters whose states one GPU holds (sharded by tp·pp and ZeRO; routed experts
+    by their expert-parallel split: the checkpoint section's rank share at one byte per state)."""
+    return rank_share(plan, n_train, 0.0, 1.0)
 
 
 def _offload_bandwidth(plan: Plan, params_per_node: float, b: dict[str, float], run: RunFigures,
