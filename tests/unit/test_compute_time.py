@@ -190,3 +190,15 @@ def test_cli_estimate_json_has_compute_and_time_sections_and_takes_time_flags():
     assert forced["compute"]["mfu"] == pytest.approx(0.3)
     fused = json.loads(CliRunner().invoke(main, args + ["--runtime", "megatron"]).output)
     assert fused["compute"]["step_time_s"] < d["compute"]["step_time_s"]
+
+
+def test_a_pipeline_with_fewer_micro_batches_than_stages_is_flagged():
+    # 1F1B with m micro-batches on p stages idles (p-1)/(m+p-1) of the step (Narayanan et al. 2021)
+    few = estimate_compute(plan(model="llama-3.1-70b", gpus=16, tp=4, pp=4, grad_accum=2))
+    note = [n for n in few.notes if n.startswith("pipeline never fills")]
+    assert len(note) == 1 and "2 micro-batches per step for 4 stages" in note[0]
+    assert "--grad-accum 16" in note[0]
+    assert few.bubble_fraction == pytest.approx(3 / 5, rel=0.1)  # (p-1)/(m+p-1), comm aside
+    assert f"{100 * few.bubble_fraction:.0f}%" in note[0]
+    full = estimate_compute(plan(model="llama-3.1-70b", gpus=16, tp=4, pp=4, grad_accum=4))
+    assert not any(n.startswith("pipeline never fills") for n in full.notes)

@@ -369,7 +369,9 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
         if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
             lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)
         else:
-            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked)
+            # Megatron-Core runs attention in Transformer Engine's fused kernel, MLA included
+            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked,
+                             fused_mla=m.mla is not None and RT.framework(plan) == "megatron-core")
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
         if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
             full += lb.linear_inputs * (1 - 1 / t)
