@@ -144,6 +144,12 @@ def test_deadline_bound_is_the_smallest_whole_node_count_not_a_power_of_two():
     # one node fewer misses the deadline (or cannot run the job)
     small = search(job.model_copy(update={"max_gpus": need - 8}))
     assert not small.plans or all(p.total_s > 30 * 86400 for p in small.plans)
+    # ... and that budget's answer names the count past it that meets the deadline: the search with
+    # that count as its budget plans it
+    past = small.gpu_count[0]["deadline_beyond_budget_gpus"]
+    assert small.gpu_count[0]["deadline_bound_gpus"] is None and past is not None and past >= need
+    at = search(job.model_copy(update={"max_gpus": past}))
+    assert at.plans and at.plans[0].plan.cluster.world_size <= past and at.plans[0].total_s <= 30 * 86400
     capped = search(job.model_copy(update={"max_gpus": 800}))
     assert capped.plans and capped.plans[0].plan.cluster.world_size <= 800
     assert all(r.to_dict()["reason"].startswith("megatron-core") for r in capped.rejected if r.plan is not None)

@@ -124,11 +124,16 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
                 click.echo(f"  risk #{i}: {r}")
     elif not res.get("unpriced"):
         click.echo("no plan fits within the GPU budget and deadline; see the rejected candidates below")
+        for b in res["gpu_count"]:
+            if b.get("deadline_beyond_budget_gpus"):
+                n = b["deadline_beyond_budget_gpus"]
+                click.echo(f"  the deadline needs {n:,} {b['gpu']}, past the budget: --max-gpus {n} shows the plan")
     if res.get("unpriced"):
         click.echo(f"\nnot ranked: no price for {', '.join(res['unpriced_gpus'])} (give --price-per-gpu-hour, "
                    "--provider or a --prices FILE; `trainledger prices`); plans that fit, by GPU count:")
         click.echo(_plans_table(res["unpriced"], ranked=False))
-    rows = [[b["gpu"], b["network"], b["memory_bound_gpus"] or "-", b["deadline_bound_gpus"] or "-",
+    rows = [[b["gpu"], b["network"], b["memory_bound_gpus"] or "-",
+             b["deadline_bound_gpus"] or (f"{b['deadline_beyond_budget_gpus']} (over budget)" if b.get("deadline_beyond_budget_gpus") else "-"),
              b["gpus_needed"] or "-"] for b in res["gpu_count"]]
     click.echo("\nGPU count = max(memory bound, deadline bound):")
     click.echo(table(rows, ["gpu", "network", "memory bound", "deadline bound", "needed"], align="llrrr"))

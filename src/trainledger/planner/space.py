@@ -267,10 +267,39 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
             time_bound = time_bound or n
             cands.append(best)
         bounds.append(_bound_row(gpu, per_node, net, mem_bound, time_bound, deadline))
+        if deadline and time_bound is None and missed >= per_node:
+            bounds[-1]["deadline_beyond_budget_gpus"] = _beyond_budget(space, gpu, per_node, net, missed,
+                                                                       deadline, st)
         bounds[-1]["framework"] = space.framework
         if progress:
             progress(i + 1, len(configs))
     return cands, rejected, st.evaluated, bounds
+
+
+#: how far past --max-gpus the deadline bound is looked for (a guide for the budget, not a plan)
+BEYOND_BUDGET_FACTOR = 64
+
+
+def _beyond_budget(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, missed: int,
+                   deadline: float, st: _State) -> int | None:
+    """Smallest whole-node count past the budget that meets the deadline, when none within does: the
+    budget's own grid continued (whole nodes doubling, up to BEYOND_BUDGET_FACTOR × the largest
+    count tried), then the bisection of :func:`_refine` between the last miss and the first hit —
+    the count the search would answer with --max-gpus at that grid point. Its plans are not
+    candidates (the budget excludes them); None when no count up to that factor meets it."""
+    opts = space.job.cost_options
+    lo = missed
+    for n in gpu_counts(per_node, missed * BEYOND_BUDGET_FACTOR):
+        if n <= missed:
+            continue
+        found = _count_search(space, gpu, per_node, net, n, st, [])
+        walls = [w for w in (c.wall_s(opts) for c in found) if w is not None]
+        if walls and min(walls) <= deadline:
+            hit = _refine(space, gpu, per_node, net, lo, n, deadline, st, []) if n - lo > per_node else None
+            return hit.plan.cluster.world_size if hit is not None else n
+        if found:
+            lo = n
+    return None
 
 
 def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
