@@ -54,6 +54,29 @@ def _checkpoint_dtype(cfg: dict[str, Any]) -> str | None:
     return _CKPT_DTYPES.get(str(raw).removeprefix("torch.")) if isinstance(raw, str) else None
 
 
+def checkpoint_quantization(cfg: dict[str, Any]) -> str | None:
+    """The weight format a checkpoint ships, from config.json ``quantization_config`` (what vLLM and
+    SGLang load without a --quantization flag), named as --quantization names it; None when the
+    config states none or a method this model does not price (compressed-tensors, HQQ, ...).
+
+    ``fp8``: DeepSeek-V3/Kimi-K2 ship 128×128 block-scaled e4m3 (``weight_block_size``), fp8 W8A8
+    checkpoints per tensor; one fp32 scale per 128×128 block is 0.02% of the weight bytes, which
+    the per-tensor format leaves out. ``mxfp4``: gpt-oss. ``awq``/``gptq``: int4 with group
+    scales. ``bitsandbytes`` 4-bit NF4 -> ``nf4``. ModelOpt ``NVFP4`` / ``FP8`` -> nvfp4 / fp8."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method in ("fp8", "mxfp4", "awq", "gptq"):
+        return method
+    if method == "bitsandbytes":
+        four = q.get("load_in_4bit") and str(q.get("bnb_4bit_quant_type", "")).lower() == "nf4"
+        return "nf4" if four else None
+    if method == "modelopt":
+        return {"nvfp4": "nvfp4", "fp8": "fp8"}.get(str(q.get("quant_algo", "")).lower())
+    return None
+
+
 def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json mapping (see :mod:`trainledger.load.families`)."""
     if not isinstance(cfg, dict):
@@ -71,7 +94,8 @@ def from_hf_config(cfg: Any, name: str = "config.json", source: str | None = Non
                         f"{', '.join(SUPPORTED_FAMILIES)}, gemma3. For another architecture write a "
                         "config with \"model_type\": \"generic\" and its dimensions.")
     fields = FAMILIES[mt](Cfg(cfg, name, FAMILY_DEFAULTS.get(mt)))
-    fields.update(name=name, model_type=mt, source=source, checkpoint_dtype=_checkpoint_dtype(cfg))
+    fields.update(name=name, model_type=mt, source=source, checkpoint_dtype=_checkpoint_dtype(cfg),
+                  checkpoint_quantization=checkpoint_quantization(cfg))
     fields["notes"] = tuple(fields.get("notes", ())) + notes
     try:
         return ModelSpec.model_validate(fields)
@@ -91,7 +115,8 @@ def _from_transformers(cfg: dict[str, Any], name: str, source: str | None, mt: s
                         "\"model_type\": \"generic\" and its dimensions.")
     from trainledger.load.meta_model import spec_from_transformers
 
-    return spec_from_transformers(cfg, name, source)
+    return spec_from_transformers(cfg, name, source).model_copy(
+        update={"checkpoint_quantization": checkpoint_quantization(cfg)})
 
 
 def preset_names() -> list[str]:

@@ -28,7 +28,7 @@ from trainledger.spec.runtime import (
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
 from trainledger.safety import check_tree, clip, path_exists, read_text, shorten
-from trainledger.spec.serving import Engine, KvCacheDtype, Quantization, Serving
+from trainledger.spec.serving import Engine, KvCacheDtype, QuantizationInput, Serving
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -104,7 +104,10 @@ class PlanInputs(Spec):
     fp4_bf16_layers: int | None = _RECIPE["fp4_bf16_layers"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]
-    quantization: Quantization = _SERVING["quantization"]
+    quantization: QuantizationInput = Field(
+        "auto", description="weight quantization: auto = what the checkpoint ships (config.json "
+        "quantization_config: fp8 for DeepSeek-V3, mxfp4 for gpt-oss), as vLLM loads it, else none; "
+        + str(_SERVING["quantization"].description).removeprefix("weight quantization: "))
     quant_group_size: int = _SERVING["quant_group_size"]
     kv_cache_dtype: KvCacheDtype = _SERVING["kv_cache_dtype"]
     mla_latent_cache: bool | None = _SERVING["mla_latent_cache"]
@@ -274,10 +277,16 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 
-def serving_of(inputs: PlanInputs) -> Serving:
-    """The serving settings of ``inputs`` (read by inference plans only)."""
-    keys = {k: k for k in Serving.model_fields if k != "engine"}
-    return Serving(engine=inputs.serving_engine, **{k: getattr(inputs, v) for k, v in keys.items()})
+def serving_of(inputs: PlanInputs, model: ModelSpec | None = None) -> Serving:
+    """The serving settings of ``inputs`` (read by inference plans only); ``quantization="auto"``
+    resolves to ``model``'s checkpoint quantization, or none."""
+    keys = {k: k for k in Serving.model_fields if k not in ("engine", "quantization")}
+    q = inputs.quantization
+    if q == "auto":
+        q = (model.checkpoint_quantization if model is not None else None) or "none"
+        if q == "mxfp4" and (model is None or model.moe is None):
+            q = "none"
+    return Serving(engine=inputs.serving_engine, quantization=q, **{k: getattr(inputs, v) for k, v in keys.items()})
 
 
 def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
@@ -312,6 +321,6 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             offload=inputs.offload,
         )
         return Plan(model=model, recipe=recipe, layout=layout, cluster=cluster, runtime=runtime,
-                    headroom=inputs.headroom, serving=serving_of(inputs))
+                    headroom=inputs.headroom, serving=serving_of(inputs, model))
     except ValidationError as exc:
         raise spec_error(exc, "plan") from None

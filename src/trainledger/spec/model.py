@@ -96,6 +96,9 @@ class ModelSpec(Spec):
     source: str | None = Field(None, description="Hub id or paper the config comes from")
     checkpoint_dtype: str | None = Field(
         None, description="dtype the checkpoint is stored in (config.json torch_dtype/dtype): bf16, fp16, fp32")
+    checkpoint_quantization: str | None = Field(
+        None, description="weight quantization the checkpoint ships (config.json quantization_config), as "
+        "--quantization names it: fp8, mxfp4, awq, gptq, nf4, nvfp4; None: unquantized, or a method not modelled")
     hidden_size: int = Field(gt=0, le=1_000_000, description="h")
     num_layers: int = Field(gt=0, le=10_000, description="L")
     num_heads: int = Field(gt=0, le=10_000, description="a, query heads")
