@@ -116,6 +116,15 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
     return out
 
 
+def _knob(label: str) -> str:
+    """The setting a suggestion changes (GPU count, micro-batch, ZeRO stage, optimizer, method,
+    precision), or the label itself."""
+    for key in ("GPUs with", "micro-batch", "ZeRO-", "--optimizer", "--method", "--precision"):
+        if key in label:
+            return key
+    return label
+
+
 def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
               first: list[tuple[Plan, Fit | None] | None]) -> dict[str, Any] | None:
     """No single change fits: apply changes in cost order, each one that saves at least 10%,
@@ -143,7 +152,8 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
                 break
         if step is None:
             return None
-        labels.append(step[0])
+        # a later change of the same setting replaces the earlier one (2 GPUs, then 4: "4 GPUs")
+        labels = [lb for lb in labels if _knob(lb) != _knob(step[0])] + [step[0]]
         plan, fit = step[1], step[2]
         best_total = fit[1]
         if fit[1] <= fit[2]:
