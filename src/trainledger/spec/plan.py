@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from trainledger.spec.base import Spec
@@ -89,6 +91,17 @@ class Plan(Spec):
         if self.recipe.seq_len % lay.cp:
             raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}", field="cp")
         return self
+
+    def variant(self, **parts: Any) -> "Plan":
+        """This plan with some of its parts (``recipe``, ``layout``, ``cluster``, ...) replaced by
+        other specs of their types, checked as ``Plan(...)`` checks them: the parts are validated
+        specs already, so only the plan's own checks (``_resolve``) run, without pydantic's
+        validation of each part again (the suggestion search builds a dozen variants per estimate).
+        Raises what ``_resolve`` raises (a ``Plan(...)`` call raises them inside a ValidationError
+        when they are ValueErrors)."""
+        new = self.updated(parts)
+        object.__setattr__(new, "__pydantic_fields_set__", set(type(self).model_fields))
+        return new._resolve()
 
     @property
     def global_batch(self) -> int:

@@ -20,7 +20,7 @@ appear, so the backward curve between its two ends is monotone and its maximum i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
@@ -41,9 +41,13 @@ from trainledger.estimate.options import MemoryOptions
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 
 
-@dataclass(slots=True)
+@dataclass(init=False)
 class Parts:
-    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage."""
+    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage.
+
+    Every field's default is a class attribute; an instance holds only the fields given or written
+    since (its ``__dict__``), so the memos of ``.phases`` keep what ``model_states`` and
+    ``activations`` wrote as a dict and a walk lays them side by side with two dict updates."""
 
     weights: float = 0.0
     master: float = 0.0
@@ -83,6 +87,24 @@ class Parts:
     mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
     grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
     copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
+
+    def __init__(self, *values: float | None, **named: float | None) -> None:
+        """``Parts(v1, v2, ...)`` in field order and/or ``Parts(name=v)``; the rest read their defaults."""
+        d = self.__dict__
+        if values:
+            if len(values) > len(PARTS_FIELDS):
+                raise TypeError(f"Parts takes at most {len(PARTS_FIELDS)} values ({len(values)} given)")
+            d.update(zip(PARTS_FIELDS, values))
+        if named:
+            unknown = named.keys() - _PARTS_FIELD_SET
+            if unknown:
+                raise TypeError(f"Parts has no field {sorted(unknown)[0]!r}")
+            d.update(named)
+
+
+#: every Parts field, in declaration order
+PARTS_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
+_PARTS_FIELD_SET = frozenset(PARTS_FIELDS)
 
 
 @last_call

@@ -10,7 +10,6 @@ variant plan and needs no terms, notes or timeline. Both ``estimate_memory`` (in
 
 from __future__ import annotations
 
-from dataclasses import fields as dataclass_fields
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -136,8 +135,6 @@ def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[P
 # tests/unit/test_memory_terms_deps.py perturbs every field of every spec of a set of plans and
 # checks that a term whose key did not change did not change either (the declaration is complete).
 
-#: every Parts field, in declaration order (a memo holds the values ``model_states`` leaves)
-_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
 #: the Parts fields ``activations`` writes (disjoint from those ``model_states`` writes; it reads none)
 ACT_FIELDS: tuple[str, ...] = (
     "acts", "ckpt", "act_layer", "n_layers", "bwd_work", "mlp_share", "cache", "inputs", "grad_flow",
@@ -156,9 +153,8 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
-_PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
 #: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
-_RESIDENT = tuple(_FIELDS.index(f) for f in ("weights", "master", "states"))
+_RESIDENT = ("weights", "master", "states")
 _MEMO_SIZE = 512
 _STATES_MEMO = KeyedMemo(_MEMO_SIZE)
 _ACTS_MEMO = KeyedMemo(_MEMO_SIZE)
@@ -186,23 +182,38 @@ def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
             _RUNTIME(plan.runtime), opts.use_cache, current_role(plan))
 
 
-def _states_values(plan: Plan) -> tuple:
-    def compute() -> tuple:
+def _states_values(plan: Plan) -> dict[str, float]:
+    """The Parts fields ``model_states`` wrote for ``plan`` (the others keep their defaults), as a
+    dict shared with the memo: callers copy it, never change it."""
+    role = current_role(plan)
+    last = _LAST_STATES
+    if last and last[0] is plan and last[1] == role:  # a variant's lower bound, then its walk
+        return last[2]
+
+    def compute() -> dict[str, float]:
         x = Parts()
         model_states(plan, x)
-        return tuple([getattr(x, f) for f in _FIELDS])
-    return _STATES_MEMO.get(states_key(plan), compute)
+        return x.__dict__
+    out = _STATES_MEMO.get(states_key(plan), compute)
+    _LAST_STATES[:] = [plan, role, out]
+    return out
 
 
-def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
-    def compute() -> tuple:
+#: the last plan object (and pipeline role) whose model states were asked for, and their values:
+#: ``_fit`` reads them for its lower bound and again for its walk
+_LAST_STATES: list = []
+
+
+def _acts_values(plan: Plan, opts: MemoryOptions) -> dict[str, float]:
+    """Every ``ACT_FIELDS`` value of ``plan`` (in that order), as ``activations`` leaves them."""
+    def compute() -> dict[str, float]:
         x = Parts()
         activations(plan, opts, x)
-        return tuple([getattr(x, f) for f in ACT_FIELDS])
+        return {f: getattr(x, f) for f in ACT_FIELDS}
     hit = _ACTS_MEMO.get(acts_key(plan, opts), compute)
-    if hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
-        hit = list(hit)
-        hit[_PP_BUFFERS] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit[_PP_EACH]
+    if hit["pp_buffer_each"]:  # receive buffers: one per micro-batch of this plan (model.activations)
+        hit = dict(hit)
+        hit["pp_buffers"] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit["pp_buffer_each"]
     return hit
 
 
@@ -210,14 +221,15 @@ def clear_memos() -> None:
     """Forget every remembered term (benchmarks of a cold estimate; tests)."""
     _STATES_MEMO.clear()
     _ACTS_MEMO.clear()
+    _LAST_STATES.clear()
     clear_local_params()
 
 
 def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
-    x = Parts(*_states_values(plan))
+    x = Parts()
+    x.__dict__.update(_states_values(plan))
     if plan.recipe.is_training:
-        for f, v in zip(ACT_FIELDS, _acts_values(plan, opts)):
-            setattr(x, f, v)
+        x.__dict__.update(_acts_values(plan, opts))  # every ACT_FIELDS entry: model_states wrote none
         if fsdp_sharded(plan):
             points = fsdp_points(plan, x)
         else:
@@ -282,7 +294,8 @@ def _resident_bytes(plan: Plan) -> int:
     of its step (the ``base`` of ``_training_points`` and ``runtimes.fsdp_points``), so a lower
     bound of its peak (tests/unit/test_memory_terms_deps.py)."""
     x = _states_values(plan)
-    return sum([int(x[i]) for i in _RESIDENT if x[i] > 0])
+    values = [x.get(f, 0.0) for f in _RESIDENT]  # (unwritten: the fields' default, 0.0)
+    return sum([int(v) for v in values if v > 0])
 
 
 def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
