@@ -1,0 +1,189 @@
+"""Variants built incrementally (issue 13 item 8) equal the same variants built from scratch.
+
+The suggestion search and the scaling curve build a dozen plans per estimate that differ from the
+estimated plan in one knob. They copy only the changed parts (``Spec.updated``, ``Plan.variant``),
+keep a step's terms as the fields written (``Parts``), and read a curve point's figures without its
+notes (``step.point_figures``). Each test derives the same thing the slow, from-scratch way
+(``model_copy``, ``Plan(...)``, a fresh ``estimate_memory`` / ``estimate_compute``) and compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainledger.errors import TrainledgerError
+from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory import suggest
+from trainledger.estimate.memory.model import PARTS_FIELDS, Parts, activations, model_states
+from trainledger.estimate.memory.phases import clear_memos, fit_bytes, fit_or_misfit
+from trainledger.estimate.options import MemoryOptions, TimeOptions
+from trainledger.estimate.stage import pipeline_role
+from trainledger.estimate.time import estimate_compute
+from trainledger.estimate.time.step import point_figures
+from trainledger.load.catalog import load_network
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.spec.plan import Plan
+
+OPTS = MemoryOptions()
+
+PLANS = {
+    "8B full, 1 GPU": dict(model="llama-3.1-8b", seq_len=4096),
+    "8B micro-batch 8": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=8),
+    "8B LoRA eager": dict(model="llama-3.1-8b", seq_len=4096, method="lora", attention="eager"),
+    "70B tp8 pp2 ZeRO-1": dict(model="llama-3.1-70b", seq_len=8192, gpus=64, tp=8, pp=2, zero=1,
+                               grad_accum=8),
+    "Mixtral ep8 ZeRO-3": dict(model="mixtral-8x7b", seq_len=4096, gpus=16, ep=8, zero=3),
+    "8B fsdp2": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=4, gpus=8, zero=3, framework="fsdp2"),
+    "8B deepspeed ZeRO-2": dict(model="llama-3.1-8b", seq_len=4096, micro_batch=4, gpus=8, zero=2,
+                                framework="deepspeed"),
+    "8B megatron tp2 gb256": dict(model="llama-3.1-8b", gpus=16, tp=2, global_batch=256,
+                                  framework="megatron-core"),
+    "1B on a V100 (bf16 refused)": dict(model="llama-3.2-1b", seq_len=8192, micro_batch=4,
+                                        gpu="v100-sxm2-16gb"),
+}
+
+
+def _plan(name: str) -> Plan:
+    return build_plan(PlanInputs(**PLANS[name]))
+
+
+def _from_scratch(plan: Plan, recipe=None, layout=None, gpus=None) -> Plan:
+    """``suggest._with`` as it was: pydantic copies of the parts, the whole plan validated by ``Plan(...)``."""
+    rec = plan.recipe.model_copy(update=recipe) if recipe else plan.recipe
+    lay_upd = dict(layout or {})
+    cluster = plan.cluster
+    if gpus is not None:
+        per_node = min(gpus, cluster.gpus_per_node)
+        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
+        lay_upd["dp"] = None
+    lay = plan.layout.model_copy(update=lay_upd) if lay_upd else plan.layout
+    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
+                serving=plan.serving, headroom=plan.headroom)
+
+
+def _outcome(build, *args):
+    try:
+        return build(*args)
+    except (TrainledgerError, ValueError) as exc:  # Plan(...) wraps ValueErrors in a ValidationError
+        return type(exc)
+
+
+def test_updated_is_model_copy():
+    plan = _plan("70B tp8 pp2 ZeRO-1")
+    for spec, changes in ((plan.recipe, {"optimizer": "adamw-8bit", "grad_accum": 3}),
+                          (plan.layout, {"zero": 3, "dp": None}),
+                          (plan.cluster, {"gpus_per_node": 4, "nodes": 2}),
+                          (plan, {"headroom": 0.2}),
+                          (plan.model, {"num_layers": 40})):
+        fast, slow = spec.updated(changes), spec.model_copy(update=changes)
+        assert type(fast) is type(slow)
+        assert fast == slow and fast.__dict__ == slow.__dict__
+        assert fast.model_fields_set == slow.model_fields_set
+        assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+        assert fast.__pydantic_private__ == slow.__pydantic_private__
+    # a changed model spec forgets the derived values of the original (its parameter counts)
+    plan.model.params  # noqa: B018  (computed and kept on the original)
+    assert plan.model.updated({"num_layers": 40}).params.total == \
+        plan.model.model_copy(update={"num_layers": 40}).params.total != plan.model.params.total
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_variant_equals_plan_constructor(name):
+    """Every suggestion candidate (and a few invalid ones) built by ``Plan.variant`` equals the plan
+    ``Plan(...)`` builds from the same parts, or fails where it fails."""
+    plan = _plan(name)
+    changes = [
+        ({"optimizer": "adamw-fused"}, None, None), ({"recompute": "full"}, None, None),
+        ({"precision": "bf16"}, None, None), ({"method": "lora"}, None, None), ({"method": "qlora"}, None, None),
+        ({"micro_batch": 3, "global_batch": None}, None, None), (None, {"zero": 3}, None),
+        (None, {"offload": "optimizer"}, None), (None, {"offload": "params"}, None),
+        (None, {"zero": 3}, 2 * plan.cluster.world_size), (None, {"zero": 3}, 3),  # 3 GPUs: tp/pp may not divide
+        (None, {"tp": 7}, None), ({"precision": "fp8-mixed"}, None, None), ({"seq_len": 4097}, {"cp": 2}, None),
+        ({"lora_targets": ("nothing",), "method": "lora"}, None, None),
+    ]
+    compared = 0
+    for recipe, layout, gpus in changes:
+        fast = _outcome(suggest._with, plan, recipe, layout, gpus)
+        slow = _outcome(_from_scratch, plan, recipe, layout, gpus)
+        if isinstance(slow, Plan):
+            assert isinstance(fast, Plan), (recipe, layout, gpus, fast)
+            assert fast == slow and fast.model_fields_set == slow.model_fields_set
+            assert estimate_memory(fast, OPTS).to_dict() == estimate_memory(slow, OPTS).to_dict()
+            compared += 1
+        else:  # both refuse the variant (the search skips it either way)
+            assert not isinstance(fast, Plan), (recipe, layout, gpus)
+    assert compared >= 5
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_incremental_variant_fit_equals_a_from_scratch_estimate(name):
+    """Each variant measured after its siblings (the terms they share remembered) equals its own
+    full estimate with nothing remembered."""
+    plan = _plan(name)
+    estimate_memory(plan, OPTS, suggest=False)
+    variants = []
+    for _, build in suggest._candidates(plan):
+        try:
+            variants.append(build())
+        except (TrainledgerError, ValueError):
+            pass
+    warm = [(fit_bytes(v, OPTS), fit_or_misfit(v, OPTS)) for v in variants]
+    for v, (fit, early) in zip(variants, warm):
+        clear_memos()
+        cold = estimate_memory(_from_scratch(v), OPTS, suggest=False)
+        assert fit == (cold.peak_allocated_bytes, cold.device_total_bytes, fit[2])
+        assert early is None or early == fit
+        if early is None:
+            assert fit[1] > fit[2]  # called a misfit early: it does not fit
+
+
+def test_parts_hold_only_declared_fields():
+    """``Parts`` keeps what was written on the instance and reads every other field's default: the
+    walks lay the memos' dicts side by side, so a misspelt term must not slip in unnoticed."""
+    assert Parts() == Parts(*[f.default for f in dataclasses.fields(Parts)])
+    assert Parts(1.0, 2.0).master == 2.0 and Parts(1.0, 2.0).grads == 0.0
+    assert Parts(weights=3.0) == Parts(3.0)
+    with pytest.raises(TypeError):
+        Parts(wieghts=3.0)
+    with pytest.raises(TypeError):
+        Parts(*range(len(PARTS_FIELDS) + 1))
+    for name in PLANS:
+        plan = _plan(name)
+        for role in ((None,) if plan.layout.pp == 1 else ("first", "last")):
+            with pipeline_role(role):
+                x = Parts()
+                model_states(plan, x)
+                assert set(x.__dict__) <= set(PARTS_FIELDS), name
+                y = Parts()
+                activations(plan, OPTS, y)
+                assert set(y.__dict__) <= set(PARTS_FIELDS), name
+
+
+@pytest.mark.parametrize("name", ["8B megatron tp2 gb256", "70B tp8 pp2 ZeRO-1", "Mixtral ep8 ZeRO-3"])
+@pytest.mark.parametrize("mfu", [None, 0.4])
+def test_point_figures_are_estimate_computes(name, mfu):
+    """A scaling-curve point's figures equal those ``estimate_compute`` reports for the point's plan."""
+    plan, opts = _plan(name), TimeOptions(mfu=mfu)
+    lay, r, cl = plan.layout, plan.recipe, plan.cluster
+    gb = plan.global_batch
+    seen = 0
+    for f in (0.5, 2, 4):
+        dp = int(lay.dp_size * f)
+        if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+            continue
+        world = dp * lay.tp * lay.pp * lay.cp
+        per_node = min(cl.gpus_per_node, world)
+        nodes = world // per_node
+        p = plan.model_copy(update={
+            "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
+                                              "inter": cl.inter or (load_network("ib-ndr") if nodes > 1 else None)}),
+            "layout": lay.model_copy(update={"dp": dp}),
+            "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb})})
+        c = estimate_compute(p, opts)
+        assert point_figures(p, opts, []) == {
+            "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s,
+            "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu, "mfu": c.mfu}
+        seen += 1
+    assert seen
