@@ -106,21 +106,26 @@ def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     return pts
 
 
-#: the last plan's moments (each pipeline role's): ``estimate_memory`` and the time model's allocator term
-#: (``allocator_pressure``) walk the same plan one after the other (the planner does for every
-#: candidate); callers read the moments, never change them
-_LAST: list[tuple[Plan, tuple[bool, str], RuntimeDefaults, str | None, tuple[Parts, list[Point]]]] = []
+#: the moments of the plans walked lately, by (plan object, options read, runtime defaults, pipeline
+#: role): ``estimate_memory`` and the time model's allocator term (``allocator_pressure``) walk the
+#: same plan, with its suggestion variants walked in between, and the combined search measures
+#: variants whose busier stage the single-change search walked (the planner walks each candidate
+#: twice in turn). The entry holds the plan, so its id is not reused while it is kept; the store is
+#: emptied whole when full. Callers read the moments, never change them.
+_WALKS: dict[tuple[int, tuple[bool, str], int, str | None], tuple[Plan, RuntimeDefaults, tuple[Parts, list[Point]]]] = {}
+_WALKS_SIZE = 64
 
 
 def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
     """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines)."""
-    role = current_role(plan)
-    key = (opts.use_cache, opts.kv_cache)  # the options the moments read
-    for p, k, r, ro, out in _LAST:
-        if p is plan and k == key and r is rt and ro == role:
-            return out
+    key = (id(plan), (opts.use_cache, opts.kv_cache), id(rt), current_role(plan))  # what the moments read
+    hit = _WALKS.get(key)
+    if hit is not None and hit[0] is plan and hit[1] is rt:
+        return hit[2]
     out = _step_points(plan, opts, rt)
-    _LAST[:] = [e for e in _LAST if e[0] is plan][-2:] + [(plan, key, rt, role, out)]  # a pipeline's stages
+    if len(_WALKS) >= _WALKS_SIZE:
+        _WALKS.clear()
+    _WALKS[key] = (plan, rt, out)
     return out
 
 
@@ -222,6 +227,7 @@ def clear_memos() -> None:
     _STATES_MEMO.clear()
     _ACTS_MEMO.clear()
     _LAST_STATES.clear()
+    _WALKS.clear()
     clear_local_params()
 
 
