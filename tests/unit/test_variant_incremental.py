@@ -21,6 +21,7 @@ from trainledger.estimate.memory.phases import clear_memos, fit_bytes, fit_or_mi
 from trainledger.estimate.options import MemoryOptions, TimeOptions
 from trainledger.estimate.stage import pipeline_role
 from trainledger.estimate.time import estimate_compute
+from trainledger.estimate.time.compute import step_flops
 from trainledger.estimate.time.step import point_figures
 from trainledger.load.catalog import load_network
 from trainledger.load.plan import PlanInputs, build_plan
@@ -182,7 +183,8 @@ def test_point_figures_are_estimate_computes(name, mfu):
             "layout": lay.model_copy(update={"dp": dp}),
             "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb})})
         c = estimate_compute(p, opts)
-        assert point_figures(p, opts, []) == {
+        assert step_flops(p) == step_flops(plan)  # what a curve shares between its points
+        assert point_figures(p, opts, [], [step_flops(plan)]) == point_figures(p, opts, []) == {
             "step_time_s": c.step_time_s, "tokens_per_s": c.tokens_per_s,
             "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu, "mfu": c.mfu}
         seen += 1

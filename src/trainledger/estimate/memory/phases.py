@@ -35,46 +35,50 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     """
     r = plan.recipe
     ga = r.grad_accum > 1 or plan.layout.pp > 1
-    g_prev = x.grads if ga else 0.0
+    grads, acts_all, inputs, copies_all = x.grads, x.acts, x.inputs, x.copies
+    g_prev = grads if ga else 0.0
     n = max(x.n_layers, 1)
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
             "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
     recompute = r.recompute == "full"
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
-    copies_bwd = x.copies_head if recompute else x.copies
+    copies_bwd = x.copies_head if recompute else copies_all
     # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
     # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
     # saved for backward, i.e. not at all inside a checkpointed layer
-    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
-               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
-               dynamic_cache=x.cache, other=x.inputs)
-    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
-              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
-    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
-              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
-              logits=x.logits_grad, other=x.inputs)
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else copies_all
+    # ({**base, ...}: the moments' terms in the order dict(base, ...) gives them, built without a call)
+    head_saves = x.head_saves
+    fwd = {**base, "gradients": g_prev, "autocast_weight_copies": copies_fwd,
+           "activations": acts_all + head_saves + x.head_out, "logits": x.logits_fwd,
+           "dynamic_cache": x.cache, "other": inputs}
+    b0 = {**base, "gradients": g_prev, "autocast_weight_copies": copies_bwd,
+          "activations": acts_all + head_saves, "logits": x.logits_bwd, "other": inputs}
+    b1 = {**base, "gradients": max(g_prev, x.grad_head) + x.grad_transient,
+          "autocast_weight_copies": copies_bwd, "activations": acts_all + head_saves,
+          "logits": x.logits_grad, "other": inputs}
     points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
               ("backward", "lm_head backward", b1)]
-    if x.act_layer or x.cp_fwd:  # recompute: a checkpointed layer's full activations exist while it runs
-        points.insert(0, ("forward", "last layer forward", dict(  # (+ a CP ring's forward transient)
-            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
-                                                                         else 0.0),
-            activations=x.acts + x.act_layer + x.cp_fwd,
-            other=x.inputs)))
-
-    def grads_after(j: int) -> float:
-        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
-
+    act_layer = x.act_layer
+    if act_layer or x.cp_fwd:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", {  # (+ a CP ring's forward transient)
+            **base, "gradients": g_prev,
+            "autocast_weight_copies": copies_fwd + (x.copies_layer if copies_fwd != copies_all else 0.0),
+            "activations": acts_all + act_layer + x.cp_fwd, "other": inputs}))
+    grad_head, mlp_share, layer_grads = x.grad_head, x.mlp_share, x.layer_grads
+    copies_layer, copies_head, bwd_work = x.copies_layer, x.copies_head, x.bwd_work
+    flow = inputs + x.grad_flow
     for j in (0, n - 1):
         keep = (n - j) / n
-        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
-        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
+        acts = acts_all * keep + act_layer  # + the layer being rematerialized (recompute)
+        copies = copies_layer if recompute else (copies_all - copies_head) * keep
         label = "last layer backward" if j == 0 else "first layer backward"
-        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
-                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
-    if current_role(plan) == "first" and x.emb_grad_transient:
+        grads_after = max(g_prev, min(grads, grad_head + (j + mlp_share) * layer_grads))
+        points.append(("backward", label, {**base, "gradients": grads_after, "autocast_weight_copies": copies,
+                                           "activations": acts + bwd_work, "other": flow}))
+    emb = x.emb_grad_transient
+    if emb and current_role(plan) == "first":
         # 1F1B first stage: a micro-batch's backward ends in the embedding backward while the other
         # in-flight micro-batches' activations are still held. Autocast's cached weight copies were
         # cast in an earlier micro-batch's forward, so their ToCopyBackward nodes are older than
@@ -82,11 +86,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
         # torch/csrc/autograd/engine.cpp ``CompareNodeTaskTime``: by sequence number) leaves every
         # c-byte weight gradient of the stage waiting until the embedding backward has run
         m = inflight_microbatches(plan)
-        points.append(("backward", "embedding backward (first stage)", dict(
-            base, gradients=x.grads, autocast_weight_copies=x.copies,
-            activations=x.acts * (m - 1) / m + x.emb_grad_transient + x.copies, other=x.inputs + x.grad_flow)))
-    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
-    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
+        points.append(("backward", "embedding backward (first stage)", {
+            **base, "gradients": grads, "autocast_weight_copies": copies_all,
+            "activations": acts_all * (m - 1) / m + emb + copies_all, "other": flow}))
+    end = {**base, "gradients": grads, "activations": emb, "other": flow}
+    opt = {**base, "gradients": grads, "optimizer_temporaries": x.opt_temp}
     points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
     return points
 

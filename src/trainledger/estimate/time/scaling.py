@@ -7,6 +7,7 @@ from trainledger.load.catalog import load_network
 from trainledger.spec.plan import Plan
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time.step import ComputeEstimate, point_figures
+from trainledger.estimate.time.compute import FlopCount
 from trainledger.estimate.time.work import StageWork
 
 
@@ -28,6 +29,8 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
     # one micro-batch's compute on the busiest stage is the same at every point: only dp, the
     # accumulation and the nodes change (``step.estimate_compute``'s ``shared_work``)
     shared: list[StageWork] = []
+    # and so are the step's FLOPs (the same global batch of the same model): the plan's own when given
+    flops: list[FlopCount] = [own.flops] if own is not None else []
     for f in factors:
         dp = int(round(lay.dp_size * f))
         if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
@@ -50,7 +53,7 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
                 "layout": lay.updated({"dp": dp}),
                 "recipe": r.updated({"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb}),
             })
-            figures = point_figures(p, opts, shared)  # estimate_compute's figures, without its notes
+            figures = point_figures(p, opts, shared, flops)  # estimate_compute's figures, without its notes
         except TrainledgerError:
             continue
         rows.append({"gpus": world, "dp": dp, **figures})

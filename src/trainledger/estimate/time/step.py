@@ -554,7 +554,8 @@ class StepFigures(NamedTuple):
     retry: RetryTerm
 
 
-def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | None) -> StepFigures:
+def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | None,
+                  shared_flops: list[FlopCount] | None = None) -> StepFigures:
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
     prof = stack_profile(plan.runtime.framework, gpu, opts)
     eff = prof.eff
@@ -578,7 +579,12 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
-    flops = step_flops(plan)
+    if shared_flops:
+        flops = shared_flops[0]
+    else:
+        flops = step_flops(plan)
+        if shared_flops is not None:
+            shared_flops.append(flops)
     opt_s = _optimizer_s(plan, eff, topo, prof.adamw_fused, prof.optimizer_dispatch_s)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
@@ -598,11 +604,14 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     return StepFigures(bd, step, flops, work, c, hidden, prof, peak_mm, peak16, dtype, clk, retry)
 
 
-def point_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork]) -> dict[str, float]:
+def point_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork],
+                  shared_flops: list[FlopCount] | None = None) -> dict[str, float]:
     """A scaling-curve point of ``plan``: the figures ``estimate_compute(plan, opts, shared_work)``
     reports for it (step time, tokens/s, per GPU, MFU), computed the same way, without its notes and
-    breakdown (a point shows none)."""
-    f = _step_figures(plan, opts, shared_work)
+    breakdown (a point shows none). ``shared_flops``: a holder for the step's FLOPs (``step_flops``),
+    the same at every point of a curve (one global batch of one model and recipe): the first point
+    derives them, the others read them."""
+    f = _step_figures(plan, opts, shared_work, shared_flops)
     gpus = plan.cluster.world_size
     tokens_per_s = plan.tokens_per_step / f.step
     return {"step_time_s": f.step, "tokens_per_s": tokens_per_s, "tokens_per_s_per_gpu": tokens_per_s / gpus,
