@@ -50,9 +50,7 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else copies_all
     # ({**base, ...}: the moments' terms in the order dict(base, ...) gives them, built without a call)
     head_saves = x.head_saves
-    fwd = {**base, "gradients": g_prev, "autocast_weight_copies": copies_fwd,
-           "activations": acts_all + head_saves + x.head_out, "logits": x.logits_fwd,
-           "dynamic_cache": x.cache, "other": inputs}
+    fwd = _forward_end(base, g_prev, copies_fwd, x)
     b0 = {**base, "gradients": g_prev, "autocast_weight_copies": copies_bwd,
           "activations": acts_all + head_saves, "logits": x.logits_bwd, "other": inputs}
     b1 = {**base, "gradients": max(g_prev, x.grad_head) + x.grad_transient,
@@ -95,6 +93,27 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     return points
 
 
+def _forward_end(base: dict[str, float], g_prev: float, copies_fwd: float, x: Parts) -> dict[str, float]:
+    """The moment at the end of forward, inside the loss (``_training_points``' first moment but
+    for a recomputed layer's): every training step walks it, so its total bounds the peak
+    (``_fit``'s early misfit, ``_forward_end_bytes``)."""
+    return {**base, "gradients": g_prev, "autocast_weight_copies": copies_fwd,
+            "activations": x.acts + x.head_saves + x.head_out, "logits": x.logits_fwd,
+            "dynamic_cache": x.cache, "other": x.inputs}
+
+
+def _forward_end_bytes(plan: Plan, x: Parts) -> float:
+    """The total of ``_training_points``' forward-end moment of ``plan`` (the same terms, built by
+    the same code) before the adjustments of ``_step_points``, which only add (``grads_static``)."""
+    r = plan.recipe
+    g_prev = x.grads if (r.grad_accum > 1 or plan.layout.pp > 1) else 0.0
+    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
+    recompute = r.recompute == "full"
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    return sum(_forward_end(base, g_prev, copies_fwd, x).values())
+
+
 def _bucket_view(d: dict[str, float]) -> dict[str, float]:
     out = dict(d)
     out["gradients"] = out.pop("ddp_buckets", 0.0)
@@ -120,13 +139,15 @@ _WALKS: dict[tuple[int, tuple[bool, str], int, str | None], tuple[Plan, RuntimeD
 _WALKS_SIZE = 64
 
 
-def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
-    """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines)."""
+def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
+                parts: Parts | None = None) -> tuple[Parts, list[Point]]:
+    """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines).
+    ``parts``: the plan's terms (``_training_parts``) when the caller has them."""
     key = (id(plan), (opts.use_cache, opts.kv_cache), id(rt), current_role(plan))  # what the moments read
     hit = _WALKS.get(key)
     if hit is not None and hit[0] is plan and hit[1] is rt:
         return hit[2]
-    out = _step_points(plan, opts, rt)
+    out = _step_points(plan, opts, rt, parts)
     if len(_WALKS) >= _WALKS_SIZE:
         _WALKS.clear()
     _WALKS[key] = (plan, rt, out)
@@ -235,11 +256,18 @@ def clear_memos() -> None:
     clear_local_params()
 
 
-def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
+def _training_parts(plan: Plan, opts: MemoryOptions) -> Parts:
+    """The terms of a training plan's step: what ``model_states`` and ``activations`` wrote."""
     x = Parts()
     x.__dict__.update(_states_values(plan))
+    x.__dict__.update(_acts_values(plan, opts))  # every ACT_FIELDS entry: model_states wrote none
+    return x
+
+
+def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
+                 parts: Parts | None = None) -> tuple[Parts, list[Point]]:
     if plan.recipe.is_training:
-        x.__dict__.update(_acts_values(plan, opts))  # every ACT_FIELDS entry: model_states wrote none
+        x = parts if parts is not None else _training_parts(plan, opts)
         if fsdp_sharded(plan):
             points = fsdp_points(plan, x)
         else:
@@ -251,6 +279,8 @@ def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[
                 # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
                 points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
     else:
+        x = Parts()
+        x.__dict__.update(_states_values(plan))
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
     return x, points
@@ -317,15 +347,17 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
     return fit
 
 
-def fit_or_misfit(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int] | None:
-    """``fit_bytes(plan, opts)``, or None as soon as the plan is known not to fit: a pipeline
-    stage over the budget on its own (the busier stage, whose figures ``fit_bytes`` reports, holds
-    at least as many bytes, and the device total grows with the allocated peak), without walking
-    the other stage."""
-    return _fit(plan, opts, misfit_early=True)
+def fit_or_misfit(plan: Plan, opts: MemoryOptions, limit: float | None = None) -> tuple[int, int, int] | None:
+    """``fit_bytes(plan, opts)``, or None as soon as the plan's device total is known to exceed
+    ``limit`` (default: its budget, i.e. it does not fit) without walking its step: its resident
+    states or its forward-end moment alone exceed it, or a pipeline stage does on its own (the
+    busier stage, whose figures ``fit_bytes`` reports, holds at least as many bytes, and the device
+    total grows with the allocated peak), without walking the other stage."""
+    return _fit(plan, opts, misfit_early=True, limit=limit)
 
 
-def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int, int] | None:
+def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
+         limit: float | None = None) -> tuple[int, int, int] | None:
     if not plan.recipe.is_training and plan.serving.paged:
         from trainledger.estimate.serving.section import memory_estimate
 
@@ -336,20 +368,34 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
         figures = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                fig = _fit(plan, opts, misfit_early)
-            if fig is None or (misfit_early and fig[1] > fig[2]):
+                fig = _fit(plan, opts, misfit_early, limit)
+            if fig is None or (misfit_early and fig[1] > (fig[2] if limit is None else limit)):
                 return None
             figures.append(fig)
         return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
     budget = int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+    bound = budget if limit is None else limit  # misfit_early: a device total above it is all we need know
+    parts = None
     if misfit_early and plan.recipe.is_training:
         # the device total grows with the peak: when the resident states alone exceed the budget,
         # no walk can make the plan fit
         reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt)
-        if reserved + context + workspace > budget:
+        if reserved + context + workspace > bound:
             return None
-    points = step_points(plan, opts, rt)[1]
+        if not fsdp_sharded(plan):  # (FSDP walks moments of its own: runtimes.fsdp_points)
+            parts = _training_parts(plan, opts)
+            # (with DDP's gradient_as_bucket_view the buckets replace the gradients in every moment)
+            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
+                # nor when the forward-end moment, one of the walk's moments, exceeds it: the peak is
+                # the integer sum of the largest moment's positive terms, less than a byte each below
+                # their sum (``_FORWARD_END_SLACK`` bytes cover the moment's terms and the float sums)
+                low = _forward_end_bytes(plan, parts) - _FORWARD_END_SLACK
+                if low > 0:
+                    reserved, context, workspace = _device_bytes(int(low), opts, rt)
+                    if reserved + context + workspace > bound:
+                        return None
+    points = step_points(plan, opts, rt, parts)[1]
     # ``peak_bytes`` without its breakdown: the same moment, the same integer sum of its terms
     totals = [sum(d.values()) for _, _, d in points]
     i_peak = max(range(len(totals)), key=totals.__getitem__)
@@ -358,13 +404,19 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
     return peak, reserved + context + workspace, budget
 
 
+#: bytes below the forward-end moment's total that the peak (an integer sum of at most ~16 terms,
+#: each truncated) can fall at most, with room for the float sums' rounding
+_FORWARD_END_SLACK = 64
+
+
 def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: bool = False) -> Pressure:
     """Caching-allocator retries per step of ``plan`` (``.pressure``) from its step's moments vs
     the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage.
 
     ``brief``: only the retry count matters (the scaling curve's points): a stage whose resident
-    weights, master weights and optimizer states alone exceed the capacity does not run, so no
-    retries, without walking its step (the peak it reports is then that lower bound)."""
+    weights, master weights and optimizer states alone, or whose forward-end moment, exceed the
+    capacity does not run, so no retries, without walking its step (the peak it reports is then
+    that lower bound)."""
     opts = opts or MemoryOptions()
     if not plan.recipe.is_training:
         return Pressure(0.0, 0.0, float(plan.cluster.gpu.usable_bytes), 0.0, True)
@@ -379,9 +431,16 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
     rt = runtime_defaults()
     f, context, workspace = runtime_settings(opts, rt)
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
+    parts = None
     if brief:
         low = _resident_bytes(plan)
         if low > capacity:
             return Pressure(0.0, float(low), capacity, f, False)
-    x, points = step_points(plan, opts, rt)
+        if not fsdp_sharded(plan):  # nor when the forward-end moment exceeds it (see ``_fit``)
+            parts = _training_parts(plan, opts)
+            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
+                fwd = _forward_end_bytes(plan, parts)  # one of the walk's moments (or less: grads_static)
+                if fwd > capacity:
+                    return Pressure(0.0, fwd, capacity, f, False)
+    x, points = step_points(plan, opts, rt, parts)
     return pressure(plan, points, capacity, f, x.n_layers)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
-from trainledger.estimate.memory.phases import fit_bytes, fit_or_misfit
+from trainledger.estimate.memory.phases import fit_or_misfit
 from trainledger.estimate.options import MemoryOptions
 
 MAX_SUGGESTIONS = 6
@@ -132,14 +132,15 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
                 if first[i] is None:
                     continue
                 new, known = first[i]
-                fit = fit_bytes(new, opts) if known is MISFIT else known
+                fit = fit_or_misfit(new, opts, 0.9 * best_total) if known is MISFIT else known
             else:
                 try:
                     new = build()
                 except (TrainledgerError, ValueError):
                     continue
-                fit = fit_bytes(new, opts)
-            if fit[1] <= 0.9 * best_total:
+                # None: its device total is known to exceed 0.9 x the best, without its walk
+                fit = fit_or_misfit(new, opts, 0.9 * best_total)
+            if fit is not MISFIT and fit[1] <= 0.9 * best_total:
                 step = (label, new, fit)
                 break
         if step is None:

@@ -555,7 +555,9 @@ class StepFigures(NamedTuple):
 
 
 def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | None,
-                  shared_flops: list[FlopCount] | None = None) -> StepFigures:
+                  shared_flops: list[FlopCount] | None = None, brief: bool = False) -> StepFigures:
+    """``brief``: only the step's seconds are read (a scaling-curve point): the allocator term
+    may stop at a bound of its stage's memory (``phases.allocator_pressure``)."""
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
     prof = stack_profile(plan.runtime.framework, gpu, opts)
     eff = prof.eff
@@ -596,7 +598,7 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     # near-capacity memory (estimate/time/allocator.py); a scaling-curve point reads only its seconds
-    retry = allocator_retries(plan, brief=shared_work is not None)
+    retry = allocator_retries(plan, brief=brief)
     bd["allocator_retries"] = retry.seconds
     step = sum(bd.values())
     if opts.mfu is not None:
@@ -611,7 +613,7 @@ def point_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork],
     breakdown (a point shows none). ``shared_flops``: a holder for the step's FLOPs (``step_flops``),
     the same at every point of a curve (one global batch of one model and recipe): the first point
     derives them, the others read them."""
-    f = _step_figures(plan, opts, shared_work, shared_flops)
+    f = _step_figures(plan, opts, shared_work, shared_flops, brief=True)
     gpus = plan.cluster.world_size
     tokens_per_s = plan.tokens_per_step / f.step
     return {"step_time_s": f.step, "tokens_per_s": tokens_per_s, "tokens_per_s_per_gpu": tokens_per_s / gpus,
