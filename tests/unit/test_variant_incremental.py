@@ -64,11 +64,13 @@ def _from_scratch(plan: Plan, recipe=None, layout=None, gpus=None) -> Plan:
                 serving=plan.serving, headroom=plan.headroom)
 
 
-def _outcome(build, *args):
+def _outcome(build, *args, **kw):
     try:
-        return build(*args)
-    except (TrainledgerError, ValueError) as exc:  # Plan(...) wraps ValueErrors in a ValidationError
-        return type(exc)
+        return build(*args, **kw)
+    except TrainledgerError as exc:  # the plan's own checks: the same error, field and message
+        return (type(exc), exc.field, str(exc))
+    except ValueError:  # Plan(...) wraps ValueErrors in a ValidationError
+        return ValueError
 
 
 def test_updated_is_model_copy():
@@ -113,9 +115,31 @@ def test_variant_equals_plan_constructor(name):
             assert fast == slow and fast.model_fields_set == slow.model_fields_set
             assert estimate_memory(fast, OPTS).to_dict() == estimate_memory(slow, OPTS).to_dict()
             compared += 1
-        else:  # both refuse the variant (the search skips it either way)
+        else:  # both refuse the variant (the search skips it either way), for the same reason
             assert not isinstance(fast, Plan), (recipe, layout, gpus)
+            if isinstance(slow, tuple):
+                assert fast == slow
     assert compared >= 5
+
+
+def test_variant_checks_every_part_it_replaces():
+    """``Plan.variant`` runs again each group of checks that reads a replaced part: the model, the
+    serving options and the headroom too (here each made invalid on purpose)."""
+    plan = _plan("8B full, 1 GPU")
+    moe = _plan("Mixtral ep8 ZeRO-3")
+    cases = [dict(model=moe.model.updated({"num_heads": 30})),  # ModelSpec._check runs again in Plan(...)
+             dict(model=_plan("70B tp8 pp2 ZeRO-1").model),
+             dict(serving=plan.serving.model_copy(update={"quantization": "mxfp4"})),
+             dict(runtime=plan.runtime.model_copy(update={"framework": "deepspeed"}),
+                  layout=plan.layout.model_copy(update={"offload": "params", "zero": 1})),
+             dict(headroom=0.95), dict(headroom=0.2)]
+    for parts in cases:
+        fast = _outcome(plan.variant, **parts)
+        slow = _outcome(Plan, **{**{k: getattr(plan, k) for k in Plan.model_fields}, **parts})
+        if isinstance(slow, Plan):
+            assert fast == slow
+        else:
+            assert fast == slow, parts
 
 
 @pytest.mark.parametrize("name", list(PLANS))
