@@ -216,8 +216,8 @@ def _states_values(plan: Plan) -> dict[str, float]:
     """The Parts fields ``model_states`` wrote for ``plan`` (the others keep their defaults), as a
     dict shared with the memo: callers copy it, never change it."""
     role = current_role(plan)
-    last = _LAST_STATES
-    if last and last[0] is plan and last[1] == role:  # a variant's lower bound, then its walk
+    last = _LAST_STATES[0]  # (one tuple, read at once: a consistent entry under threads too)
+    if last is not None and last[0] is plan and last[1] == role:  # a variant's lower bound, then its walk
         return last[2]
 
     def compute() -> dict[str, float]:
@@ -225,13 +225,13 @@ def _states_values(plan: Plan) -> dict[str, float]:
         model_states(plan, x)
         return x.__dict__
     out = _STATES_MEMO.get(states_key(plan), compute)
-    _LAST_STATES[:] = [plan, role, out]
+    _LAST_STATES[0] = (plan, role, out)
     return out
 
 
 #: the last plan object (and pipeline role) whose model states were asked for, and their values:
 #: ``_fit`` reads them for its lower bound and again for its walk
-_LAST_STATES: list = []
+_LAST_STATES: list[tuple[Plan, str | None, dict[str, float]] | None] = [None]
 
 
 def _acts_values(plan: Plan, opts: MemoryOptions) -> dict[str, float]:
@@ -251,7 +251,7 @@ def clear_memos() -> None:
     """Forget every remembered term (benchmarks of a cold estimate; tests)."""
     _STATES_MEMO.clear()
     _ACTS_MEMO.clear()
-    _LAST_STATES.clear()
+    _LAST_STATES[0] = None
     _WALKS.clear()
     clear_local_params()
 
