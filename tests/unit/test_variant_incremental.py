@@ -213,3 +213,36 @@ def test_point_figures_are_estimate_computes(name, mfu):
             "tokens_per_s_per_gpu": c.tokens_per_s_per_gpu, "mfu": c.mfu}
         seen += 1
     assert seen
+
+
+def test_serving_variants_equal_plan_constructor():
+    """The serving section's variants (estimate/serving/section.py ``_variant``) equal the plans
+    ``Plan(...)`` builds from the same parts, and fail where they fail."""
+    from trainledger.estimate.serving import section
+    from trainledger.spec.cluster import Cluster
+
+    for kw in (dict(model="deepseek-v3", method="inference", precision="bf16", gpus=16, tp=16, seq_len=8192),
+               dict(model="llama-3.1-70b", method="inference", gpus=4, tp=4, micro_batch=8, seq_len=32768),
+               dict(model="llama-3.1-8b", method="inference", micro_batch=64, seq_len=8192)):
+        plan = build_plan(PlanInputs(**kw))
+        for serv, lay in (({"kv_cache_dtype": "fp8"}, {}), ({"quantization": "fp8"}, {}), ({"quantization": "awq"}, {}),
+                          ({}, {"tp": plan.layout.tp * 2}), ({}, {"tp": plan.layout.tp * 4}), ({}, {"tp": 3}),
+                          ({}, {"batch": True})):
+            def slow(serv=serv, lay=lay, plan=plan):
+                data = {k: getattr(plan, k) for k in Plan.model_fields}
+                if serv:
+                    data["serving"] = plan.serving.model_copy(update=serv)
+                if lay.get("batch"):
+                    data["recipe"] = plan.recipe.model_copy(update={"micro_batch": max(plan.recipe.micro_batch // 2, 1)})
+                if "tp" in lay:
+                    n = lay["tp"] * plan.layout.pp
+                    per_node = min(n, plan.cluster.gpus_per_node if n >= plan.cluster.gpus_per_node else n)
+                    data["cluster"] = Cluster(gpu=plan.cluster.gpu, gpus_per_node=per_node, nodes=max(1, n // per_node),
+                                              intra=plan.cluster.intra, inter=plan.cluster.inter)
+                    data["layout"] = plan.layout.model_copy(update={"tp": lay["tp"], "dp": 1})
+                return Plan(**data)
+            fast, ref = _outcome(section._variant, plan, serv, lay), _outcome(slow)
+            if isinstance(ref, Plan):
+                assert fast == ref
+            else:
+                assert fast == ref or not isinstance(fast, Plan), (kw, serv, lay)
