@@ -175,8 +175,8 @@ def test_equal_keys_mean_equal_terms(name):
                     # what the memo answers for p while it holds the base plan's terms is p's own
                     # terms (a pipeline's receive buffers are kept per micro-batch and rescaled)
                     clear_memos()
-                    assert tuple(_acts_values(base, OPTS).values()) == a
-                    assert tuple(_acts_values(p, OPTS).values()) == _acts(p, OPTS), (
+                    assert tuple(_acts_values(base, OPTS)) == a
+                    assert tuple(_acts_values(p, OPTS)) == _acts(p, OPTS), (
                         f"{name}: activations read {field} (role {role})")
                     same_key["acts"].add(field)
     # the keys leave out what they claim to: these changes kept the key and were compared
@@ -215,7 +215,7 @@ def test_resident_states_bound_every_peak(name):
             if role is None and p.layout.pp > 1:
                 continue
             with pipeline_role(role):
-                x = Parts(**_states_values(p))
+                x = Parts(*_states_values(p))
                 low = sum(int(v) for v in (x.weights, x.master, x.states) if v > 0)
                 assert low <= fit_bytes(p, OPTS)[0], f"{name}: resident states above the peak ({role})"
                 parts = _training_parts(p, OPTS)

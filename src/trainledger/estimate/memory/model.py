@@ -41,13 +41,9 @@ from trainledger.estimate.options import MemoryOptions
 _COMPUTE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 
 
-@dataclass(init=False)
+@dataclass(slots=True)
 class Parts:
-    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage.
-
-    Every field's default is a class attribute; an instance holds only the fields given or written
-    since (its ``__dict__``), so the memos of ``.phases`` keep what ``model_states`` and
-    ``activations`` wrote as a dict and a walk lays them side by side with two dict updates."""
+    """Per-GPU bytes of each term (model states, activations, logits) on one pipeline stage."""
 
     weights: float = 0.0
     master: float = 0.0
@@ -88,23 +84,9 @@ class Parts:
     grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
     copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
 
-    def __init__(self, *values: float | None, **named: float | None) -> None:
-        """``Parts(v1, v2, ...)`` in field order and/or ``Parts(name=v)``; the rest read their defaults."""
-        d = self.__dict__
-        if values:
-            if len(values) > len(PARTS_FIELDS):
-                raise TypeError(f"Parts takes at most {len(PARTS_FIELDS)} values ({len(values)} given)")
-            d.update(zip(PARTS_FIELDS, values))
-        if named:
-            unknown = named.keys() - _PARTS_FIELD_SET
-            if unknown:
-                raise TypeError(f"Parts has no field {sorted(unknown)[0]!r}")
-            d.update(named)
-
 
 #: every Parts field, in declaration order
 PARTS_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
-_PARTS_FIELD_SET = frozenset(PARTS_FIELDS)
 
 
 @last_call

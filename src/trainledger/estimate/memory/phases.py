@@ -15,7 +15,9 @@ from typing import NamedTuple
 
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import Runtime
-from trainledger.estimate.memory.model import Parts, activations, clear_local_params, inference, model_states
+from trainledger.estimate.memory.model import (
+    PARTS_FIELDS, Parts, activations, clear_local_params, inference, model_states,
+)
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, busier, pressure
@@ -35,48 +37,44 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     """
     r = plan.recipe
     ga = r.grad_accum > 1 or plan.layout.pp > 1
-    grads, acts_all, inputs, copies_all = x.grads, x.acts, x.inputs, x.copies
-    g_prev = grads if ga else 0.0
+    g_prev = x.grads if ga else 0.0
     n = max(x.n_layers, 1)
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
             "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
     recompute = r.recompute == "full"
     # autocast copies alive at the end of forward: all (the autocast cache holds them even for
     # checkpointed layers); in backward only the saved ones (recompute: the lm_head's + one layer).
-    copies_bwd = x.copies_head if recompute else copies_all
+    copies_bwd = x.copies_head if recompute else x.copies
     # the autocast cache keeps casts of trainable leaf weights only (aten/src/ATen/autocast_mode.cpp
     # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
     # saved for backward, i.e. not at all inside a checkpointed layer
-    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else copies_all
-    # ({**base, ...}: the moments' terms in the order dict(base, ...) gives them, built without a call)
-    head_saves = x.head_saves
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
     fwd = _forward_end(base, g_prev, copies_fwd, x)
-    b0 = {**base, "gradients": g_prev, "autocast_weight_copies": copies_bwd,
-          "activations": acts_all + head_saves, "logits": x.logits_bwd, "other": inputs}
-    b1 = {**base, "gradients": max(g_prev, x.grad_head) + x.grad_transient,
-          "autocast_weight_copies": copies_bwd, "activations": acts_all + head_saves,
-          "logits": x.logits_grad, "other": inputs}
+    b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
+              activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
+    b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
+              autocast_weight_copies=copies_bwd, activations=x.acts + x.head_saves,
+              logits=x.logits_grad, other=x.inputs)
     points = [("forward", "loss (forward end)", fwd), ("backward", "log-softmax backward", b0),
               ("backward", "lm_head backward", b1)]
-    act_layer = x.act_layer
-    if act_layer or x.cp_fwd:  # recompute: a checkpointed layer's full activations exist while it runs
-        points.insert(0, ("forward", "last layer forward", {  # (+ a CP ring's forward transient)
-            **base, "gradients": g_prev,
-            "autocast_weight_copies": copies_fwd + (x.copies_layer if copies_fwd != copies_all else 0.0),
-            "activations": acts_all + act_layer + x.cp_fwd, "other": inputs}))
-    grad_head, mlp_share, layer_grads = x.grad_head, x.mlp_share, x.layer_grads
-    copies_layer, copies_head, bwd_work = x.copies_layer, x.copies_head, x.bwd_work
-    flow = inputs + x.grad_flow
+    if x.act_layer or x.cp_fwd:  # recompute: a checkpointed layer's full activations exist while it runs
+        points.insert(0, ("forward", "last layer forward", dict(  # (+ a CP ring's forward transient)
+            base, gradients=g_prev, autocast_weight_copies=copies_fwd + (x.copies_layer if copies_fwd != x.copies
+                                                                         else 0.0),
+            activations=x.acts + x.act_layer + x.cp_fwd,
+            other=x.inputs)))
+
+    def grads_after(j: int) -> float:
+        return max(g_prev, min(x.grads, x.grad_head + (j + x.mlp_share) * x.layer_grads))
+
     for j in (0, n - 1):
         keep = (n - j) / n
-        acts = acts_all * keep + act_layer  # + the layer being rematerialized (recompute)
-        copies = copies_layer if recompute else (copies_all - copies_head) * keep
+        acts = x.acts * keep + x.act_layer  # + the layer being rematerialized (recompute)
+        copies = x.copies_layer if recompute else (x.copies - x.copies_head) * keep
         label = "last layer backward" if j == 0 else "first layer backward"
-        grads_after = max(g_prev, min(grads, grad_head + (j + mlp_share) * layer_grads))
-        points.append(("backward", label, {**base, "gradients": grads_after, "autocast_weight_copies": copies,
-                                           "activations": acts + bwd_work, "other": flow}))
-    emb = x.emb_grad_transient
-    if emb and current_role(plan) == "first":
+        points.append(("backward", label, dict(base, gradients=grads_after(j), autocast_weight_copies=copies,
+                                               activations=acts + x.bwd_work, other=x.inputs + x.grad_flow)))
+    if current_role(plan) == "first" and x.emb_grad_transient:
         # 1F1B first stage: a micro-batch's backward ends in the embedding backward while the other
         # in-flight micro-batches' activations are still held. Autocast's cached weight copies were
         # cast in an earlier micro-batch's forward, so their ToCopyBackward nodes are older than
@@ -84,11 +82,11 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
         # torch/csrc/autograd/engine.cpp ``CompareNodeTaskTime``: by sequence number) leaves every
         # c-byte weight gradient of the stage waiting until the embedding backward has run
         m = inflight_microbatches(plan)
-        points.append(("backward", "embedding backward (first stage)", {
-            **base, "gradients": grads, "autocast_weight_copies": copies_all,
-            "activations": acts_all * (m - 1) / m + emb + copies_all, "other": flow}))
-    end = {**base, "gradients": grads, "activations": emb, "other": flow}
-    opt = {**base, "gradients": grads, "optimizer_temporaries": x.opt_temp}
+        points.append(("backward", "embedding backward (first stage)", dict(
+            base, gradients=x.grads, autocast_weight_copies=x.copies,
+            activations=x.acts * (m - 1) / m + x.emb_grad_transient + x.copies, other=x.inputs + x.grad_flow)))
+    end = dict(base, gradients=x.grads, activations=x.emb_grad_transient, other=x.inputs + x.grad_flow)
+    opt = dict(base, gradients=x.grads, optimizer_temporaries=x.opt_temp)
     points += [("backward", "backward end", end), ("optimizer", "optimizer step", opt)]
     return points
 
@@ -97,9 +95,9 @@ def _forward_end(base: dict[str, float], g_prev: float, copies_fwd: float, x: Pa
     """The moment at the end of forward, inside the loss (``_training_points``' first moment but
     for a recomputed layer's): every training step walks it, so its total bounds the peak
     (``_fit``'s early misfit, ``_forward_end_bytes``)."""
-    return {**base, "gradients": g_prev, "autocast_weight_copies": copies_fwd,
-            "activations": x.acts + x.head_saves + x.head_out, "logits": x.logits_fwd,
-            "dynamic_cache": x.cache, "other": x.inputs}
+    return dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
+                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
+                dynamic_cache=x.cache, other=x.inputs)
 
 
 def _forward_end_bytes(plan: Plan, x: Parts) -> float:
@@ -183,8 +181,11 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
+#: the positions of ``ACT_FIELDS`` among every Parts field
+_ACT_INDEX = tuple(PARTS_FIELDS.index(f) for f in ACT_FIELDS)
+_PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
 #: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
-_RESIDENT = ("weights", "master", "states")
+_RESIDENT = tuple(PARTS_FIELDS.index(f) for f in ("weights", "master", "states"))
 _MEMO_SIZE = 512
 _STATES_MEMO = KeyedMemo(_MEMO_SIZE)
 _ACTS_MEMO = KeyedMemo(_MEMO_SIZE)
@@ -212,18 +213,18 @@ def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
             _RUNTIME(plan.runtime), opts.use_cache, current_role(plan))
 
 
-def _states_values(plan: Plan) -> dict[str, float]:
-    """The Parts fields ``model_states`` wrote for ``plan`` (the others keep their defaults), as a
-    dict shared with the memo: callers copy it, never change it."""
+def _states_values(plan: Plan) -> tuple:
+    """Every Parts field of ``plan`` as ``model_states`` leaves them (``PARTS_FIELDS`` order),
+    shared with the memo."""
     role = current_role(plan)
     last = _LAST_STATES[0]  # (one tuple, read at once: a consistent entry under threads too)
     if last is not None and last[0] is plan and last[1] == role:  # a variant's lower bound, then its walk
         return last[2]
 
-    def compute() -> dict[str, float]:
+    def compute() -> tuple:
         x = Parts()
         model_states(plan, x)
-        return x.__dict__
+        return tuple([getattr(x, f) for f in PARTS_FIELDS])
     out = _STATES_MEMO.get(states_key(plan), compute)
     _LAST_STATES[0] = (plan, role, out)
     return out
@@ -231,19 +232,19 @@ def _states_values(plan: Plan) -> dict[str, float]:
 
 #: the last plan object (and pipeline role) whose model states were asked for, and their values:
 #: ``_fit`` reads them for its lower bound and again for its walk
-_LAST_STATES: list[tuple[Plan, str | None, dict[str, float]] | None] = [None]
+_LAST_STATES: list[tuple[Plan, str | None, tuple] | None] = [None]
 
 
-def _acts_values(plan: Plan, opts: MemoryOptions) -> dict[str, float]:
+def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
     """Every ``ACT_FIELDS`` value of ``plan`` (in that order), as ``activations`` leaves them."""
-    def compute() -> dict[str, float]:
+    def compute() -> tuple:
         x = Parts()
         activations(plan, opts, x)
-        return {f: getattr(x, f) for f in ACT_FIELDS}
+        return tuple([getattr(x, f) for f in ACT_FIELDS])
     hit = _ACTS_MEMO.get(acts_key(plan, opts), compute)
-    if hit["pp_buffer_each"]:  # receive buffers: one per micro-batch of this plan (model.activations)
-        hit = dict(hit)
-        hit["pp_buffers"] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit["pp_buffer_each"]
+    if hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
+        hit = list(hit)
+        hit[_PP_BUFFERS] = (plan.layout.pp_microbatches or plan.recipe.grad_accum) * hit[_PP_EACH]
     return hit
 
 
@@ -258,10 +259,10 @@ def clear_memos() -> None:
 
 def _training_parts(plan: Plan, opts: MemoryOptions) -> Parts:
     """The terms of a training plan's step: what ``model_states`` and ``activations`` wrote."""
-    x = Parts()
-    x.__dict__.update(_states_values(plan))
-    x.__dict__.update(_acts_values(plan, opts))  # every ACT_FIELDS entry: model_states wrote none
-    return x
+    values = list(_states_values(plan))
+    for i, v in zip(_ACT_INDEX, _acts_values(plan, opts)):  # model_states writes none of them
+        values[i] = v
+    return Parts(*values)
 
 
 def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
@@ -279,8 +280,7 @@ def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
                 # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
                 points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
     else:
-        x = Parts()
-        x.__dict__.update(_states_values(plan))
+        x = Parts(*_states_values(plan))
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
     return x, points
@@ -334,8 +334,7 @@ def _resident_bytes(plan: Plan) -> int:
     of its step (the ``base`` of ``_training_points`` and ``runtimes.fsdp_points``), so a lower
     bound of its peak (tests/unit/test_memory_terms_deps.py)."""
     x = _states_values(plan)
-    values = [x.get(f, 0.0) for f in _RESIDENT]  # (unwritten: the fields' default, 0.0)
-    return sum([int(v) for v in values if v > 0])
+    return sum([int(x[i]) for i in _RESIDENT if x[i] > 0])
 
 
 def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
