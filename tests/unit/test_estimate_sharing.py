@@ -202,7 +202,7 @@ def test_pipeline_suggestions_pruned_at_a_misfit_stage_equal_the_full_search(kw,
     est = estimate_memory(p, opts, suggest=False)
     assert not est.fits
     pruned = S.suggestions(p, opts, est)
-    monkeypatch.setattr(S, "fit_or_misfit", S.fit_bytes)
+    monkeypatch.setattr(S, "fit_or_misfit", lambda plan, o, limit=None: fit_bytes(plan, o))
     assert pruned == S.suggestions(p, opts, est) != []
 
 

@@ -22,9 +22,10 @@ from trainledger.estimate.memory.model import (
     Parts, _local_params_uncached, activations, local_params_key, model_states,
 )
 from trainledger.estimate.memory.device import runtime_defaults
+from trainledger.estimate.memory.runtimes import fsdp_sharded
 from trainledger.estimate.memory.phases import (
-    ACT_FIELDS, _acts_values, _states_values, _step_points, acts_key, clear_memos, fit_bytes, fit_or_misfit,
-    states_key,
+    _FORWARD_END_SLACK, ACT_FIELDS, _acts_values, _forward_end_bytes, _states_values, _step_points,
+    _training_parts, acts_key, clear_memos, fit_bytes, fit_or_misfit, states_key,
 )
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import pipeline_role
@@ -217,12 +218,22 @@ def test_resident_states_bound_every_peak(name):
                 x = Parts(*_states_values(p))
                 low = sum(int(v) for v in (x.weights, x.master, x.states) if v > 0)
                 assert low <= fit_bytes(p, OPTS)[0], f"{name}: resident states above the peak ({role})"
+                parts = _training_parts(p, OPTS)
+                # the forward-end moment, less its slack, bounds the peak too (where ``_fit`` uses it)
+                if not fsdp_sharded(p) and not (p.runtime.gradient_as_bucket_view and parts.ddp):
+                    fwd = _forward_end_bytes(p, parts)
+                    assert fwd - _FORWARD_END_SLACK <= fit_bytes(p, OPTS)[0], f"{name}: forward end ({role})"
+                    assert fwd <= max(sum(d.values()) for _, _, d in _step_points(p, OPTS, runtime_defaults())[1])
                 seen += 1
         full = fit_bytes(p, OPTS)
         if fit_or_misfit(p, OPTS) is None:
             assert full[1] > full[2]
         else:
             assert fit_or_misfit(p, OPTS) == full
+        for share in (0.5, 0.9, 1.0, 1.1):  # the combined search's limit: misfit only when above it
+            limit = share * full[1]
+            got = fit_or_misfit(p, OPTS, limit)
+            assert got == full if got is not None else full[1] > limit
     assert seen
 
 

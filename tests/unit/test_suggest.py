@@ -126,11 +126,16 @@ def test_the_combined_search_measures_no_plan_twice(monkeypatch):
     """Its first round is the single-change round already measured (70B: no single change fits)."""
     plan = _plan(CASES["70B tp8 pp2 ZeRO-1 (combined)"])
     seen: list[Plan] = []
-    real = phases.fit_bytes
-    monkeypatch.setattr(suggest, "fit_bytes", lambda p, o: (seen.append(p), real(p, o))[1])
+    real = phases.fit_or_misfit
+
+    def measured(p, o, limit=None):  # the combined search passes its 10% limit, the first round none
+        if limit is not None:
+            seen.append(p)
+        return real(p, o, limit)
+    monkeypatch.setattr(suggest, "fit_or_misfit", measured)
     out = suggest.suggestions(plan, OPTS, estimate_memory(plan, OPTS, suggest=False))
     assert " + " in out[0]["change"]  # the combined search ran
-    assert len(seen) == len({(p.recipe, p.layout, p.cluster) for p in seen})
+    assert seen and len(seen) == len({(p.recipe, p.layout, p.cluster) for p in seen})
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -41,7 +41,7 @@ def test_no_function_level_import_between_time_modules() -> None:
 
 def test_scaling_imports_first_in_a_fresh_interpreter() -> None:
     # import order must not matter: the submodule first, then the façade, one object
-    code = f"import {PKG}.scaling as s; import {PKG} as t; assert s.estimate_compute is t.estimate_compute"
+    code = f"import {PKG}.scaling as s; import {PKG} as t; assert s.ComputeEstimate is t.ComputeEstimate"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

@@ -22,8 +22,12 @@ def last_call(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
         hit = last[0]
-        if hit is not None and len(hit[0]) == len(args) and all(a is b for a, b in zip(hit[0], args)):
-            return hit[1]
+        if hit is not None and len(hit[0]) == len(args):
+            for a, b in zip(hit[0], args):  # a loop, not all(genexpr): called often, this is cheaper
+                if a is not b:
+                    break
+            else:
+                return hit[1]
         out = fn(*args)
         last[0] = (args, out)
         return out

@@ -158,6 +158,14 @@ class ModelSpec(Spec):
                 new.__dict__.pop(name, None)
         return new
 
+    def updated(self, changes: Mapping[str, Any]) -> ModelSpec:
+        """``Spec.updated``, less the derived values (as ``model_copy`` above)."""
+        new = super().updated(changes)
+        if changes:
+            for name in _DERIVED:
+                new.__dict__.pop(name, None)
+        return new
+
     def __hash__(self) -> int:
         """pydantic's hash of a frozen model (of all field values), computed once per instance: the
         per-model caches (``lru_cache`` keyed on the spec) hash it many times per estimate. Kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from trainledger.spec.base import Spec
@@ -13,6 +15,14 @@ from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import Runtime
 from trainledger.spec.serving import Serving
+
+
+#: the parts of a plan, and those each group of its checks reads (``Plan._checked``)
+_PARTS = frozenset({"model", "recipe", "layout", "cluster", "runtime", "serving", "headroom"})
+_LAYOUT_INPUTS = frozenset({"layout", "cluster", "runtime", "model"})
+_SERVING_INPUTS = frozenset({"serving", "model"})
+_RECIPE_INPUTS = frozenset({"recipe", "cluster", "model"})
+_BATCH_INPUTS = frozenset({"recipe", "layout", "cluster"})
 
 
 class Plan(Spec):
@@ -28,6 +38,34 @@ class Plan(Spec):
 
     @model_validator(mode="after")
     def _resolve(self) -> "Plan":
+        return self._checked(_PARTS)
+
+    def _checked(self, changed: frozenset[str]) -> "Plan":
+        """The plan's own checks (and its resolved layout, its accumulation from a global batch), in
+        order; ``changed``: the parts that may differ from a plan that passed them all (``variant``):
+        a group of checks that reads none of them is not run again."""
+        if changed & _LAYOUT_INPUTS:
+            self._check_layout()
+        m = self.model
+        if changed & _SERVING_INPUTS and self.serving.quantization == "mxfp4" and m.moe is None:
+            raise PlanError(field="quantization", message=
+                f"--quantization mxfp4 quantizes the routed experts only (as gpt-oss ships); {m.name} has "
+                f"none: use nvfp4, fp8, awq or gptq")
+        r = self.recipe
+        if changed & _RECIPE_INPUTS:
+            check_precision(r.precision, self.cluster.gpu)
+            check_recipe_method(r.precision, r.method)
+            if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
+                names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
+                raise PlanError(field="lora_targets", message=
+                    f"LoRA targets {', '.join(r.lora_targets)} match no module of {m.name} (as in peft, that "
+                    f"is an error); its linear modules are: {', '.join(names)} — pass --lora-targets"
+                )
+        if changed & _BATCH_INPUTS:
+            self._check_batch()
+        return self
+
+    def _check_layout(self) -> None:
         lay = self.layout.resolve(self.cluster.world_size)
         lay.validate_world(self.cluster.world_size)
         lay.validate_experts(self.runtime.framework)
@@ -56,19 +94,9 @@ class Plan(Spec):
             raise LayoutError(field="offload", message=
                 f"--offload params needs --zero 3: DeepSpeed offloads parameters only with ZeRO stage 3 "
                 f"(this plan has --zero {lay.zero} under {self.runtime.framework}); use --offload optimizer or --zero 3")
-        if self.serving.quantization == "mxfp4" and m.moe is None:
-            raise PlanError(field="quantization", message=
-                f"--quantization mxfp4 quantizes the routed experts only (as gpt-oss ships); {m.name} has "
-                f"none: use nvfp4, fp8, awq or gptq")
-        r = self.recipe
-        check_precision(r.precision, self.cluster.gpu)
-        check_recipe_method(r.precision, r.method)
-        if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:
-            names = sorted({n.rsplit(".", 1)[-1] for n in m.linear_modules(0)})
-            raise PlanError(field="lora_targets", message=
-                f"LoRA targets {', '.join(r.lora_targets)} match no module of {m.name} (as in peft, that "
-                f"is an error); its linear modules are: {', '.join(names)} — pass --lora-targets"
-            )
+
+    def _check_batch(self) -> None:
+        r, lay = self.recipe, self.layout
         if r.global_batch is not None:
             per_step = r.micro_batch * lay.dp_size
             if r.global_batch % per_step:
@@ -88,7 +116,23 @@ class Plan(Spec):
                 object.__setattr__(self, "recipe", r.model_copy(update={"grad_accum": ga}))
         if self.recipe.seq_len % lay.cp:
             raise LayoutError(f"cp={lay.cp} must divide seq_len={self.recipe.seq_len}", field="cp")
-        return self
+
+    def variant(self, **parts: Any) -> "Plan":
+        """This plan with some of its parts (``recipe``, ``layout``, ``cluster``, ...) replaced by
+        other specs of their types, checked as ``Plan(...)`` checks them: ``Plan(...)`` takes such
+        specs as they are (pydantic does not validate their fields again), so only the plan's own
+        checks (``_resolve``) run (the suggestion search builds a dozen variants per estimate).
+        Raises what ``_resolve`` raises (a ``Plan(...)`` call raises them inside a ValidationError
+        when they are ValueErrors). ``self`` is a validated plan: the checks that read none of the
+        replaced parts passed for it and are not run again."""
+        if "headroom" in parts or "model" in parts:
+            # a number, not a validated spec; a model spec (Plan(...) runs its own checks again,
+            # ModelSpec._check): the whole plan validated
+            return Plan(**{**{k: getattr(self, k) for k in type(self).model_fields}, **parts})
+        changed = frozenset(k for k, v in parts.items() if v is not getattr(self, k))
+        new = self.updated(parts)
+        object.__setattr__(new, "__pydantic_fields_set__", set(type(self).model_fields))
+        return new._checked(changed)
 
     @property
     def global_batch(self) -> int:

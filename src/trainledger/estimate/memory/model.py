@@ -20,7 +20,7 @@ appear, so the backward curve between its two ends is monotone and its maximum i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
@@ -83,6 +83,10 @@ class Parts:
     mlp_share: float = 0.0  # share of a layer's parameters in its MLP (backward runs it first)
     grads_static: float = 0.0  # gradient buffers that live all step (DeepSpeed's contiguous partition)
     copies_cached: float | None = None  # LoRA: autocast copies of the trainable adapters (cached)
+
+
+#: every Parts field, in declaration order
+PARTS_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
 
 
 @last_call

@@ -10,13 +10,14 @@ variant plan and needs no terms, notes or timeline. Both ``estimate_memory`` (in
 
 from __future__ import annotations
 
-from dataclasses import fields as dataclass_fields
 from operator import attrgetter
 from typing import NamedTuple
 
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import Runtime
-from trainledger.estimate.memory.model import Parts, activations, clear_local_params, inference, model_states
+from trainledger.estimate.memory.model import (
+    PARTS_FIELDS, Parts, activations, clear_local_params, inference, model_states,
+)
 from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, busier, pressure
@@ -48,9 +49,7 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     # ``cached_cast``: requires_grad && is_leaf); a frozen LoRA base weight's copy lives only while
     # saved for backward, i.e. not at all inside a checkpointed layer
     copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
-               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
-               dynamic_cache=x.cache, other=x.inputs)
+    fwd = _forward_end(base, g_prev, copies_fwd, x)
     b0 = dict(base, gradients=g_prev, autocast_weight_copies=copies_bwd,
               activations=x.acts + x.head_saves, logits=x.logits_bwd, other=x.inputs)
     b1 = dict(base, gradients=max(g_prev, x.grad_head) + x.grad_transient,
@@ -92,6 +91,27 @@ def _training_points(plan: Plan, x: Parts) -> list[tuple[str, str, dict[str, flo
     return points
 
 
+def _forward_end(base: dict[str, float], g_prev: float, copies_fwd: float, x: Parts) -> dict[str, float]:
+    """The moment at the end of forward, inside the loss (``_training_points``' first moment but
+    for a recomputed layer's): every training step walks it, so its total bounds the peak
+    (``_fit``'s early misfit, ``_forward_end_bytes``)."""
+    return dict(base, gradients=g_prev, autocast_weight_copies=copies_fwd,
+                activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
+                dynamic_cache=x.cache, other=x.inputs)
+
+
+def _forward_end_bytes(plan: Plan, x: Parts) -> float:
+    """The total of ``_training_points``' forward-end moment of ``plan`` (the same terms, built by
+    the same code) before the adjustments of ``_step_points``, which only add (``grads_static``)."""
+    r = plan.recipe
+    g_prev = x.grads if (r.grad_accum > 1 or plan.layout.pp > 1) else 0.0
+    base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "ddp_buckets": x.ddp, "zero_buffers": x.zero_buf, "pipeline_buffers": x.pp_buffers}
+    recompute = r.recompute == "full"
+    copies_fwd = x.copies_cached + x.copies_head if (recompute and x.copies_cached is not None) else x.copies
+    return sum(_forward_end(base, g_prev, copies_fwd, x).values())
+
+
 def _bucket_view(d: dict[str, float]) -> dict[str, float]:
     out = dict(d)
     out["gradients"] = out.pop("ddp_buckets", 0.0)
@@ -107,21 +127,28 @@ def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
     return pts
 
 
-#: the last plan's moments (each pipeline role's): ``estimate_memory`` and the time model's allocator term
-#: (``allocator_pressure``) walk the same plan one after the other (the planner does for every
-#: candidate); callers read the moments, never change them
-_LAST: list[tuple[Plan, tuple[bool, str], RuntimeDefaults, str | None, tuple[Parts, list[Point]]]] = []
+#: the moments of the plans walked lately, by (plan object, options read, runtime defaults, pipeline
+#: role): ``estimate_memory`` and the time model's allocator term (``allocator_pressure``) walk the
+#: same plan, with its suggestion variants walked in between, and the combined search measures
+#: variants whose busier stage the single-change search walked (the planner walks each candidate
+#: twice in turn). The entry holds the plan, so its id is not reused while it is kept; the store is
+#: emptied whole when full. Callers read the moments, never change them.
+_WALKS: dict[tuple[int, tuple[bool, str], int, str | None], tuple[Plan, RuntimeDefaults, tuple[Parts, list[Point]]]] = {}
+_WALKS_SIZE = 64
 
 
-def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
-    """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines)."""
-    role = current_role(plan)
-    key = (opts.use_cache, opts.kv_cache)  # the options the moments read
-    for p, k, r, ro, out in _LAST:
-        if p is plan and k == key and r is rt and ro == role:
-            return out
-    out = _step_points(plan, opts, rt)
-    _LAST[:] = [e for e in _LAST if e[0] is plan][-2:] + [(plan, key, rt, role, out)]  # a pipeline's stages
+def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
+                parts: Parts | None = None) -> tuple[Parts, list[Point]]:
+    """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines).
+    ``parts``: the plan's terms (``_training_parts``) when the caller has them."""
+    key = (id(plan), (opts.use_cache, opts.kv_cache), id(rt), current_role(plan))  # what the moments read
+    hit = _WALKS.get(key)
+    if hit is not None and hit[0] is plan and hit[1] is rt:
+        return hit[2]
+    out = _step_points(plan, opts, rt, parts)
+    if len(_WALKS) >= _WALKS_SIZE:
+        _WALKS.clear()
+    _WALKS[key] = (plan, rt, out)
     return out
 
 
@@ -136,8 +163,6 @@ def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[P
 # tests/unit/test_memory_terms_deps.py perturbs every field of every spec of a set of plans and
 # checks that a term whose key did not change did not change either (the declaration is complete).
 
-#: every Parts field, in declaration order (a memo holds the values ``model_states`` leaves)
-_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclass_fields(Parts))
 #: the Parts fields ``activations`` writes (disjoint from those ``model_states`` writes; it reads none)
 ACT_FIELDS: tuple[str, ...] = (
     "acts", "ckpt", "act_layer", "n_layers", "bwd_work", "mlp_share", "cache", "inputs", "grad_flow",
@@ -156,9 +181,11 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
+#: the positions of ``ACT_FIELDS`` among every Parts field
+_ACT_INDEX = tuple(PARTS_FIELDS.index(f) for f in ACT_FIELDS)
 _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
 #: the Parts fields resident at every moment of a training step (``_fit``'s lower bound)
-_RESIDENT = tuple(_FIELDS.index(f) for f in ("weights", "master", "states"))
+_RESIDENT = tuple(PARTS_FIELDS.index(f) for f in ("weights", "master", "states"))
 _MEMO_SIZE = 512
 _STATES_MEMO = KeyedMemo(_MEMO_SIZE)
 _ACTS_MEMO = KeyedMemo(_MEMO_SIZE)
@@ -187,14 +214,29 @@ def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
 
 
 def _states_values(plan: Plan) -> tuple:
+    """Every Parts field of ``plan`` as ``model_states`` leaves them (``PARTS_FIELDS`` order),
+    shared with the memo."""
+    role = current_role(plan)
+    last = _LAST_STATES[0]  # (one tuple, read at once: a consistent entry under threads too)
+    if last is not None and last[0] is plan and last[1] == role:  # a variant's lower bound, then its walk
+        return last[2]
+
     def compute() -> tuple:
         x = Parts()
         model_states(plan, x)
-        return tuple([getattr(x, f) for f in _FIELDS])
-    return _STATES_MEMO.get(states_key(plan), compute)
+        return tuple([getattr(x, f) for f in PARTS_FIELDS])
+    out = _STATES_MEMO.get(states_key(plan), compute)
+    _LAST_STATES[0] = (plan, role, out)
+    return out
+
+
+#: the last plan object (and pipeline role) whose model states were asked for, and their values:
+#: ``_fit`` reads them for its lower bound and again for its walk
+_LAST_STATES: list[tuple[Plan, str | None, tuple] | None] = [None]
 
 
 def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
+    """Every ``ACT_FIELDS`` value of ``plan`` (in that order), as ``activations`` leaves them."""
     def compute() -> tuple:
         x = Parts()
         activations(plan, opts, x)
@@ -210,14 +252,23 @@ def clear_memos() -> None:
     """Forget every remembered term (benchmarks of a cold estimate; tests)."""
     _STATES_MEMO.clear()
     _ACTS_MEMO.clear()
+    _LAST_STATES[0] = None
+    _WALKS.clear()
     clear_local_params()
 
 
-def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[Parts, list[Point]]:
-    x = Parts(*_states_values(plan))
+def _training_parts(plan: Plan, opts: MemoryOptions) -> Parts:
+    """The terms of a training plan's step: what ``model_states`` and ``activations`` wrote."""
+    values = list(_states_values(plan))
+    for i, v in zip(_ACT_INDEX, _acts_values(plan, opts)):  # model_states writes none of them
+        values[i] = v
+    return Parts(*values)
+
+
+def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
+                 parts: Parts | None = None) -> tuple[Parts, list[Point]]:
     if plan.recipe.is_training:
-        for f, v in zip(ACT_FIELDS, _acts_values(plan, opts)):
-            setattr(x, f, v)
+        x = parts if parts is not None else _training_parts(plan, opts)
         if fsdp_sharded(plan):
             points = fsdp_points(plan, x)
         else:
@@ -229,6 +280,7 @@ def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[
                 # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
                 points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
     else:
+        x = Parts(*_states_values(plan))
         inference(plan, opts, x, rt.paged_block_tokens)
         points = _inference_points(x)
     return x, points
@@ -294,15 +346,17 @@ def fit_bytes(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int]:
     return fit
 
 
-def fit_or_misfit(plan: Plan, opts: MemoryOptions) -> tuple[int, int, int] | None:
-    """``fit_bytes(plan, opts)``, or None as soon as the plan is known not to fit: a pipeline
-    stage over the budget on its own (the busier stage, whose figures ``fit_bytes`` reports, holds
-    at least as many bytes, and the device total grows with the allocated peak), without walking
-    the other stage."""
-    return _fit(plan, opts, misfit_early=True)
+def fit_or_misfit(plan: Plan, opts: MemoryOptions, limit: float | None = None) -> tuple[int, int, int] | None:
+    """``fit_bytes(plan, opts)``, or None as soon as the plan's device total is known to exceed
+    ``limit`` (default: its budget, i.e. it does not fit) without walking its step: its resident
+    states or its forward-end moment alone exceed it, or a pipeline stage does on its own (the
+    busier stage, whose figures ``fit_bytes`` reports, holds at least as many bytes, and the device
+    total grows with the allocated peak), without walking the other stage."""
+    return _fit(plan, opts, misfit_early=True, limit=limit)
 
 
-def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int, int] | None:
+def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
+         limit: float | None = None) -> tuple[int, int, int] | None:
     if not plan.recipe.is_training and plan.serving.paged:
         from trainledger.estimate.serving.section import memory_estimate
 
@@ -313,20 +367,34 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
         figures = []
         for role in ("first", "last"):
             with pipeline_role(role):
-                fig = _fit(plan, opts, misfit_early)
-            if fig is None or (misfit_early and fig[1] > fig[2]):
+                fig = _fit(plan, opts, misfit_early, limit)
+            if fig is None or (misfit_early and fig[1] > (fig[2] if limit is None else limit)):
                 return None
             figures.append(fig)
         return max(figures, key=lambda f: f[0])
     rt = runtime_defaults()
     budget = int(plan.cluster.gpu.usable_bytes * (1 - plan.headroom))
+    bound = budget if limit is None else limit  # misfit_early: a device total above it is all we need know
+    parts = None
     if misfit_early and plan.recipe.is_training:
         # the device total grows with the peak: when the resident states alone exceed the budget,
         # no walk can make the plan fit
         reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt)
-        if reserved + context + workspace > budget:
+        if reserved + context + workspace > bound:
             return None
-    points = step_points(plan, opts, rt)[1]
+        if not fsdp_sharded(plan):  # (FSDP walks moments of its own: runtimes.fsdp_points)
+            parts = _training_parts(plan, opts)
+            # (with DDP's gradient_as_bucket_view the buckets replace the gradients in every moment)
+            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
+                # nor when the forward-end moment, one of the walk's moments, exceeds it: the peak is
+                # the integer sum of the largest moment's positive terms, less than a byte each below
+                # their sum (``_FORWARD_END_SLACK`` bytes cover the moment's terms and the float sums)
+                low = _forward_end_bytes(plan, parts) - _FORWARD_END_SLACK
+                if low > 0:
+                    reserved, context, workspace = _device_bytes(int(low), opts, rt)
+                    if reserved + context + workspace > bound:
+                        return None
+    points = step_points(plan, opts, rt, parts)[1]
     # ``peak_bytes`` without its breakdown: the same moment, the same integer sum of its terms
     totals = [sum(d.values()) for _, _, d in points]
     i_peak = max(range(len(totals)), key=totals.__getitem__)
@@ -335,13 +403,19 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool) -> tuple[int, int,
     return peak, reserved + context + workspace, budget
 
 
+#: bytes below the forward-end moment's total that the peak (an integer sum of at most ~16 terms,
+#: each truncated) can fall at most, with room for the float sums' rounding
+_FORWARD_END_SLACK = 64
+
+
 def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: bool = False) -> Pressure:
     """Caching-allocator retries per step of ``plan`` (``.pressure``) from its step's moments vs
     the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage.
 
     ``brief``: only the retry count matters (the scaling curve's points): a stage whose resident
-    weights, master weights and optimizer states alone exceed the capacity does not run, so no
-    retries, without walking its step (the peak it reports is then that lower bound)."""
+    weights, master weights and optimizer states alone, or whose forward-end moment, exceed the
+    capacity does not run, so no retries, without walking its step (the peak it reports is then
+    that lower bound)."""
     opts = opts or MemoryOptions()
     if not plan.recipe.is_training:
         return Pressure(0.0, 0.0, float(plan.cluster.gpu.usable_bytes), 0.0, True)
@@ -356,9 +430,16 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
     rt = runtime_defaults()
     f, context, workspace = runtime_settings(opts, rt)
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
+    parts = None
     if brief:
         low = _resident_bytes(plan)
         if low > capacity:
             return Pressure(0.0, float(low), capacity, f, False)
-    x, points = step_points(plan, opts, rt)
+        if not fsdp_sharded(plan):  # nor when the forward-end moment exceeds it (see ``_fit``)
+            parts = _training_parts(plan, opts)
+            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
+                fwd = _forward_end_bytes(plan, parts)  # one of the walk's moments (or less: grads_static)
+                if fwd > capacity:
+                    return Pressure(0.0, fwd, capacity, f, False)
+    x, points = step_points(plan, opts, rt, parts)
     return pressure(plan, points, capacity, f, x.n_layers)

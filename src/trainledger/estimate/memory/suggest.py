@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
-from trainledger.estimate.memory.phases import fit_bytes, fit_or_misfit
+from trainledger.estimate.memory.phases import fit_or_misfit
 from trainledger.estimate.options import MemoryOptions
 
 MAX_SUGGESTIONS = 6
@@ -32,16 +32,17 @@ class _Current(Protocol):  # the MemoryEstimate being improved: only its device 
 
 def _with(plan: Plan, recipe: dict[str, Any] | None = None, layout: dict[str, Any] | None = None,
           gpus: int | None = None) -> Plan:
-    rec = plan.recipe.model_copy(update=recipe) if recipe else plan.recipe
+    # ``Plan.variant``: the changed parts are copies of validated specs (as ``model_copy`` makes
+    # them); only the plan's own checks run again (tests/unit/test_variant_incremental.py)
+    rec = plan.recipe.updated(recipe) if recipe else plan.recipe
     lay_upd = dict(layout or {})
     cluster = plan.cluster
     if gpus is not None:
         per_node = min(gpus, cluster.gpus_per_node)
-        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
+        cluster = cluster.updated({"gpus_per_node": per_node, "nodes": gpus // per_node})
         lay_upd["dp"] = None
-    lay = plan.layout.model_copy(update=lay_upd) if lay_upd else plan.layout
-    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
-                serving=plan.serving, headroom=plan.headroom)
+    lay = plan.layout.updated(lay_upd) if lay_upd else plan.layout
+    return plan.variant(recipe=rec, layout=lay, cluster=cluster)
 
 
 def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
@@ -140,14 +141,15 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
                 if first[i] is None:
                     continue
                 new, known = first[i]
-                fit = fit_bytes(new, opts) if known is MISFIT else known
+                fit = fit_or_misfit(new, opts, 0.9 * best_total) if known is MISFIT else known
             else:
                 try:
                     new = build()
                 except (TrainledgerError, ValueError):
                     continue
-                fit = fit_bytes(new, opts)
-            if fit[1] <= 0.9 * best_total:
+                # None: its device total is known to exceed 0.9 x the best, without its walk
+                fit = fit_or_misfit(new, opts, 0.9 * best_total)
+            if fit is not MISFIT and fit[1] <= 0.9 * best_total:
                 step = (label, new, fit)
                 break
         if step is None:

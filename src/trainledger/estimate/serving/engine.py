@@ -115,6 +115,14 @@ def resolve(plan: Plan) -> EngineSettings:
     )
 
 
+@lru_cache(maxsize=256)
+def capture_summary(max_num_seqs: int, cap: int) -> tuple[int, int]:
+    """(how many, the largest) of ``graph_capture_sizes(max_num_seqs, cap)``, remembered per
+    argument pair (the engine memory of every serving variant asks)."""
+    sizes = graph_capture_sizes(max_num_seqs, cap)
+    return len(sizes), max(sizes)
+
+
 def graph_capture_sizes(max_num_seqs: int, cap: int) -> list[int]:
     """vLLM's default CUDA-graph batch sizes: 1, 2, 4, then multiples of 8 up to 256 and of 16 up
     to min(2·max_num_seqs, cap) (vllm/config/compilation.py, ``cudagraph_capture_sizes``)."""

@@ -40,7 +40,7 @@ from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import layer_kinds
 from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.memo import last_call
-from trainledger.estimate.serving.engine import EngineSettings, graph_capture_sizes, resolve
+from trainledger.estimate.serving.engine import EngineSettings, capture_summary, resolve
 from trainledger.estimate.serving.kv import KvLayout, kv_dtype, kv_layout, stage_layers
 from trainledger.estimate.serving.quant import WeightFormat, weight_format
 
@@ -203,8 +203,8 @@ def _engine_memory(plan: Plan) -> EngineMemory:
     graphs = 0.0
     notes: list[str] = []
     if es.cuda_graphs:
-        sizes = graph_capture_sizes(es.max_num_seqs, es.cuda_graph_max_batch)
-        graphs = forward_working_set(plan, max(sizes)) + len(sizes) * es.cuda_graph_bytes_per_graph
+        n_sizes, largest = capture_summary(es.max_num_seqs, es.cuda_graph_max_batch)
+        graphs = forward_working_set(plan, largest) + n_sizes * es.cuda_graph_bytes_per_graph
     rt = runtime_defaults()
     context = float(rt.context_bytes)
     total = float(gpu.memory_bytes)

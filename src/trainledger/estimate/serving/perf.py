@@ -116,7 +116,10 @@ class ServingPerf:
                                     for kind in self.kinds) * self.stage_frac
         # every weight GEMM of every layer kind with its TP-split shape and bytes per weight: they
         # do not depend on the step's token count, and ``_gemms`` runs for every step evaluated
-        self.gemm_table: list[tuple[int, list[tuple[float, float, float, float, float]]]] = []
+        # (each row also carries its shape factor nk and K + N, the parts of ``_gemm`` that do not
+        # depend on the token count, computed by the same expressions)
+        self.gemm_table: list[tuple[int, list[tuple[float, float, float, float, float, float, float]]]] = []
+        d = self.eff.half_dim
         for kind in self.kinds:
             rows = []
             for g in kind.gemms:
@@ -126,16 +129,21 @@ class ServingPerf:
                 elif g.split == "row":
                     K /= self.t
                 bw = self.fmt.other_bytes if g.name == "router" else self.fmt.linear_bytes(g.k, g.n)
-                rows.append((K, N, bw, float(g.experts), g.mult))
+                rows.append((K, N, bw, float(g.experts), g.mult, (N / (N + d)) * (K / (K + d)), K + N))
             self.gemm_table.append((kind.count, rows))
 
     # ------------------------------------------------------------------ pieces
-    def _gemm(self, M: float, K: float, N: float, bytes_w: float, n_mat: float = 1.0) -> float:
-        """One weight GEMM family: ``n_mat`` matrices of K×N streamed, M tokens in total."""
+    def _gemm(self, M: float, K: float, N: float, bytes_w: float, n_mat: float = 1.0,
+              nk: float | None = None, k_plus_n: float | None = None) -> float:
+        """One weight GEMM family: ``n_mat`` matrices of K×N streamed, M tokens in total.
+        ``nk``, ``k_plus_n``: the shape factor and K + N when the caller has them (``gemm_table``)."""
         if M <= 0:
             return 0.0
         d = self.eff.half_dim
-        nk = (N / (N + d)) * (K / (K + d))
+        if nk is None:
+            nk = (N / (N + d)) * (K / (K + d))
+        if k_plus_n is None:
+            k_plus_n = K + N
         if n_mat > 1 or self.fmt.dequant:  # grouped expert GEMM / int4 Marlin: rows padded to the M block
             block = MOE_BLOCK_M if n_mat > 1 else DEQUANT_BLOCK_M
             rows = n_mat * math.ceil(M / n_mat / block) * block
@@ -143,19 +151,19 @@ class ServingPerf:
         else:
             eta = self.eta_max * (M / (M + d)) * nk
             t_c = 2.0 * M * K * N / (self.peak * eta)
-        t_m = (n_mat * K * N * bytes_w + self.c * M * (K + N)) / (self.hbm * self.kern.decode_hbm_efficiency)
+        t_m = (n_mat * K * N * bytes_w + self.c * M * k_plus_n) / (self.hbm * self.kern.decode_hbm_efficiency)
         return max(t_c, t_m)
 
     def _gemms(self, M: float) -> float:
         s = 0.0
         for count, rows in self.gemm_table:
             layer = 0.0
-            for K, N, bw, E, k in rows:
+            for K, N, bw, E, k, nk, kn in rows:
                 if E:
                     touched = E * (1.0 - (1.0 - k / E) ** M)
-                    layer += self._gemm(M * k, K, N, bw, max(touched, 1.0))
+                    layer += self._gemm(M * k, K, N, bw, max(touched, 1.0), nk, kn)
                 else:
-                    layer += self._gemm(M, K, N, bw)
+                    layer += self._gemm(M, K, N, bw, 1.0, nk, kn)
             s += count * self.stage_frac * layer
         return s
 

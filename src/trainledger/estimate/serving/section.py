@@ -116,9 +116,9 @@ def _variant(plan: Plan, serv: dict[str, Any], lay_change: dict[str, Any]) -> Pl
 
     upd: dict[str, Any] = {}
     if serv:
-        upd["serving"] = plan.serving.model_copy(update=serv)
+        upd["serving"] = plan.serving.updated(serv)  # (model_copy without pydantic's copy machinery)
     if lay_change.get("batch"):
-        upd["recipe"] = plan.recipe.model_copy(update={"micro_batch": max(plan.recipe.micro_batch // 2, 1)})
+        upd["recipe"] = plan.recipe.updated({"micro_batch": max(plan.recipe.micro_batch // 2, 1)})
     if "tp" in lay_change:
         tp = lay_change["tp"]
         n = tp * plan.layout.pp
@@ -126,10 +126,9 @@ def _variant(plan: Plan, serv: dict[str, Any], lay_change: dict[str, Any]) -> Pl
         cl = Cluster(gpu=plan.cluster.gpu, gpus_per_node=per_node, nodes=max(1, n // per_node),
                      intra=plan.cluster.intra, inter=plan.cluster.inter)
         upd["cluster"] = cl
-        upd["layout"] = plan.layout.model_copy(update={"tp": tp, "dp": 1})
-    data = {k: getattr(plan, k) for k in ("model", "recipe", "layout", "cluster", "runtime", "headroom", "serving")}
-    data.update(upd)
-    return Plan(**data)
+        upd["layout"] = plan.layout.updated({"tp": tp, "dp": 1})
+    # the plan with these parts replaced, checked as Plan(...) would (only the checks that read them)
+    return plan.variant(**upd)
 
 
 @dataclass

@@ -6,7 +6,7 @@ The package's public face. The model itself lives in its modules:
                  (``estimate_compute``, ``estimate_time``, ``ComputeEstimate``, ``TimeEstimate``)
 * ``work``     — compute seconds of one micro-batch (GEMMs, attention, streaming kernels)
 * ``compute``  — FLOP counts; ``comm`` — collectives; ``efficiency``/``stack`` — achievable rates
-* ``scaling``  — strong-scaling curves over GPU counts (calls ``step.estimate_compute``)
+* ``scaling``  — strong-scaling curves over GPU counts (calls ``step.point_figures``)
 * ``calibration``, ``intervals`` — measured-run factors and residual intervals
 
 Dependencies run one way (scaling -> step -> work/comm/compute/stack/efficiency); this module

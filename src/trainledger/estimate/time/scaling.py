@@ -6,7 +6,8 @@ from trainledger.errors import TrainledgerError
 from trainledger.load.catalog import load_network
 from trainledger.spec.plan import Plan
 from trainledger.estimate.options import TimeOptions
-from trainledger.estimate.time.step import ComputeEstimate, estimate_compute
+from trainledger.estimate.time.step import ComputeEstimate, point_figures
+from trainledger.estimate.time.compute import FlopCount
 from trainledger.estimate.time.work import StageWork
 
 
@@ -28,6 +29,8 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
     # one micro-batch's compute on the busiest stage is the same at every point: only dp, the
     # accumulation and the nodes change (``step.estimate_compute``'s ``shared_work``)
     shared: list[StageWork] = []
+    # and so are the step's FLOPs (the same global batch of the same model): the plan's own when given
+    flops: list[FlopCount] = [own.flops] if own is not None else []
     for f in factors:
         dp = int(round(lay.dp_size * f))
         if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
@@ -45,17 +48,15 @@ def scaling_curve(plan: Plan, opts: TimeOptions | None = None,
             rows.append(_row(world, dp, own))
             continue
         try:
-            p = plan.model_copy(update={
-                "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
-                                                  "inter": inter}),
-                "layout": lay.model_copy(update={"dp": dp}),
-                "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch),
-                                               "global_batch": gb}),
+            p = plan.updated({  # ``model_copy(update=...)`` without pydantic's copy machinery
+                "cluster": cl.updated({"gpus_per_node": per_node, "nodes": nodes, "inter": inter}),
+                "layout": lay.updated({"dp": dp}),
+                "recipe": r.updated({"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb}),
             })
-            c = estimate_compute(p, opts, shared_work=shared)
+            figures = point_figures(p, opts, shared, flops)  # estimate_compute's figures, without its notes
         except TrainledgerError:
             continue
-        rows.append(_row(world, dp, c))
+        rows.append({"gpus": world, "dp": dp, **figures})
     if rows:
         base = rows[0]["tokens_per_s_per_gpu"]
         for row in rows:

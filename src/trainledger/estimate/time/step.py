@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainledger.spec.layers import stage_tensors
 from trainledger.spec.plan import Plan
@@ -45,7 +45,7 @@ from trainledger.estimate.time.stack import StackProfile, stack_profile
 from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
 from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
-from trainledger.estimate.time.allocator import allocator_retries
+from trainledger.estimate.time.allocator import RetryTerm, allocator_retries
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
 #: achieved by pinned-memory cudaMemcpy.
@@ -536,14 +536,28 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bo
     return max(gpu_s, host_s)
 
 
-def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
-                     shared_work: list[StageWork] | None = None) -> ComputeEstimate:
-    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``.
+class StepFigures(NamedTuple):
+    """The step of one plan before it is presented: what ``estimate_compute`` reports and what a
+    scaling-curve point reads (``point_figures``)."""
 
-    ``shared_work``: a holder for the compute work of one micro-batch on the busiest stage
-    (``work.stage_work``), which does not depend on the data-parallel degree, the accumulation or
-    the node count: plans that differ only in those (the scaling curve) derive it once."""
-    opts = opts or TimeOptions()
+    bd: dict[str, float]        # seconds per step by term (before ``--mfu`` forcing)
+    step: float                 # seconds per step (``--mfu`` applied)
+    flops: FlopCount
+    work: StageWork
+    comm: _Comm
+    hidden: dict[str, float]
+    prof: StackProfile
+    peak_mm: float
+    peak16: float
+    dtype: str
+    clk: float
+    retry: RetryTerm
+
+
+def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | None,
+                  shared_flops: list[FlopCount] | None = None, brief: bool = False) -> StepFigures:
+    """``brief``: only the step's seconds are read (a scaling-curve point): the allocator term
+    may stop at a bound of its stage's memory (``phases.allocator_pressure``)."""
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
     prof = stack_profile(plan.runtime.framework, gpu, opts)
     eff = prof.eff
@@ -567,7 +581,12 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     m = r.grad_accum
     bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
-    flops = step_flops(plan)
+    if shared_flops:
+        flops = shared_flops[0]
+    else:
+        flops = step_flops(plan)
+        if shared_flops is not None:
+            shared_flops.append(flops)
     opt_s = _optimizer_s(plan, eff, topo, prof.adamw_fused, prof.optimizer_dispatch_s)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
@@ -579,8 +598,42 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
               "dp": m * c.fsdp_hidden + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     # near-capacity memory (estimate/time/allocator.py); a scaling-curve point reads only its seconds
-    retry = allocator_retries(plan, brief=shared_work is not None)
+    retry = allocator_retries(plan, brief=brief)
     bd["allocator_retries"] = retry.seconds
+    step = sum(bd.values())
+    if opts.mfu is not None:
+        step = flops.model / (plan.cluster.world_size * peak_mm * opts.mfu)
+    return StepFigures(bd, step, flops, work, c, hidden, prof, peak_mm, peak16, dtype, clk, retry)
+
+
+def point_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork],
+                  shared_flops: list[FlopCount] | None = None) -> dict[str, float]:
+    """A scaling-curve point of ``plan``: the figures ``estimate_compute(plan, opts, shared_work)``
+    reports for it (step time, tokens/s, per GPU, MFU), computed the same way, without its notes and
+    breakdown (a point shows none). ``shared_flops``: a holder for the step's FLOPs (``step_flops``),
+    the same at every point of a curve (one global batch of one model and recipe): the first point
+    derives them, the others read them."""
+    f = _step_figures(plan, opts, shared_work, shared_flops, brief=True)
+    gpus = plan.cluster.world_size
+    tokens_per_s = plan.tokens_per_step / f.step
+    return {"step_time_s": f.step, "tokens_per_s": tokens_per_s, "tokens_per_s_per_gpu": tokens_per_s / gpus,
+            "mfu": f.flops.model / (f.step * gpus * f.peak_mm)}
+
+
+def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
+                     shared_work: list[StageWork] | None = None) -> ComputeEstimate:
+    """FLOPs, step time (with breakdown), tokens/s, MFU and HFU of ``plan``.
+
+    ``shared_work``: a holder for the compute work of one micro-batch on the busiest stage
+    (``work.stage_work``), which does not depend on the data-parallel degree, the accumulation or
+    the node count: plans that differ only in those (the scaling curve) derive it once."""
+    opts = opts or TimeOptions()
+    f = _step_figures(plan, opts, shared_work)
+    gpu = plan.cluster.gpu
+    bd, flops, work, hidden, prof = f.bd, f.flops, f.work, f.hidden, f.prof
+    eff, clk, retry, peak_mm = prof.eff, f.clk, f.retry, f.peak_mm
+    m = plan.recipe.grad_accum
+    bubble = bd["bubble"]
     step = sum(bd.values())
     notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
              f"(catalog/efficiency/{eff.family}.yaml); kernels "
@@ -603,7 +656,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
     if opts.mfu is not None:
-        forced = flops.model / (plan.cluster.world_size * peak_mm * opts.mfu)
+        forced = f.step
         bd = {k: v * forced / step for k, v in bd.items()}
         notes.append(f"step time forced by --mfu {opts.mfu:g} (breakdown scaled proportionally)")
         step = forced
@@ -611,10 +664,10 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
              "elementwise": m * work.elementwise_s, "kernel_overhead": m * work.overhead_s}
     return ComputeEstimate(
         flops=flops, step_time_s=step, tokens_per_step=plan.tokens_per_step,
-        gpus=plan.cluster.world_size, peak_flop_per_s=peak_mm, matmul_dtype=dtype,
+        gpus=plan.cluster.world_size, peak_flop_per_s=peak_mm, matmul_dtype=f.dtype,
         family=eff.family, breakdown={k: v for k, v in bd.items() if v or k == "compute"},
         compute_parts=parts, hidden_comm={k: v for k, v in hidden.items() if v},
-        bubble_fraction=bubble / step if step else 0.0, notes=tuple(notes), peak16_flop_per_s=peak16,
+        bubble_fraction=bubble / step if step else 0.0, notes=tuple(notes), peak16_flop_per_s=f.peak16,
         stack=prof.summary(),
     )
 
