@@ -629,7 +629,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     the node count: plans that differ only in those (the scaling curve) derive it once."""
     opts = opts or TimeOptions()
     f = _step_figures(plan, opts, shared_work)
-    gpu = plan.cluster.gpu
+    gpu, lay = plan.cluster.gpu, plan.layout
     bd, flops, work, hidden, prof = f.bd, f.flops, f.work, f.hidden, f.prof
     eff, clk, retry, peak_mm = prof.eff, f.clk, f.retry, f.peak_mm
     m = plan.recipe.grad_accum
