@@ -16,8 +16,8 @@ from trainledger.estimate.options import EstimateOptions, MemoryOptions, TimeOpt
 from trainledger.estimate.stage import Stage, pipeline_role
 from trainledger.estimate.time import estimate_compute, scaling_curve
 from trainledger.estimate.time.step import StageWork
-from trainledger.load.catalog import load_network
 from trainledger.load.plan import PlanInputs, build_plan
+from reference_plans import at_dp
 
 PLANS = {
     "8b-1gpu": dict(model="llama-3.1-8b", seq_len=4096),
@@ -35,24 +35,14 @@ def _plan(name):
 
 def _curve_unshared(plan, opts, factors=(0.25, 0.5, 1, 2, 4, 8)):
     """The scaling curve as each point's own ``estimate_compute`` gives it (nothing shared)."""
-    lay, r, cl = plan.layout, plan.recipe, plan.cluster
-    gb, mp, rows = plan.global_batch, lay.tp * lay.pp * lay.cp, []
+    rows = []
     for f in factors:
-        dp = int(round(lay.dp_size * f))
-        if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+        dp = int(round(plan.layout.dp_size * f))
+        p = at_dp(plan, dp)
+        if p is None:
             continue
-        world = dp * mp
-        per_node = min(cl.gpus_per_node, world)
-        if world % per_node:
-            continue
-        nodes = world // per_node
-        p = plan.model_copy(update={
-            "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
-                                              "inter": cl.inter or (load_network("ib-ndr") if nodes > 1 else None)}),
-            "layout": lay.model_copy(update={"dp": dp}),
-            "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb})})
         c = estimate_compute(p, opts)
-        rows.append((world, dp, c.step_time_s, c.tokens_per_s, c.mfu))
+        rows.append((p.cluster.world_size, dp, c.step_time_s, c.tokens_per_s, c.mfu))
     return rows
 
 

@@ -24,6 +24,7 @@ from trainledger.estimate.stage import Stage
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
+from reference_plans import plan_from_scratch
 
 OPTS = MemoryOptions()
 MEMORY = Path(suggest.__file__).parent
@@ -50,19 +51,6 @@ def _plan(kw):
 
 
 # ---------------------------------------------------------------- the slow definition
-def _slow_with(plan, recipe=None, layout=None, gpus=None):
-    rec = plan.recipe.model_copy(update=recipe or {})
-    lay_upd = dict(layout or {})
-    cluster = plan.cluster
-    if gpus is not None:
-        per_node = min(gpus, cluster.gpus_per_node)
-        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
-        lay_upd["dp"] = None
-    lay = plan.layout.model_copy(update=lay_upd)
-    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
-                serving=plan.serving, headroom=plan.headroom)
-
-
 def _slow_row(change, est, current):
     return {"change": change, "peak_allocated_bytes": est.peak_allocated_bytes,
             "device_total_bytes": est.device_total_bytes,
@@ -71,7 +59,7 @@ def _slow_row(change, est, current):
 
 
 def _slow_suggestions(plan, current, monkeypatch):
-    monkeypatch.setattr(suggest, "_with", _slow_with)  # the candidates build through Plan(...)
+    monkeypatch.setattr(suggest, "_with", plan_from_scratch)  # the candidates build through Plan(...)
     out, seen_micro, seen_gpus = [], False, False
     for label, build in suggest._candidates(plan):
         if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):

@@ -24,9 +24,9 @@ from trainledger.estimate.stage import pipeline_role
 from trainledger.estimate.time import estimate_compute
 from trainledger.estimate.time.compute import step_flops
 from trainledger.estimate.time.step import point_figures
-from trainledger.load.catalog import load_network
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.spec.plan import Plan
+from reference_plans import at_dp, plan_from_scratch
 
 OPTS = MemoryOptions()
 
@@ -49,20 +49,6 @@ PLANS = {
 
 def _plan(name: str) -> Plan:
     return build_plan(PlanInputs(**PLANS[name]))
-
-
-def _from_scratch(plan: Plan, recipe=None, layout=None, gpus=None) -> Plan:
-    """``suggest._with`` as it was: pydantic copies of the parts, the whole plan validated by ``Plan(...)``."""
-    rec = plan.recipe.model_copy(update=recipe) if recipe else plan.recipe
-    lay_upd = dict(layout or {})
-    cluster = plan.cluster
-    if gpus is not None:
-        per_node = min(gpus, cluster.gpus_per_node)
-        cluster = cluster.model_copy(update={"gpus_per_node": per_node, "nodes": gpus // per_node})
-        lay_upd["dp"] = None
-    lay = plan.layout.model_copy(update=lay_upd) if lay_upd else plan.layout
-    return Plan(model=plan.model, recipe=rec, layout=lay, cluster=cluster, runtime=plan.runtime,
-                serving=plan.serving, headroom=plan.headroom)
 
 
 def _outcome(build, *args, **kw):
@@ -110,7 +96,7 @@ def test_variant_equals_plan_constructor(name):
     compared = 0
     for recipe, layout, gpus in changes:
         fast = _outcome(suggest._with, plan, recipe, layout, gpus)
-        slow = _outcome(_from_scratch, plan, recipe, layout, gpus)
+        slow = _outcome(plan_from_scratch, plan, recipe, layout, gpus)
         if isinstance(slow, Plan):
             assert isinstance(fast, Plan), (recipe, layout, gpus, fast)
             assert fast == slow and fast.model_fields_set == slow.model_fields_set
@@ -144,7 +130,7 @@ def test_variant_checks_every_part_it_replaces():
 
 
 @pytest.mark.parametrize("name", list(PLANS))
-def test_incremental_variant_fit_equals_a_from_scratch_estimate(name):
+def test_incremental_variant_fit_equals_aplan_from_scratch_estimate(name):
     """Each variant measured after its siblings (the terms they share remembered) equals its own
     full estimate with nothing remembered."""
     plan = _plan(name)
@@ -158,7 +144,7 @@ def test_incremental_variant_fit_equals_a_from_scratch_estimate(name):
     warm = [(fit_bytes(v, OPTS), fit_or_misfit(v, OPTS)) for v in variants]
     for v, (fit, early) in zip(variants, warm):
         clear_memos()
-        cold = estimate_memory(_from_scratch(v), OPTS, suggest=False)
+        cold = estimate_memory(plan_from_scratch(v), OPTS, suggest=False)
         assert fit == (cold.peak_allocated_bytes, cold.device_total_bytes, fit[2])
         assert early is None or early == fit
         if early is None:
@@ -186,21 +172,11 @@ def test_memoized_terms_laid_side_by_side_equal_one_parts():
 def test_point_figures_are_estimate_computes(name, mfu):
     """A scaling-curve point's figures equal those ``estimate_compute`` reports for the point's plan."""
     plan, opts = _plan(name), TimeOptions(mfu=mfu)
-    lay, r, cl = plan.layout, plan.recipe, plan.cluster
-    gb = plan.global_batch
     seen = 0
     for f in (0.5, 2, 4):
-        dp = int(lay.dp_size * f)
-        if dp < 1 or gb % (dp * r.micro_batch) or (dp * lay.cp) % lay.ep:
+        p = at_dp(plan, int(plan.layout.dp_size * f))
+        if p is None:
             continue
-        world = dp * lay.tp * lay.pp * lay.cp
-        per_node = min(cl.gpus_per_node, world)
-        nodes = world // per_node
-        p = plan.model_copy(update={
-            "cluster": cl.model_copy(update={"gpus_per_node": per_node, "nodes": nodes,
-                                              "inter": cl.inter or (load_network("ib-ndr") if nodes > 1 else None)}),
-            "layout": lay.model_copy(update={"dp": dp}),
-            "recipe": r.model_copy(update={"grad_accum": gb // (dp * r.micro_batch), "global_batch": gb})})
         c = estimate_compute(p, opts)
         assert step_flops(p) == step_flops(plan)  # what a curve shares between its points
         assert point_figures(p, opts, [], [step_flops(plan)]) == point_figures(p, opts, []) == {
