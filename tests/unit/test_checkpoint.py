@@ -110,12 +110,14 @@ def test_moe_shards_split_the_experts_over_expert_parallel_ranks():
     assert writer_nodes(256, 8, tp=1, pp=16, zero=0) == 2
 
 
-def test_deepseek_v3_expert_parallel_checkpoint_by_hand():
+@pytest.mark.parametrize("method", ["full", "pretrain"])
+def test_deepseek_v3_expert_parallel_checkpoint_by_hand(method):
     # DeepSeek-V3 on 2048 H800 (DeepSeek-V3 report §3.2: PP16, EP64); without ZeRO one replica of
     # 16·64 ranks = 128 nodes holds the checkpoint: before the fix each of 2 "replica" nodes staged
     # half of 8.5 TiB in host RAM (DOES NOT FIT) and each rank a 1/16 shard (547 GiB)
     plan = build_plan(parse_inputs({"model": "deepseek-v3", "gpu": "h800", "gpus": 2048, "tp": 1, "pp": 16,
-                                    "ep": 64, "precision": "fp8-mixed", "framework": "megatron-core"}))
+                                    "ep": 64, "precision": "fp8-mixed", "framework": "megatron-core",
+                                    "method": method}))
     pc = plan.model.params
     n, e = pc.total, pc.breakdown["experts"]
     sec = checkpoint_section(plan, CostOptions())

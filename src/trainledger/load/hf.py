@@ -59,7 +59,7 @@ def checkpoint_quantization(cfg: dict[str, Any]) -> str | None:
     SGLang load without a --quantization flag), named as --quantization names it; None when the
     config states none or a method this model does not price (compressed-tensors, HQQ, ...).
 
-    ``fp8``: DeepSeek-V3/Kimi-K2 ship 128×128 block-scaled e4m3 (``weight_block_size``), fp8 W8A8
+    ``fp8``: DeepSeek-V3 ships 128×128 block-scaled e4m3 (``weight_block_size``), fp8 W8A8
     checkpoints per tensor; one fp32 scale per 128×128 block is 0.02% of the weight bytes, which
     the per-tensor format leaves out. ``mxfp4``: gpt-oss. ``awq``/``gptq``: int4 with group
     scales. ``bitsandbytes`` 4-bit NF4 -> ``nf4``. ModelOpt ``NVFP4`` / ``FP8`` -> nvfp4 / fp8."""

@@ -16,12 +16,12 @@ from trainledger.spec.base import Spec
 
 Engine = Literal["vllm", "sglang", "trtllm", "trtllm-0.6", "hf"]
 Quantization = Literal["none", "fp8", "int8", "awq", "gptq", "nf4", "nvfp4", "mxfp4"]
-#: what a job may ask for: a format, or ``auto`` = the checkpoint's own (load.plan.serving_of)
-QuantizationInput = Literal["auto", "none", "fp8", "int8", "awq", "gptq", "nf4", "nvfp4", "mxfp4"]
 KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8"]
 
 ENGINES: tuple[str, ...] = Engine.__args__  # type: ignore[attr-defined]
 QUANTIZATIONS: tuple[str, ...] = Quantization.__args__  # type: ignore[attr-defined]
+#: what a job may ask for: a format, or ``auto`` = the checkpoint's own (load.plan.serving_of)
+QuantizationInput = Literal[("auto", *QUANTIZATIONS)]  # type: ignore[valid-type]
 KV_CACHE_DTYPES: tuple[str, ...] = KvCacheDtype.__args__  # type: ignore[attr-defined]
 
 

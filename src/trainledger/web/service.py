@@ -101,7 +101,7 @@ def gpus() -> list[dict[str, Any]]:
              "link": g.link} for g in all_gpus()]
 
 
-from trainledger.spec.serving import ENGINES, KV_CACHE_DTYPES, QUANTIZATIONS  # noqa: E402 - serving menus (issue 16)
+from trainledger.spec.serving import ENGINES, KV_CACHE_DTYPES, QuantizationInput  # noqa: E402 - serving menus (issue 16)
 
 
 def options() -> dict[str, Any]:
@@ -112,7 +112,7 @@ def options() -> dict[str, Any]:
             "recompute": list(RECOMPUTES), "attention": list(ATTENTIONS), "offload": list(Offload.__args__),  # type: ignore[attr-defined]
             "network": [n.name for n in all_networks("inter-node")], "export_formats": list(EXPORT_FORMATS + SERVING_EXPORT_FORMATS),
             "compare_gpus": list(DEFAULT_COMPARE_GPUS), "defaults": WebInputs().model_dump(mode="json"),
-            "serving_engine": list(ENGINES), "quantization": ["auto", *QUANTIZATIONS],
+            "serving_engine": list(ENGINES), "quantization": list(QuantizationInput.__args__),  # type: ignore[attr-defined]
             "kv_cache_dtype": list(KV_CACHE_DTYPES)}
 
 

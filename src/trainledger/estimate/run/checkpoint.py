@@ -122,7 +122,7 @@ def expert_split(plan: Plan) -> tuple[float, int]:
     """(routed-expert parameters among the trainable ones, ranks they are split over: etp·ep);
     (0, 1) for dense models, ep = 1, and LoRA (its adapters are left with the dense split)."""
     lay, m = plan.layout, plan.model
-    if m.moe is None or lay.ep <= 1 or plan.recipe.method != "full":
+    if m.moe is None or lay.ep <= 1 or plan.recipe.method not in ("full", "pretrain"):
         return 0.0, 1
     return float(m.params.breakdown.get("experts", 0)), lay.expert_tp * lay.ep
 

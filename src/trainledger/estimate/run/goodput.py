@@ -173,7 +173,7 @@ def goodput_inputs(plan: Plan, options: CostOptions, write_s: float,
                          {"failures_per_gpu_hour": r_src, "restart_s": rs_src, "interval_s": t_src})
 
 
-def plan_write_s(plan: Plan, options: CostOptions, prices: PriceCatalog) -> float:
+def plan_write_s(plan: Plan, options: CostOptions) -> float:
     """δ of ``plan``: the checkpoint section's write time (full checkpoint over the writer nodes)."""
     from trainledger.units import GB
     from trainledger.estimate.run.checkpoint import full_checkpoint_bytes, plan_writer_nodes, write_time_s
@@ -190,7 +190,7 @@ def wall_factor(plan: Plan, options: CostOptions | None = None) -> float:
     """
     options = options or CostOptions()
     prices = load_prices(options.prices_file)
-    write_s = plan_write_s(plan, options, prices)
+    write_s = plan_write_s(plan, options)
     if write_s <= 0:
         return 1.0
     gi = goodput_inputs(plan, options, write_s, prices)

@@ -646,9 +646,11 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     if lay.pp > 1 and m < lay.pp:
         # fewer micro-batches than stages: the pipeline never fills, and each stage idles at least
         # as long as it computes ((p-1)/(m+p-1) >= 1/2 of the step; Narayanan et al. 2021 §2.2.1)
+        p4 = 4 * lay.pp  # m = 4·p leaves (p-1)/(5p-1) < 20% of the ideal step idle
         notes.append(f"pipeline never fills: {m} micro-batch{'es' if m > 1 else ''} per step for {lay.pp} "
-                     f"stages, the bubble is {100 * bubble / step:.0f}% of the step; --grad-accum "
-                     f"{4 * lay.pp} (m >= 4·pp) or interleaved stages (--vp) shrink it")
+                     f"stages, the bubble is {100 * bubble / step:.0f}% of the step; --grad-accum {p4} "
+                     f"(1F1B idles {100 * (lay.pp - 1) / (p4 + lay.pp - 1):.0f}%) or interleaved stages (--vp) "
+                     "shrink it")
     if retry.pressure.note():
         notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
                      f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")
