@@ -31,6 +31,7 @@ def test_quantization_config_names_the_format(cfg, expected):
 
 def test_presets_carry_what_their_checkpoints_ship():
     assert load_model("deepseek-v3").checkpoint_quantization == "fp8"
+    assert load_model("kimi-k2").checkpoint_quantization == "fp8"   # DeepseekV3 block-fp8 release
     assert load_model("gpt-oss-120b").checkpoint_quantization == "mxfp4"
     assert load_model("llama-3.1-8b").checkpoint_quantization is None
 
@@ -53,3 +54,13 @@ def test_gpt_oss_120b_fits_one_80gb_gpu_as_shipped_not_in_bf16():
     # OpenAI's gpt-oss model card: the 120B "runs on a single 80GB GPU" with its MXFP4 experts
     assert engine_memory(_serve("gpt-oss-120b", seq_len=4096)).fits
     assert not engine_memory(_serve("gpt-oss-120b", seq_len=4096, quantization="none")).fits
+
+
+def test_kimi_k2_smallest_h800_deployment_is_sixteen_gpus_in_its_fp8():
+    # vLLM recipe for moonshotai/Kimi-K2-Instruct: "the smallest deployment unit for Kimi-K2 FP8
+    # weights with 128k seqlen on mainstream H800 platforms is a 16-GPU cluster" (TP8+PP2 shown)
+    def fits(gpus, pp, **kw):
+        return engine_memory(_serve("kimi-k2", gpu="h800", gpus=gpus, tp=8, pp=pp, seq_len=131072, **kw)).fits
+    assert fits(16, 2)
+    assert not fits(8, 1)                       # one node of 80 GB parts holds no 1 TB of fp8 weights
+    assert not fits(16, 2, quantization="none")  # nor two nodes the same weights in bf16
