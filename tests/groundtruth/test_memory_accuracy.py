@@ -21,6 +21,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from trainledger.estimate.memory import by_measured_category, estimate_memory  # noqa: E402
+from trainledger.estimate.options import MemoryOptions  # noqa: E402
 from trainledger.load.hf import load_hf_config  # noqa: E402
 from trainledger.load.plan import PlanInputs, build_plan  # noqa: E402
 
@@ -121,7 +122,7 @@ def compare(plan, device: str) -> dict:
     """Estimate and measure one plan; return the row the test and the benchmark print."""
     from trainledger.verify.measure import measure_memory
 
-    est = estimate_memory(plan, suggest=False)
+    est = estimate_memory(plan, MemoryOptions(device="cpu"), suggest=False)  # cpu and fake both run CPU kernels
     meas = measure_memory(plan, device=device, steps=2)
     pred_terms = by_measured_category(est.breakdown)
     return {

@@ -231,7 +231,11 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
                   f"accounting is in `trainledger estimate`")
         plan = plan.model_copy(update={"serving": plan.serving.model_copy(update={"engine": "hf"})})
     _progress(f"estimating, then measuring {steps} step(s) of {plan.model.name} on {device}")
-    est = estimate(plan)
+    from trainledger.estimate.options import EstimateOptions, MemoryOptions
+
+    # cpu and fake runs dispatch torch's CPU kernels (FakeTensors live on the CPU): predict those
+    host = MemoryOptions(device="cpu" if device in ("cpu", "fake") else "gpu")
+    est = estimate(plan, EstimateOptions(memory=host))
     predicted = est.memory.to_dict()
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")

@@ -28,6 +28,10 @@ class MemoryOptions(Spec):
         "hf", description="inference KV cache: transformers DynamicCache, or a paged engine (vLLM blocks)"
     )
     suggestions: bool = Field(True, description="when it does not fit, search the cheapest changes")
+    device: Literal["gpu", "cpu"] = Field(
+        "gpu", description="where the step runs: gpu (the plan's), or cpu for a verification run on the "
+        "host, where torch's SDPA dispatches to other kernels (MLA's unequal head dims: math, not fused)"
+    )
 
 
 class TimeOptions(Spec):

@@ -167,7 +167,7 @@ def _first_moe(m: ModelSpec) -> int:
 
 
 def _attention(x: _Layer, attention: str, masked: bool,
-               fused_mla: bool = False) -> tuple[float, float, float, float, float]:
+               mla: str = "math") -> tuple[float, float, float, float, float]:
     """(replicated, sharded, per attended position, core_drop, core_keep) bytes per token.
 
     ``masked``: transformers passes SDPA an explicit mask (sliding window shorter than the
@@ -177,7 +177,7 @@ def _attention(x: _Layer, attention: str, masked: bool,
     c, R = f.c, f.R
     a, q, kv = m.num_heads, m.q_dim, m.kv_dim
     if m.mla is not None:
-        rep, sh, per_s = _mla(x, attention, fused_mla)
+        rep, sh, per_s = _mla(x, attention, mla)
         return rep, sh, per_s, 0.0, 0.0
     if getattr(m, "fused_qkv", False):
         rep = x.inputs(m.hidden_size, R, ("self_attn.qkv_proj",))
@@ -213,14 +213,13 @@ def _attention(x: _Layer, attention: str, masked: bool,
     return rep, sh + core + out, per_s, core, keep
 
 
-def _mla(x: _Layer, attention: str, fused: bool = False) -> tuple[float, float, float]:
+def _mla(x: _Layer, attention: str, kernel: str = "math") -> tuple[float, float, float]:
     """DeepSeek MLA: low-rank q/kv projections with their norms; keys and queries carry
-    d_nope + d_rope per head, values d_v. With d_q != d_v torch's CPU SDPA falls back to its math
-    kernel, which saves fp32 scores (4·a·s per token) like eager attention. ``fused``: a fused
-    kernel that takes d_q != d_v (Transformer Engine's FusedAttention, which Megatron-Core's
-    MLASelfAttention calls through TEDotProductAttention; NVIDIA/TransformerEngine PR #1039, "Add
-    support for multi-latent attention (MLA)", 2024-07) keeps q, k, v, its output and the fp32
-    softmax statistics, no s×s scores."""
+    d_q = d_nope + d_rope per head, values d_v. The attention core runs in the kernel
+    :func:`mla_kernel` names: ``math`` saves fp32 scores (4·a·s per token) like eager attention;
+    ``fused`` keeps q, k, v, its output and the fp32 softmax statistics, no s×s scores; ``padded``
+    (FlashAttention, which needs equal head dims) keeps v and its output padded to d_q and o_proj
+    its own copy of the sliced output."""
     m, f = x.m, x.flow
     ml = m.mla
     assert ml is not None
@@ -231,12 +230,43 @@ def _mla(x: _Layer, attention: str, fused: bool = False) -> tuple[float, float, 
     if ml.q_lora_rank:
         sh += x.norm(ml.q_lora_rank, c) + x.inputs(ml.q_lora_rank, R, ("self_attn.q_b_proj",))
     sh += x.norm(ml.kv_lora_rank, c) + x.inputs(ml.kv_lora_rank, R, ("self_attn.kv_b_proj",))
-    if attention == "eager" or (dq != dv and not fused):
+    if kernel == "math":
         probs_copy = c * a if (attention == "eager" and c != FP32) else 0
         sh += x.inputs(a * dv, R, ("self_attn.o_proj",))
         return rep, sh + R * a * (2 * dq + dv), FP32 * a + probs_copy
+    if kernel == "padded":
+        sh += x.inputs(a * dv, c, ("self_attn.o_proj",))
+        return rep, sh + c * a * 3 * dq + c * a * dq + FP32 * a, 0.0
     sh += x.inputs(a * dv, c, ("self_attn.o_proj",), already_saved=True)
     return rep, sh + c * a * (2 * dq + dv) + c * a * dv + FP32 * a, 0.0
+
+
+def mla_kernel(m: ModelSpec, attention: str, framework: str, device: str = "gpu") -> str:
+    """The kernel that runs MLA's attention core (see :func:`_mla`); "" for models without MLA.
+
+    * ``eager`` attention, and torch SDPA on the CPU when d_q != d_v: ``math``. The CPU's flash
+      kernel needs equal head dims (aten sdp_utils_cpp.cpp, ``check_head_dim_size_cpp``), so SDPA
+      falls back to its math kernel — what a CPU verification run measures.
+    * SDPA on a GPU: ``fused``. The memory-efficient kernel requires only d_q = d_k and both
+      aligned (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
+      ``check_head_dim_size_mem_efficient``), so transformers' DeepSeek-V3 ``sdpa`` path runs it
+      where flash (``check_head_dim_size_flash``: q, k, v dims equal) is ruled out.
+    * Megatron-Core: ``fused`` — Transformer Engine's FusedAttention, which MLASelfAttention calls
+      through TEDotProductAttention, takes d_q != d_v (NVIDIA/TransformerEngine PR #1039, "Add
+      support for multi-latent attention (MLA)", 2024-07).
+    * FlashAttention (``flash``/``flash1``): ``padded`` — the kernel needs equal head dims, and
+      transformers' DeepseekV3Attention pads v to d_q before it and slices the output after.
+    """
+    ml = m.mla
+    if ml is None:
+        return ""
+    if attention == "eager":
+        return "math"
+    if framework == "megatron-core" or ml.qk_nope_head_dim + ml.qk_rope_head_dim == ml.v_head_dim:
+        return "fused"
+    if attention in ("flash", "flash1"):
+        return "padded"
+    return "math" if device == "cpu" else "fused"
 
 
 def _mlp(x: _Layer, prefix: str, width: int) -> tuple[float, float]:
@@ -276,28 +306,27 @@ _ATTN_INPUTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "sel
                 "self_attn.kv_b_proj")
 
 
-def _o_proj_part(x: _Layer, attention: str, fused_mla: bool = False) -> float:
+def _o_proj_part(x: _Layer, mla: str = "math") -> float:
     """What o_proj's savers keep of the attention output (see _attention/_mla)."""
     m, f = x.m, x.flow
     o = ("self_attn.o_proj",)
     if m.mla is None:
         return x.inputs(m.q_dim, f.c, o, already_saved=True)
-    ml = m.mla
-    a, dv = m.num_heads, ml.v_head_dim
-    if attention == "eager" or (ml.qk_nope_head_dim + ml.qk_rope_head_dim != dv and not fused_mla):
+    a, dv = m.num_heads, m.mla.v_head_dim
+    if mla == "math":
         return x.inputs(a * dv, f.R, o)
-    return x.inputs(a * dv, f.c, o, already_saved=True)
+    return x.inputs(a * dv, f.c, o, already_saved=(mla == "fused"))
 
 
 @lru_cache(maxsize=4096)
 def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
-                lora: LoraShape | None = None, masked: bool = False, fused_mla: bool = False) -> LayerBytes:
+                lora: LoraShape | None = None, masked: bool = False, mla: str = "math") -> LayerBytes:
     """Saved activation bytes per token of one decoder layer (see module docstring).
-    ``fused_mla``: MLA's attention core runs in a fused kernel that takes d_q != d_v (see _mla)."""
+    ``mla``: the kernel of MLA's attention core (:func:`mla_kernel`)."""
     x = _Layer(m, flow, lora, moe_layer)
     h, R = m.hidden_size, flow.R
     norms = m.norms_per_layer * x.norm(h, R)  # pre-norms, and post-norms (Gemma-2/3, OLMo-2)
-    rep_a, sh_a, per_s, drop, keep = _attention(x, attention, masked, fused_mla)
+    rep_a, sh_a, per_s, drop, keep = _attention(x, attention, masked, mla)
     if moe_layer:
         rep_m, sh_m = _moe(x)
     else:
@@ -314,7 +343,7 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
         first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
         if not lora.flat_units and not any(p in x.wrapped for p in _ATTN_INPUTS):
             # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
-            first += rep_a + sh_a - _o_proj_part(x, attention, fused_mla)
+            first += rep_a + sh_a - _o_proj_part(x, mla)
             first_per_s = per_s
     return LayerBytes(replicated=norms + rep_a + rep_m, sharded=sh_a + sh_m, per_s=per_s,
                       layer_input=float(R * h), cache_extra=cache_extra, first_layer_saving=first,

@@ -28,7 +28,7 @@ from trainledger.estimate.memo import KeyedMemo, last_call
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
-    FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, op_sac_bytes, te_layer_bytes,
+    FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, mla_kernel, op_sac_bytes, te_layer_bytes,
 )
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
@@ -369,13 +369,12 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     per_layer = []
     te = RT.framework(plan) == "megatron-core" and lora is None
     op_level = r.recompute == "selective" and RT.op_level_sac(plan)
+    mla = mla_kernel(m, r.attention, RT.framework(plan), opts.device) if m.mla is not None else "math"
     for (moe_layer, masked), count in _layer_kinds(plan).items():
         if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
             lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)
         else:
-            # Megatron-Core runs attention in Transformer Engine's fused kernel, MLA included
-            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked,
-                             fused_mla=m.mla is not None and RT.framework(plan) == "megatron-core")
+            lb = layer_bytes(m, flow, r.attention, moe_layer, lora, masked, mla=mla)
         full = (lb.replicated / (t if sp else 1) + lb.sharded / t + lb.per_s * s_att / t)
         if sp and torch_tp(plan):  # torch SP: the linears save their gathered (full-sequence) input
             full += lb.linear_inputs * (1 - 1 / t)

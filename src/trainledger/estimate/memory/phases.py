@@ -141,7 +141,7 @@ def step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
                 parts: Parts | None = None) -> tuple[Parts, list[Point]]:
     """Per-term bytes of ``plan`` at every moment of a step (not for paged serving engines).
     ``parts``: the plan's terms (``_training_parts``) when the caller has them."""
-    key = (id(plan), (opts.use_cache, opts.kv_cache), id(rt), current_role(plan))  # what the moments read
+    key = (id(plan), (opts.use_cache, opts.kv_cache, opts.device), id(rt), current_role(plan))  # what the moments read
     hit = _WALKS.get(key)
     if hit is not None and hit[0] is plan and hit[1] is rt:
         return hit[2]
@@ -210,7 +210,7 @@ def acts_key(plan: Plan, opts: MemoryOptions) -> tuple:
     # the pipeline depth (the scaling curve's points) share the rest
     pipe = inflight_microbatches(plan) if lay.pp > 1 else 0
     return (plan.model, _ACTS_RECIPE(r), _ACTS_LAYOUT(lay), pipe,
-            _RUNTIME(plan.runtime), opts.use_cache, current_role(plan))
+            _RUNTIME(plan.runtime), opts.use_cache, opts.device, current_role(plan))
 
 
 def _states_values(plan: Plan) -> tuple:
