@@ -281,7 +281,10 @@ def reported_cases() -> list[Case]:
             # FP8, DualPipe overlapping the all-to-all, seq 4096, batch up to 15360 sequences.
             # GPU-hours include context extension and post-training: a loose, secondary check.
             mdl = load_model("deepseek-v3")
-            # DualPipe bubble ~1/3 of 1F1B (report Table 2 with B = 2F, W = B/2): 3 virtual stages
+            # DualPipe bubble ~1/3 of 1F1B (report Table 2 with B = 2F, W = B/2), stood in for by 3
+            # virtual stages; 61 layers leave 4 per stage, so the deepest of 3 chunks is 2 layers and
+            # the interleaved bubble charged is 1/2 of 1F1B (estimate/time/step.py chunk_share), not
+            # DualPipe's 0.31 -- the schedule itself is not modelled
             p = plan(mdl, cluster("h800", 2048, inter="ib-ndr"), pp=16, vp=3, ep=64, dp=128, zero=1,
                      gbs=15360, seq=4096, precision="fp8-mixed")
             p = p.model_copy(update={"recipe": p.recipe.model_copy(

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.planner.candidates import gpu_counts
+from trainledger.load.hf import load_model
 from trainledger.planner.search import EXAMPLE_JOB, Job, search
 
 
@@ -184,3 +185,60 @@ def test_each_searched_stack_plans_with_its_own_default_optimizer_and_the_report
     # one stack searched: the job states the optimizer it ran
     one = search(job.model_copy(update={"frameworks": ("megatron-core",), "top": 1}))
     assert one.job.optimizer == "adamw"
+
+
+def _misses_everywhere_below(res, job, upto: int) -> bool:
+    """Brute force: no whole-node count below ``upto`` has a layout the count search finds that meets
+    the deadline (the oracle for the smallest count)."""
+    import dataclasses
+
+    from trainledger.planner import space as SP
+    from trainledger.planner.candidates import deadline_s
+    from trainledger.load.catalog import load_gpu, load_network
+    from trainledger.planner.search import _state_bytes_lower_bound
+    from trainledger.spec.recipe import Recipe
+    from trainledger.spec.runtime import stack_optimizer
+
+    fw = job.frameworks[0]
+    model = load_model(job.model)
+    recipe = Recipe(method=job.method, precision="bf16-mixed", optimizer=stack_optimizer(None, fw),
+                    seq_len=job.seq_len, micro_batch=1, global_batch=job.global_batch, attention=job.attention,
+                    train_tokens=job.tokens)
+    space = SP.Space(job=res.job, model=model, recipe=recipe, global_batch=job.global_batch,
+                     lower_bound=_state_bytes_lower_bound(model, recipe), framework=fw)
+    space = dataclasses.replace(space)
+    gpu, net, st, dl = load_gpu(job.gpus[0]), load_network("ib-ndr"), SP._State(), deadline_s(res.job)
+    for n in range(8, upto, 8):
+        for c in SP._count_search(space, gpu, 8, net, n, st, []):
+            w = c.wall_s(res.job.cost_options)
+            if w is not None and w <= dl:
+                return False
+    return True
+
+
+def test_deadline_bound_survives_counts_that_miss_between_counts_that_meet():
+    """Time is not monotone in the GPU count: Llama-2-70B on HF/FSDP with a global batch of 512
+    (rounded by up to 25%) meets 26 days on 155 nodes with one micro-batch per replica (batch 620),
+    and misses on many larger counts, where the batch cannot round up that far and slower layouts
+    remain. The bisection between the grid's 128 and 256 nodes answered 1,952 GPUs; the smallest
+    count is 1,240."""
+    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=26, gpus=("h100-sxm",),
+              max_gpus=2048, rank_by="gpus", frameworks=("hf",), global_batch=512)
+    res = search(job)
+    need = res.gpu_count[0]["deadline_bound_gpus"]
+    assert need == 1240
+    best = res.plans[0]
+    assert best.plan.cluster.world_size == need and best.wall_s(res.job.cost_options) <= 26 * 86400
+    assert _misses_everywhere_below(res, job, need)
+
+
+def test_deadline_met_only_between_grid_counts_is_found():
+    """DeepSpeed, global batch 256: the grid's 1,024 and 2,048 GPUs both miss 26 days (too few
+    GPUs; a batch too small to spread), while some whole-node count in between meets it — the
+    search used to answer "no plan fits"."""
+    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=26, gpus=("h100-sxm",),
+              max_gpus=2048, rank_by="gpus", frameworks=("deepspeed",), global_batch=256)
+    res = search(job)
+    need = res.gpu_count[0]["deadline_bound_gpus"]
+    assert need is not None and 1024 < need < 2048
+    assert res.plans[0].wall_s(res.job.cost_options) <= 26 * 86400

@@ -63,7 +63,7 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
 
 def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, recompute: str,
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
-    gb = _global_batch(space.global_batch, mb * dp, _tolerance(space))
+    gb = _global_batch(space.global_batch, _batch_unit(mb, dp, pp, vp), _tolerance(space))
     if gb is None:
         return None
     rec = space.recipe.model_copy(update={"micro_batch": mb, "recompute": recompute,
@@ -74,6 +74,14 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
                     runtime=Runtime(framework=space.framework or space.job.framework))
     except TrainledgerError:
         return None
+
+
+def _batch_unit(mb: int, dp: int, pp: int, vp: int) -> int:
+    """What the global batch must be a multiple of: micro-batch × DP, and with an interleaved
+    schedule micro-batches in multiples of the pipeline depth (Megatron-LM schedules.py,
+    ``forward_backward_pipelining_with_interleaving``: the number of micro-batches must divide
+    by the pipeline-parallel size)."""
+    return mb * dp * (pp if vp > 1 else 1)
 
 
 def _global_batch(gb: int, unit: int, tolerance: float = 0.0) -> int | None:
@@ -167,8 +175,14 @@ def _interleaved(space: Space, cand, st: _State):
     lay = p.layout
     L = space.model.num_layers
     best = None
-    for v in (2, 4, 8):
-        if lay.pp == 1 or L < lay.pp * v or p.recipe.grad_accum % lay.pp:
+    if lay.pp == 1:
+        return None
+    stage = -(-L // lay.pp)
+    # the deepest chunk sets the bubble (estimate/time/step.py chunk_share): a v that leaves it as
+    # deep as a smaller v did only adds point-to-point transfers
+    tried = [v for v in (2, 4, 8) if v <= stage]
+    for v in [v for i, v in enumerate(tried) if i == 0 or -(-stage // v) < -(-stage // tried[i - 1])]:
+        if L < lay.pp * v:
             break
         q = _make_plan(space, p.cluster, lay.tp, lay.pp, lay.dp_size, lay.zero, p.recipe.recompute,
                        lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
@@ -245,10 +259,12 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
                 update={"optimizer": stack_optimizer(space.optimizer, space.framework)})
         mem_bound = time_bound = None
         missed = 0  # largest whole-node count tried that ran but missed the deadline
+        seen: list = []  # every fitting candidate of this config: the layout families of _by_family
         for n in gpu_counts(per_node, space.job.max_gpus):
             found = _count_search(space, gpu, per_node, net, n, st, rejected)
             if not found:
                 continue
+            seen += found
             mem_bound = mem_bound or n
             best = min(found, key=lambda c: c.compute.step_time_s)
             wall = best.wall_s(space.job.cost_options) if deadline else None
@@ -266,6 +282,13 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
                     time_bound = hit.plan.cluster.world_size
             time_bound = time_bound or n
             cands.append(best)
+        if deadline and seen and (time_bound is None or time_bound > per_node):
+            # below the count found, or anywhere within the budget when no count tried met it
+            top = time_bound or (space.job.max_gpus // per_node + 1) * per_node
+            hit = _by_family(space, gpu, per_node, net, top, deadline, st, seen)
+            if hit is not None:
+                cands.append(hit)
+                time_bound = hit.plan.cluster.world_size
         bounds.append(_bound_row(gpu, per_node, net, mem_bound, time_bound, deadline))
         if deadline and time_bound is None and missed >= per_node:
             bounds[-1]["deadline_beyond_budget_gpus"] = _beyond_budget(space, gpu, per_node, net, missed,
@@ -318,6 +341,76 @@ def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int
         else:
             a = mid
     return best
+
+
+def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, bound: int, deadline: float,
+               st: _State, seen: list):
+    """A plan on fewer whole nodes than ``bound`` that meets the deadline, when one of the layout
+    families the search met can run there; None if none can.
+
+    Step time is not monotone in the GPU count: a family (TP, PP, CP, EP, virtual stages, ZeRO,
+    recompute, offload, micro-batch) runs only where its replica divides the count, where the
+    rounded global batch stays within ``Job.batch_rounding`` of the job's, and (interleaved) where
+    the accumulation steps divide into the stages — so a count can miss the deadline while a smaller
+    one meets it, and neither the grid nor the bisection of :func:`_refine` can tell. Within one
+    family the wall time falls as data parallelism grows (the step's work is split over more
+    replicas; its collectives per rank do not grow), so each family is bisected over the
+    whole-node counts it can run below the best count so far, after one check at the largest of
+    them (a family that misses there cannot meet below). Families are tried in order of the GPU
+    time they took where the search met them, so the bound shrinks early. The answer's count is then
+    searched in full for its fastest plan."""
+    opts = space.job.cost_options
+    fams: dict[tuple, Any] = {}
+    for c in sorted(seen, key=lambda c: c.plan.cluster.world_size * (c.wall_s(opts) or float("inf"))):
+        lay, r = c.plan.layout, c.plan.recipe
+        fams.setdefault((lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero, lay.offload, r.recompute,
+                         r.micro_batch), c)
+    tol = _tolerance(space)
+    best = None
+
+    def meets(key: tuple, dp: int):
+        tp, pp, cp, ep, vp, zero, off, rc, mb = key
+        n = dp * tp * pp * cp
+        plan = _make_plan(space, cluster_for(gpu, per_node, n, net), tp, pp, dp, zero, rc, off, mb, vp, cp, ep)
+        if plan is None:
+            return None
+        ok, mem = _fits(plan, st)
+        if not ok:
+            return None
+        c = evaluate(plan, space.job, mem)
+        w = c.wall_s(opts)
+        return c if w is not None and w <= deadline else None
+
+    for key in fams:
+        tp, pp, cp, ep, vp, _, _, _, mb = key
+        width = tp * pp * cp
+        dps = []
+        for n in range(per_node, bound, per_node):
+            dp = n // width
+            if n % width or (dp * cp) % ep:
+                continue
+            if _global_batch(space.global_batch, _batch_unit(mb, dp, pp, vp), tol) is None:
+                continue
+            dps.append(dp)
+        if not dps:
+            continue
+        top = meets(key, dps[-1])
+        if top is None:
+            continue
+        lo, hi, hit = -1, len(dps) - 1, top
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            c = meets(key, dps[mid])
+            if c is not None:
+                hi, hit = mid, c
+            else:
+                lo = mid
+        best, bound = hit, hit.plan.cluster.world_size
+    if best is None:
+        return None
+    found = _count_search(space, gpu, per_node, net, bound, st, [])
+    ok = [c for c in found if c.wall_s(opts) is not None and c.wall_s(opts) <= deadline] + [best]
+    return min(ok, key=lambda c: c.wall_s(opts))
 
 
 def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:

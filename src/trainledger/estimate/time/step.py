@@ -327,6 +327,19 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     return layers * t, layers * exp, merge
 
 
+def chunk_share(plan: Plan) -> float:
+    """Share of a stage's layers in its deepest model chunk: 1 without interleaving, 1/v with v
+    virtual stages of equal depth (Narayanan et al. 2021, arXiv:2104.04473 §2.2.2: the interleaved
+    bubble is (p-1)/v of a micro-batch's stage time). Uneven chunks (a stage's layers not divisible
+    by v, as torch.distributed.pipelining allows) leave the warm-up and cool-down waiting on the
+    deepest chunk: ceil(layers / v) of the stage's layers."""
+    lay = plan.layout
+    if lay.vp <= 1:
+        return 1.0
+    layers = Stage.of(plan).layers
+    return -(-layers // lay.vp) / layers
+
+
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
                       links: LinkEfficiency, prof: StackProfile) -> _Comm:
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
@@ -579,7 +592,7 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
             + c.cp_merge + waves)
     m = r.grad_accum
-    bubble = (lay.pp - 1) / lay.vp * t_mb if lay.pp > 1 else 0.0
+    bubble = (lay.pp - 1) * chunk_share(plan) * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     if shared_flops:
         flops = shared_flops[0]
@@ -651,6 +664,11 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
                      f"stages, the bubble is {100 * bubble / step:.0f}% of the step; --grad-accum {p4} "
                      f"(1F1B idles {100 * (lay.pp - 1) / (p4 + lay.pp - 1):.0f}%) or interleaved stages (--vp) "
                      "shrink it")
+    if lay.vp > 1 and chunk_share(plan) * lay.vp > 1:
+        layers = Stage.of(plan).layers
+        notes.append(f"uneven virtual stages: {layers} layers per stage in {lay.vp} chunks, the deepest "
+                     f"{-(-layers // lay.vp)} layers deep, sets the bubble; Megatron-LM needs --vp to divide "
+                     "the stage's layers")
     if retry.pressure.note():
         notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
                      f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")
