@@ -39,3 +39,6 @@ def test_planner_interleaves_with_whole_rounds_of_micro_batches():
     for p in inter:
         lay = p.layout
         assert p.recipe.grad_accum % lay.pp == 0
+        # Megatron's virtual stages hold equal layer counts (what export gives as
+        # --num-layers-per-virtual-pipeline-stage)
+        assert p.model.num_layers % (lay.pp * lay.vp) == 0

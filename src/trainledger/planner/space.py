@@ -178,9 +178,16 @@ def _interleaved(space: Space, cand, st: _State):
     if lay.pp == 1:
         return None
     stage = -(-L // lay.pp)
+    if p.runtime.framework in ("megatron-core", "megatron-deepspeed"):
+        # Megatron-LM's --num-layers-per-virtual-pipeline-stage must divide each stage's layers
+        # (the vendor tables' vp 5, 6, 10, 20: divisors of the stage depth)
+        if L % lay.pp:
+            return None
+        tried = [v for v in range(2, min(stage, 16) + 1) if stage % v == 0]
+    else:
+        tried = [v for v in (2, 4, 8) if v <= stage]
     # the deepest chunk sets the bubble (estimate/time/step.py chunk_share): a v that leaves it as
     # deep as a smaller v did only adds point-to-point transfers
-    tried = [v for v in (2, 4, 8) if v <= stage]
     for v in [v for i, v in enumerate(tried) if i == 0 or -(-stage // v) < -(-stage // tried[i - 1])]:
         if L < lay.pp * v:
             break
@@ -355,16 +362,20 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
     one meets it, and neither the grid nor the bisection of :func:`_refine` can tell. Within one
     family the wall time falls as data parallelism grows (the step's work is split over more
     replicas; its collectives per rank do not grow), so each family is bisected over the
-    whole-node counts it can run below the best count so far, after one check at the largest of
-    them (a family that misses there cannot meet below). Families are tried in order of the GPU
-    time they took where the search met them, so the bound shrinks early. The answer's count is then
-    searched in full for its fastest plan."""
+    whole-node counts it can run below the best count so far and above the largest count it missed
+    on, after one check at the largest of them (a family that misses there cannot meet below).
+    Families are tried in order of the GPU time they took where the search met them, so the bound
+    shrinks early. The answer's count is then searched in full for its fastest plan."""
     opts = space.job.cost_options
     fams: dict[tuple, Any] = {}
+    missed: dict[tuple, int] = {}  # the largest count each family missed on: it misses below too
     for c in sorted(seen, key=lambda c: c.plan.cluster.world_size * (c.wall_s(opts) or float("inf"))):
         lay, r = c.plan.layout, c.plan.recipe
-        fams.setdefault((lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero, lay.offload, r.recompute,
-                         r.micro_batch), c)
+        key = (lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero, lay.offload, r.recompute, r.micro_batch)
+        fams.setdefault(key, c)
+        w = c.wall_s(opts)
+        if w is None or w > deadline:
+            missed[key] = max(missed.get(key, 0), c.plan.cluster.world_size)
     tol = _tolerance(space)
     best = None
 
@@ -385,7 +396,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         tp, pp, cp, ep, vp, _, _, _, mb = key
         width = tp * pp * cp
         dps = []
-        for n in range(per_node, bound, per_node):
+        for n in range(per_node * (missed.get(key, 0) // per_node + 1), bound, per_node):
             dp = n // width
             if n % width or (dp * cp) % ep:
                 continue
