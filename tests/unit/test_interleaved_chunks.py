@@ -42,3 +42,13 @@ def test_planner_interleaves_with_whole_rounds_of_micro_batches():
         # Megatron's virtual stages hold equal layer counts (what export gives as
         # --num-layers-per-virtual-pipeline-stage)
         assert p.model.num_layers % (lay.pp * lay.vp) == 0
+
+
+def test_megatron_export_states_equal_virtual_stages_or_refuses():
+    from trainledger.errors import SpecError
+    from trainledger.runconfig.export_tools import megatron_args
+
+    args = megatron_args(_plan(5, framework="megatron-core"))
+    assert args[args.index("--num-layers-per-virtual-pipeline-stage") + 1] == "2"   # 80 / (8·5)
+    with pytest.raises(SpecError, match="equal virtual stages"):
+        megatron_args(_plan(8, framework="megatron-core"))   # 80 / (8·8) is not whole

@@ -159,6 +159,10 @@ def megatron_args(plan: Plan) -> list[str]:
     if lay.tp > 1 and lay.sp:
         a.append("--sequence-parallel")
     if lay.vp > 1:
+        if m.num_layers % (lay.pp * lay.vp):  # Megatron's virtual stages hold equal layer counts
+            raise SpecError(f"{m.name}'s {m.num_layers} layers do not split into pp·vp = {lay.pp}·{lay.vp} "
+                            "equal virtual stages, which --num-layers-per-virtual-pipeline-stage needs; "
+                            "plan a --vp that divides the layers of each stage")
         a += ["--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (lay.pp * lay.vp))]
     if lay.zero == 1:
         a += ["--use-distributed-optimizer"]
