@@ -64,3 +64,14 @@ def test_gpu_plans_keep_no_scores_and_the_cpu_run_does():
     # ... on the CPU the math kernel's fp32 scores add 4·a bytes per token pair, per layer held
     # ((4096² - 2048²) - 2·(2048² - 1024²) = 6·1024² token pairs; at least one layer's worth)
     assert acts("cpu") >= FP32 * DSV3.num_heads * 6 * 1024 ** 2
+
+
+def test_acceptance_report_predicts_the_device_it_ran_on():
+    from trainledger.load.plan import build_plan, parse_inputs
+    from trainledger.verify.accept import predicted_memory
+
+    plan = build_plan(parse_inputs({"model": "tiny-deepseek-v3-debug", "seq_len": 256, "micro_batch": 2}))
+    cpu, gpu = predicted_memory(plan, "cpu"), predicted_memory(plan, "cuda")
+    assert cpu["peak_allocated_bytes"] > gpu["peak_allocated_bytes"]   # the CPU math kernel's scores
+    want = estimate_job(plan, options=EstimateOptions(memory=MemoryOptions(device="cpu"))).memory
+    assert cpu["peak_allocated_bytes"] == want.peak_allocated_bytes

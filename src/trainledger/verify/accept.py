@@ -128,20 +128,23 @@ def measured_memory(first: dict | None) -> dict[str, Any] | None:
     return {**ranks[best], "rank": best}
 
 
-def predicted_memory(plan: Any) -> dict[str, Any] | None:
-    """The estimate's memory section for the plan (None when the estimator cannot run it)."""
+def predicted_memory(plan: Any, device: str = "cuda") -> dict[str, Any] | None:
+    """The estimate's memory section for the plan run on ``device`` (cpu runs dispatch torch's CPU
+    attention kernels: ``MemoryOptions.device``); an error entry when the estimator cannot run it."""
     from trainledger.errors import TrainledgerError
     from trainledger.estimate import estimate
+    from trainledger.estimate.options import EstimateOptions, MemoryOptions
 
+    host = MemoryOptions(device="cpu" if device == "cpu" else "gpu")
     try:
-        return estimate(plan).memory.to_dict()
+        return estimate(plan, EstimateOptions(memory=host)).memory.to_dict()
     except TrainledgerError as exc:
         return {"error": str(exc)}
 
 
 def _finish(report: dict[str, Any], plan: Any, first: dict | None, second: dict | None) -> dict[str, Any]:
     report["measured"] = measured_memory(first)
-    report["predicted"] = predicted_memory(plan)
+    report["predicted"] = predicted_memory(plan, report.get("device", "cuda"))
     items = build_items(plan, first, second, report.get("error"), report.get("failed_phase"))
     report["items"] = items
     report["ok"] = all(i["status"] in ("pass", "skip") for i in items)
