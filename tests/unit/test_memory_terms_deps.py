@@ -283,7 +283,7 @@ def test_memoized_walk_equals_a_fresh_walk():
     for kw in BASES.values():
         base = build_plan(PlanInputs(**kw))
         plans.append(base)
-        for _, build in _candidates(base):
+        for _, _, build in _candidates(base):
             try:
                 plans.append(build())
             except (TrainledgerError, ValueError):

@@ -61,8 +61,8 @@ def _slow_row(change, est, current):
 def _slow_suggestions(plan, current, monkeypatch):
     monkeypatch.setattr(suggest, "_with", plan_from_scratch)  # the candidates build through Plan(...)
     out, seen_micro, seen_gpus = [], False, False
-    for label, build in suggest._candidates(plan):
-        if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
+    for knob, label, build in suggest._candidates(plan):
+        if (knob == "micro_batch" and seen_micro) or (knob == "gpus" and seen_gpus):
             continue
         try:
             new = build()
@@ -71,8 +71,8 @@ def _slow_suggestions(plan, current, monkeypatch):
         est = estimate_memory(new, OPTS, suggest=False)
         if not est.fits:
             continue
-        seen_micro = seen_micro or label.startswith("micro-batch")
-        seen_gpus = seen_gpus or "GPUs with" in label
+        seen_micro = seen_micro or knob == "micro_batch"
+        seen_gpus = seen_gpus or knob == "gpus"
         out.append(_slow_row(label, est, current))
         if len(out) >= suggest.MAX_SUGGESTIONS:
             break
@@ -80,21 +80,21 @@ def _slow_suggestions(plan, current, monkeypatch):
         labels, best, p = [], current, plan
         for _ in range(8):
             step = None
-            for label, build in suggest._candidates(p):
+            for knob, label, build in suggest._candidates(p):
                 try:
                     new = build()
                 except (TrainledgerError, ValueError):
                     continue
                 est = estimate_memory(new, OPTS, suggest=False)
                 if est.device_total_bytes <= 0.9 * best.device_total_bytes:
-                    step = (label, new, est)
+                    step = ((knob, label), new, est)
                     break
             if step is None:
                 break
-            labels = [lb for lb in labels if suggest._knob(lb) != suggest._knob(step[0])] + [step[0]]
+            labels = [kl for kl in labels if kl[0] != step[0][0]] + [step[0]]
             p, best = step[1], step[2]
             if best.fits:
-                out.append(_slow_row(" + ".join(labels), best, current))
+                out.append(_slow_row(" + ".join(lb for _, lb in labels), best, current))
                 break
     monkeypatch.undo()
     return out
@@ -130,7 +130,7 @@ def test_the_combined_search_measures_no_plan_twice(monkeypatch):
 def test_fit_bytes_are_the_estimates_figures(name):
     plan = _plan(CASES[name])
     variants = [plan]
-    for _, build in suggest._candidates(plan):
+    for _, _, build in suggest._candidates(plan):
         try:
             variants.append(build())
         except (TrainledgerError, ValueError):
@@ -208,7 +208,7 @@ def test_every_variant_keeps_the_plans_runtime(framework, zero):
     ``serving`` (they were dropped, so a DeepSpeed plan's variants were judged as plain hf)."""
     plan = build_plan(PlanInputs(model="llama-3.1-8b", method="full", gpu="a100-sxm-80gb", gpus=8,
                                  framework=framework, zero=zero, micro_batch=4, seq_len=4096))
-    variants = [build() for _, build in suggest._candidates(plan)]
+    variants = [build() for _, _, build in suggest._candidates(plan)]
     assert variants
     for v in variants:
         assert v.runtime == plan.runtime and v.serving == plan.serving
@@ -245,3 +245,21 @@ def test_a_combined_change_names_each_setting_once_and_its_flags_rebuild_it():
     rebuilt = estimate_memory(build_plan(PlanInputs(**{**kw, **upd})), MemoryOptions(suggestions=False),
                               suggest=False)
     assert rebuilt.peak_allocated_bytes == pytest.approx(row["peak_allocated_bytes"])
+
+
+def test_each_candidate_names_the_setting_its_builder_changes():
+    """A combined suggestion drops an earlier change of the same setting: the setting each
+    candidate declares is the one its plan differs in (not read from the label's words)."""
+    plan = build_plan(PlanInputs(model="llama-3.1-8b", gpus=2, micro_batch=4, optimizer="adamw"))
+    fields = {"optimizer": lambda p: p.recipe.optimizer, "micro_batch": lambda p: p.recipe.micro_batch,
+              "recompute": lambda p: p.recipe.recompute, "precision": lambda p: p.recipe.precision,
+              "zero": lambda p: p.layout.zero, "offload": lambda p: p.layout.offload,
+              "method": lambda p: p.recipe.method, "gpus": lambda p: p.cluster.world_size}
+    seen = set()
+    for knob, label, build in suggest._candidates(plan):
+        new = build()
+        assert fields[knob](new) != fields[knob](plan), label
+        changed = {k for k, f in fields.items() if f(new) != f(plan)}
+        assert knob in changed and changed <= {knob, "zero"}, (label, changed)  # more GPUs come with ZeRO-3
+        seen.add(knob)
+    assert seen == set(fields)

@@ -136,7 +136,7 @@ def test_incremental_variant_fit_equals_aplan_from_scratch_estimate(name):
     plan = _plan(name)
     estimate_memory(plan, OPTS, suggest=False)
     variants = []
-    for _, build in suggest._candidates(plan):
+    for _, _, build in suggest._candidates(plan):
         try:
             variants.append(build())
         except (TrainledgerError, ValueError):

@@ -45,39 +45,41 @@ def _with(plan: Plan, recipe: dict[str, Any] | None = None, layout: dict[str, An
     return plan.variant(recipe=rec, layout=lay, cluster=cluster)
 
 
-def _candidates(plan: Plan) -> Iterator[tuple[str, Callable[[], Plan]]]:
+def _candidates(plan: Plan) -> Iterator[tuple[str, str, Callable[[], Plan]]]:
+    """(setting changed, label, builder) of every single change, cheapest first. A later change of
+    the same setting replaces an earlier one in a combined suggestion."""
     r, lay = plan.recipe, plan.layout
     training = r.is_training
     if training and r.optimizer == "adamw":
-        yield "fused AdamW (--optimizer adamw-fused): no step temporaries", lambda: _with(
+        yield "optimizer", "fused AdamW (--optimizer adamw-fused): no step temporaries", lambda: _with(
             plan, {"optimizer": "adamw-fused"})
     b = r.micro_batch
     while b > 1:
         b //= 2
         nb = b
-        yield f"micro-batch {nb} with grad-accum {r.grad_accum * (r.micro_batch // nb)}", (
+        yield "micro_batch", f"micro-batch {nb} with grad-accum {r.grad_accum * (r.micro_batch // nb)}", (
             lambda nb=nb: _with(plan, {"micro_batch": nb, "global_batch": None,
                                        "grad_accum": r.grad_accum * (r.micro_batch // nb)}))
     if training and r.recompute != "full":
-        yield "full recomputation (--recompute full)", lambda: _with(plan, {"recompute": "full"})
+        yield "recompute", "full recomputation (--recompute full)", lambda: _with(plan, {"recompute": "full"})
     if training and r.precision in ("fp32", "bf16-mixed", "fp16-mixed") and r.method != "qlora":
-        yield "16-bit weights, no autocast copies (--precision bf16)", lambda: _with(plan, {"precision": "bf16"})
+        yield "precision", "16-bit weights, no autocast copies (--precision bf16)", lambda: _with(plan, {"precision": "bf16"})
     if training and lay.dp_size > 1:
         for z in range(lay.zero + 1, 4):
-            yield f"ZeRO-{z} over {lay.zero_shards} ranks (--zero {z})", (
+            yield "zero", f"ZeRO-{z} over {lay.zero_shards} ranks (--zero {z})", (
                 lambda z=z: _with(plan, layout={"zero": z}))
     if training and r.optimizer in ("adamw", "adamw-fused"):
-        yield "8-bit AdamW states (--optimizer adamw-8bit)", lambda: _with(plan, {"optimizer": "adamw-8bit"})
+        yield "optimizer", "8-bit AdamW states (--optimizer adamw-8bit)", lambda: _with(plan, {"optimizer": "adamw-8bit"})
     if training and lay.offload == "none":
-        yield "CPU offload of optimizer states (--offload optimizer)", lambda: _with(
+        yield "offload", "CPU offload of optimizer states (--offload optimizer)", lambda: _with(
             plan, layout={"offload": "optimizer"})
     if r.method in ("full", "pretrain"):
-        yield f"LoRA rank {r.lora_rank} (--method lora)", lambda: _with(plan, {"method": "lora"})
-        yield "QLoRA (--method qlora)", lambda: _with(plan, {"method": "qlora"})
+        yield "method", f"LoRA rank {r.lora_rank} (--method lora)", lambda: _with(plan, {"method": "lora"})
+        yield "method", "QLoRA (--method qlora)", lambda: _with(plan, {"method": "qlora"})
     if training:
         for k in (2, 4, 8, 16):
             n = plan.cluster.world_size * k
-            yield f"{n} GPUs with ZeRO-3 (--gpus {n} --zero 3)", (
+            yield "gpus", f"{n} GPUs with ZeRO-3 (--gpus {n} --zero 3)", (
                 lambda n=n: _with(plan, layout={"zero": 3}, gpus=n))
 
 
@@ -93,8 +95,8 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
     out: list[dict[str, Any]] = []
     seen_micro = seen_gpus = False
     tried: list[tuple[Plan, Fit | None] | None] = []  # every candidate, in order, while none fits
-    for label, build in _candidates(plan):
-        if (label.startswith("micro-batch") and seen_micro) or ("GPUs with" in label and seen_gpus):
+    for knob, label, build in _candidates(plan):
+        if (knob == "micro_batch" and seen_micro) or (knob == "gpus" and seen_gpus):
             continue
         try:
             new = build()
@@ -105,8 +107,8 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
         tried.append((new, fit))
         if fit is MISFIT or fit[1] > fit[2]:
             continue
-        seen_micro = seen_micro or label.startswith("micro-batch")
-        seen_gpus = seen_gpus or "GPUs with" in label
+        seen_micro = seen_micro or knob == "micro_batch"
+        seen_gpus = seen_gpus or knob == "gpus"
         out.append(_row(label, fit, current))
         if len(out) >= MAX_SUGGESTIONS:
             break
@@ -117,26 +119,17 @@ def suggestions(plan: Plan, opts: MemoryOptions, current: _Current) -> list[dict
     return out
 
 
-def _knob(label: str) -> str:
-    """The setting a suggestion changes (GPU count, micro-batch, ZeRO stage, optimizer, method,
-    precision), or the label itself."""
-    for key in ("GPUs with", "micro-batch", "ZeRO-", "--optimizer", "--method", "--precision"):
-        if key in label:
-            return key
-    return label
-
-
 def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
               first: list[tuple[Plan, Fit | None] | None]) -> dict[str, Any] | None:
     """No single change fits: apply changes in cost order, each one that saves at least 10%,
     until the plan fits (at most 8 rounds). ``first``: the candidates of ``plan`` already built
     and measured by ``suggestions`` (the first round reuses them; one left as ``MISFIT`` gets its
     full figures here)."""
-    labels: list[str] = []
+    labels: list[tuple[str, str]] = []  # (setting, label) of the changes applied
     best_total = current.device_total_bytes
     for round_ in range(8):
         step = None
-        for i, (label, build) in enumerate(_candidates(plan)):
+        for i, (knob, label, build) in enumerate(_candidates(plan)):
             if round_ == 0:
                 if first[i] is None:
                     continue
@@ -150,14 +143,14 @@ def _combined(plan: Plan, opts: MemoryOptions, current: _Current,
                 # None: its device total is known to exceed 0.9 x the best, without its walk
                 fit = fit_or_misfit(new, opts, 0.9 * best_total)
             if fit is not MISFIT and fit[1] <= 0.9 * best_total:
-                step = (label, new, fit)
+                step = ((knob, label), new, fit)
                 break
         if step is None:
             return None
         # a later change of the same setting replaces the earlier one (2 GPUs, then 4: "4 GPUs")
-        labels = [lb for lb in labels if _knob(lb) != _knob(step[0])] + [step[0]]
+        labels = [kl for kl in labels if kl[0] != step[0][0]] + [step[0]]
         plan, fit = step[1], step[2]
         best_total = fit[1]
         if fit[1] <= fit[2]:
-            return _row(" + ".join(labels), fit, current)
+            return _row(" + ".join(label for _, label in labels), fit, current)
     return None
