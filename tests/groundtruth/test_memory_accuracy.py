@@ -122,7 +122,7 @@ def compare(plan, device: str) -> dict:
     """Estimate and measure one plan; return the row the test and the benchmark print."""
     from trainledger.verify.measure import measure_memory
 
-    est = estimate_memory(plan, MemoryOptions(device="cpu"), suggest=False)  # cpu and fake both run CPU kernels
+    est = estimate_memory(plan, MemoryOptions.for_run(device), suggest=False)
     meas = measure_memory(plan, device=device, steps=2)
     pred_terms = by_measured_category(est.breakdown)
     return {

@@ -233,9 +233,7 @@ def memory_cmd(device: str, steps: int, tolerance: float | None, as_json: bool, 
     _progress(f"estimating, then measuring {steps} step(s) of {plan.model.name} on {device}")
     from trainledger.estimate.options import EstimateOptions, MemoryOptions
 
-    # cpu and fake runs dispatch torch's CPU kernels (FakeTensors live on the CPU): predict those
-    host = MemoryOptions(device="cpu" if device in ("cpu", "fake") else "gpu")
-    est = estimate(plan, EstimateOptions(memory=host))
+    est = estimate(plan, EstimateOptions(memory=MemoryOptions.for_run(device)))
     predicted = est.memory.to_dict()
     comp = est.compute.to_dict() if est.compute is not None else {}
     predicted["step_time_s"], predicted["mfu"] = comp.get("step_time_s"), comp.get("mfu")

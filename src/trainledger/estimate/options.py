@@ -33,6 +33,12 @@ class MemoryOptions(Spec):
         "host, where torch's SDPA dispatches to other kernels (MLA's unequal head dims: math, not fused)"
     )
 
+    @classmethod
+    def for_run(cls, torch_device: str) -> "MemoryOptions":
+        """The options that predict a verification run on ``torch_device`` (cuda, cpu, or fake:
+        FakeTensors live on the CPU and dispatch its kernels)."""
+        return cls(device="cpu" if torch_device in ("cpu", "fake") else "gpu")
+
 
 class TimeOptions(Spec):
     """Overrides for the time model (issue 4)."""

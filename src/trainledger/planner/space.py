@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -177,20 +178,20 @@ def _interleaved(space: Space, cand, st: _State):
     best = None
     if lay.pp == 1:
         return None
-    stage = -(-L // lay.pp)
+    stage = math.ceil(L / lay.pp)
     if p.runtime.framework in ("megatron-core", "megatron-deepspeed"):
         # Megatron-LM's --num-layers-per-virtual-pipeline-stage must divide each stage's layers
-        # (the vendor tables' vp 5, 6, 10, 20: divisors of the stage depth)
+        # (the vendor tables' vp 5, 6, 10, 20: divisors of the stage depth); the loop below stops
+        # at the first v that is no faster
         if L % lay.pp:
             return None
-        tried = [v for v in range(2, min(stage, 16) + 1) if stage % v == 0]
+        tried = [v for v in range(2, stage + 1) if stage % v == 0]
     else:
         tried = [v for v in (2, 4, 8) if v <= stage]
     # the deepest chunk sets the bubble (estimate/time/step.py chunk_share): a v that leaves it as
     # deep as a smaller v did only adds point-to-point transfers
-    for v in [v for i, v in enumerate(tried) if i == 0 or -(-stage // v) < -(-stage // tried[i - 1])]:
-        if L < lay.pp * v:
-            break
+    depths = [math.ceil(stage / v) for v in tried]
+    for v in [v for i, v in enumerate(tried) if i == 0 or depths[i] < depths[i - 1]]:
         q = _make_plan(space, p.cluster, lay.tp, lay.pp, lay.dp_size, lay.zero, p.recipe.recompute,
                        lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
         if q is None:
@@ -323,13 +324,17 @@ def _beyond_budget(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, 
         if n <= missed:
             continue
         found = _count_search(space, gpu, per_node, net, n, st, [])
-        walls = [w for w in (c.wall_s(opts) for c in found) if w is not None]
-        if walls and min(walls) <= deadline:
+        if _meeting(found, opts, deadline):
             hit = _refine(space, gpu, per_node, net, lo, n, deadline, st, []) if n - lo > per_node else None
             return hit.plan.cluster.world_size if hit is not None else n
         if found:
             lo = n
     return None
+
+
+def _meeting(cands: list, opts: Any, deadline: float) -> list:
+    """The candidates whose wall time with interruptions is within the deadline."""
+    return [c for c in cands if (w := c.wall_s(opts)) is not None and w <= deadline]
 
 
 def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
@@ -342,7 +347,7 @@ def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int
         mid = (a + b) // 2
         found = _count_search(space, gpu, per_node, net, mid * per_node, st, [])
         opts = space.job.cost_options
-        ok = [c for c in found if c.wall_s(opts) is not None and c.wall_s(opts) <= deadline]
+        ok = _meeting(found, opts, deadline)
         if ok:
             best, b = min(ok, key=lambda c: c.wall_s(opts)), mid
         else:
@@ -389,8 +394,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         if not ok:
             return None
         c = evaluate(plan, space.job, mem)
-        w = c.wall_s(opts)
-        return c if w is not None and w <= deadline else None
+        return c if _meeting([c], opts, deadline) else None
 
     for key in fams:
         tp, pp, cp, ep, vp, _, _, _, mb = key
@@ -420,8 +424,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
     if best is None:
         return None
     found = _count_search(space, gpu, per_node, net, bound, st, [])
-    ok = [c for c in found if c.wall_s(opts) is not None and c.wall_s(opts) <= deadline] + [best]
-    return min(ok, key=lambda c: c.wall_s(opts))
+    return min(_meeting(found, opts, deadline) + [best], key=lambda c: c.wall_s(opts))
 
 
 def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:

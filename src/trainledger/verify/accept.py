@@ -135,9 +135,8 @@ def predicted_memory(plan: Any, device: str = "cuda") -> dict[str, Any] | None:
     from trainledger.estimate import estimate
     from trainledger.estimate.options import EstimateOptions, MemoryOptions
 
-    host = MemoryOptions(device="cpu" if device == "cpu" else "gpu")
     try:
-        return estimate(plan, EstimateOptions(memory=host)).memory.to_dict()
+        return estimate(plan, EstimateOptions(memory=MemoryOptions.for_run(device))).memory.to_dict()
     except TrainledgerError as exc:
         return {"error": str(exc)}
 

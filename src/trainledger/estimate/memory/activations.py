@@ -234,9 +234,9 @@ def _mla(x: _Layer, attention: str, kernel: str = "math") -> tuple[float, float,
         probs_copy = c * a if (attention == "eager" and c != FP32) else 0
         sh += x.inputs(a * dv, R, ("self_attn.o_proj",))
         return rep, sh + R * a * (2 * dq + dv), FP32 * a + probs_copy
-    if kernel == "padded":
+    if kernel == "padded":  # q, k and the padded v (3·d_q), the padded output (d_q), its lse
         sh += x.inputs(a * dv, c, ("self_attn.o_proj",))
-        return rep, sh + c * a * 3 * dq + c * a * dq + FP32 * a, 0.0
+        return rep, sh + c * a * (3 * dq + dq) + FP32 * a, 0.0
     sh += x.inputs(a * dv, c, ("self_attn.o_proj",), already_saved=True)
     return rep, sh + c * a * (2 * dq + dv) + c * a * dv + FP32 * a, 0.0
 

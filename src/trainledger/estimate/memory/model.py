@@ -369,7 +369,7 @@ def activations(plan: Plan, opts: MemoryOptions, parts: Parts) -> None:
     per_layer = []
     te = RT.framework(plan) == "megatron-core" and lora is None
     op_level = r.recompute == "selective" and RT.op_level_sac(plan)
-    mla = mla_kernel(m, r.attention, RT.framework(plan), opts.device) if m.mla is not None else "math"
+    mla = mla_kernel(m, r.attention, RT.framework(plan), opts.device)
     for (moe_layer, masked), count in _layer_kinds(plan).items():
         if te and not moe_layer:  # Transformer Engine's fused modules (te_layer_bytes)
             lb = te_layer_bytes(m, r.policy["compute"] == "fp8", r.dropout > 0)

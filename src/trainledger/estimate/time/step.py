@@ -337,7 +337,7 @@ def chunk_share(plan: Plan) -> float:
     if lay.vp <= 1:
         return 1.0
     layers = Stage.of(plan).layers
-    return -(-layers // lay.vp) / layers
+    return math.ceil(layers / lay.vp) / layers
 
 
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
@@ -664,11 +664,11 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
                      f"stages, the bubble is {100 * bubble / step:.0f}% of the step; --grad-accum {p4} "
                      f"(1F1B idles {100 * (lay.pp - 1) / (p4 + lay.pp - 1):.0f}%) or interleaved stages (--vp) "
                      "shrink it")
-    if lay.vp > 1 and chunk_share(plan) * lay.vp > 1:
-        layers = Stage.of(plan).layers
+    layers = Stage.of(plan).layers
+    if lay.vp > 1 and layers % lay.vp:
         notes.append(f"uneven virtual stages: {layers} layers per stage in {lay.vp} chunks, the deepest "
-                     f"{-(-layers // lay.vp)} layers deep, sets the bubble; Megatron-LM needs --vp to divide "
-                     "the stage's layers")
+                     f"{math.ceil(layers / lay.vp)} layers deep, sets the bubble; Megatron-LM needs --vp to "
+                     "divide the stage's layers")
     if retry.pressure.note():
         notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
                      f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")
