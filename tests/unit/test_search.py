@@ -64,6 +64,31 @@ def test_rank_by_gpus_and_cost():
     assert costs == sorted(costs)
 
 
+def test_kept_and_rejected_plans_agree_with_the_full_memory_estimate(small):
+    """The search decides fit by the walk's figures alone and builds a candidate's memory estimate
+    when it is read: both must be the full estimate's, and the headroom risk reads the same total."""
+    from trainledger.estimate.memory import estimate_memory
+    from trainledger.planner.candidates import RISK_HEADROOM, memory_options
+
+    for c in small.plans:
+        assert c.memory_estimate is None or c.memory_estimate is c.memory
+        full = estimate_memory(c.plan, memory_options(), suggest=False)
+        assert c.memory.to_dict() == full.to_dict() and c.memory.fits
+        thin = 1 - full.device_total_bytes / full.usable_bytes < RISK_HEADROOM
+        assert thin == any("headroom" in r for r in c.risks)
+    # a count with no fitting layout reports the most memory-saving layout's figures (32k tokens
+    # of an 8B on 40 GB parts: the 8-GPU count fits nothing)
+    res = search(Job(model="llama-3.1-8b", tokens=1e9, global_batch=16, seq_len=32768, max_gpus=8,
+                     gpus=("a100-sxm-40gb",)))
+    miss = [r for r in res.rejected if r.plan is not None and "needs" in r.reason]
+    assert miss
+    for r in miss:
+        full = estimate_memory(r.plan, memory_options(), suggest=False)
+        assert not full.fits
+        assert f"needs {full.device_total_bytes / 2**30:.1f} GiB" in r.reason
+        assert f"has {full.budget_bytes / 2**30:.1f} usable" in r.reason
+
+
 def test_risks_flag_thin_headroom():
     res = search(Job(model="llama-3.1-8b", tokens=1e9, global_batch=64, max_gpus=16,
                      gpus=("h100-sxm",), headroom=0.0, top=50))

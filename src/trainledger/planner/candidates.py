@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainledger.errors import CatalogError, TrainledgerError
-from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory import estimate_memory, fit_bytes
 from trainledger.estimate.options import CostOptions, MemoryOptions
 from trainledger.estimate.run.cost import usd_per_gpu_hour
+from trainledger.estimate.stage import pipeline_role
 from trainledger.estimate.time import ComputeEstimate, TimeEstimate, estimate_compute, estimate_time
 from trainledger.load.catalog import load_network
 from trainledger.spec.cluster import Cluster, GpuSpec, NetworkSpec
@@ -62,13 +63,23 @@ class Candidate:
     """A plan that fits, with its estimate summary and risks."""
 
     plan: Plan
-    memory: Any
     compute: ComputeEstimate
     time: TimeEstimate | None
     usd_per_gpu_hour: float | None
     risks: list[str] = field(default_factory=list)
     pareto: bool = False
     wall_factor: float | None = None  # T_w / T_s with interruptions (estimate/goodput.py), set by the deadline check
+    #: the plan's memory estimate, built when first read (``memory``): a search measures thousands
+    #: of candidates, decides and ranks them by their fit figures and step times, and shows a few
+    memory_estimate: Any = field(default=None, repr=False)
+
+    @property
+    def memory(self) -> Any:
+        """The plan's full memory estimate (terms, phases, timeline, notes)."""
+        if self.memory_estimate is None:
+            with pipeline_role(None):  # the whole plan (the busier stage), wherever it is read
+                self.memory_estimate = estimate_memory(self.plan, memory_options(), suggest=False)
+        return self.memory_estimate
 
     @property
     def total_s(self) -> float | None:
@@ -133,11 +144,12 @@ def layout_dict(plan: Plan) -> dict[str, Any]:
             "grad_accum": r.grad_accum, "recompute": r.recompute, "sp": lay.sp}
 
 
-def plan_risks(plan: Plan, mem: Any, comp: ComputeEstimate) -> list[str]:
-    """Risks of a plan that fits: thin headroom, TP over slow links, Ethernet, bubble, comm."""
+def plan_risks(plan: Plan, device_total: int, comp: ComputeEstimate) -> list[str]:
+    """Risks of a plan that fits (``device_total``: its device bytes, ``MemoryEstimate.
+    device_total_bytes``): thin headroom, TP over slow links, Ethernet, bubble, comm."""
     out = []
     cl, lay = plan.cluster, plan.layout
-    left = 1 - mem.device_total_bytes / mem.usable_bytes
+    left = 1 - device_total / cl.gpu.usable_bytes
     if left < RISK_ALLOCATOR:
         out.append(f"headroom {100 * left:.1f}% < {100 * RISK_ALLOCATOR:.0f}%: the caching allocator "
                    "will retry (free its cache and synchronize); FSDP steps measured 38% slower with "
@@ -189,18 +201,23 @@ def cluster_for(gpu: GpuSpec, per_node: int, n: int, net: NetworkSpec) -> Cluste
                    inter=net if nodes > 1 else None, nics_per_node=min(size, 8))
 
 
+#: the planner's memory options (frozen: one instance serves every plan it measures)
+_MEMORY_OPTIONS = MemoryOptions(suggestions=False)
+
+
 def memory_options() -> MemoryOptions:
-    return MemoryOptions(suggestions=False)
+    return _MEMORY_OPTIONS
 
 
-def evaluate(plan: Plan, job: Job, mem: Any | None = None) -> Candidate:
-    """Estimate one plan that fits: memory, compute, time, price, risks."""
-    mem = mem or estimate_memory(plan, memory_options(), suggest=False)
+def evaluate(plan: Plan, job: Job, device_total: int | None = None) -> Candidate:
+    """Estimate one plan that fits: compute, time, price, risks (its memory estimate when read).
+    ``device_total``: the device bytes its memory estimate reports, when the caller has them."""
+    total = fit_bytes(plan, memory_options())[1] if device_total is None else device_total
     comp = estimate_compute(plan, job.time_options)
     tm = estimate_time(plan, comp)
-    return Candidate(plan=plan, memory=mem, compute=comp, time=tm,
+    return Candidate(plan=plan, compute=comp, time=tm,
                      usd_per_gpu_hour=cached_usd_per_gpu_hour(plan.cluster.gpu.name, job.cost_options),
-                     risks=plan_risks(plan, mem, comp))
+                     risks=plan_risks(plan, total, comp))
 
 
 _USD: dict[tuple[str, CostOptions], float | None] = {}

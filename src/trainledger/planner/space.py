@@ -9,7 +9,7 @@ from typing import Any
 
 from trainledger.spec.cluster import GpuSpec, NetworkSpec
 from trainledger.errors import TrainledgerError
-from trainledger.estimate.memory import estimate_memory
+from trainledger.estimate.memory import fit_bytes, fit_or_misfit
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
@@ -118,10 +118,14 @@ def _ep_values(space: Space, dp_cp: int) -> list[int]:
     return [1] + wide[-1:]
 
 
-def _fits(plan: Plan, st: _State):
+def _fits(plan: Plan, st: _State) -> int | None:
+    """The device total of ``plan`` if it fits, else None: the device total and budget that
+    ``estimate_memory`` reports, from the memory walk alone (``fit_or_misfit``: no terms, timeline,
+    notes or allocator note, and no walk at all where the resident states or the forward-end moment
+    already exceed the budget); a candidate builds its full memory estimate when it is read."""
     st.evaluated += 1
-    mem = estimate_memory(plan, memory_options(), suggest=False)
-    return mem.fits, mem
+    fit = fit_or_misfit(plan, memory_options())
+    return fit[1] if fit is not None and fit[1] <= fit[2] else None
 
 
 def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
@@ -135,9 +139,10 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
-    ok, mem = _fits(probe, st)
-    if not ok:
-        last_fail.append((probe, mem))
+    st.evaluated += 1
+    fit = fit_bytes(probe, memory_options())  # (peak, device total, budget): a miss reports them
+    if fit[1] > fit[2]:
+        last_fail.append((probe, fit))
         return []
     out = []
     for zero, recompute, offload in KNOBS:
@@ -145,21 +150,21 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
         if lo_plan is None:
             continue
-        ok, mem = _fits(lo_plan, st)
-        if not ok:
+        lo_total = _fits(lo_plan, st)
+        if lo_total is None:
             continue
-        best_plan, best_mem = lo_plan, mem
+        best_plan, best_total = lo_plan, lo_total
         for b in mbs[1:]:
             p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, b, 1, cp, ep)
             if p is None:
                 break
-            ok, mem = _fits(p, st)
-            if not ok:
+            total = _fits(p, st)
+            if total is None:
                 break
-            best_plan, best_mem = p, mem
-        out.append(evaluate(best_plan, space.job, best_mem))
+            best_plan, best_total = p, total
+        out.append(evaluate(best_plan, space.job, best_total))
         if pp > 1 and best_plan is not lo_plan:  # more, smaller micro-batches shrink the bubble
-            out.append(evaluate(lo_plan, space.job, mem if best_plan is lo_plan else None))
+            out.append(evaluate(lo_plan, space.job, lo_total))
         if recompute == "none" and offload == "none":
             break  # the cheapest knobs fit: the costlier ones only add time
     return out
@@ -196,10 +201,10 @@ def _interleaved(space: Space, cand, st: _State):
                        lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
         if q is None:
             break
-        ok, mem = _fits(q, st)
-        if not ok:
+        total = _fits(q, st)
+        if total is None:
             break
-        c = evaluate(q, space.job, mem)
+        c = evaluate(q, space.job, total)
         if best is not None and c.compute.step_time_s >= best.compute.step_time_s:
             break
         best = c
@@ -239,10 +244,10 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                     break  # deeper pipelines only add bubble from here on
     if not found:
         if fails:
-            plan, mem = min(fails, key=lambda f: f[1].device_total_bytes)
-            rejected.append(Rejected(plan, f"needs {mem.device_total_bytes / GIB:.1f} GiB per GPU "
+            plan, (_, total, budget) = min(fails, key=lambda f: f[1][1])
+            rejected.append(Rejected(plan, f"needs {total / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "
-                                     f"{mem.budget_bytes / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
+                                     f"{budget / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
         else:
             rejected.append(Rejected(None, f"no layout divides global batch {space.global_batch} "
                                      f"over {n} GPUs", gpu.name, n, space.framework or space.job.framework))
@@ -390,19 +395,23 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         plan = _make_plan(space, cluster_for(gpu, per_node, n, net), tp, pp, dp, zero, rc, off, mb, vp, cp, ep)
         if plan is None:
             return None
-        ok, mem = _fits(plan, st)
-        if not ok:
+        total = _fits(plan, st)
+        if total is None:
             return None
-        c = evaluate(plan, space.job, mem)
+        c = evaluate(plan, space.job, total)
         return c if _meeting([c], opts, deadline) else None
 
     for key in fams:
         tp, pp, cp, ep, vp, _, _, _, mb = key
         width = tp * pp * cp
         dps = []
-        for n in range(per_node * (missed.get(key, 0) // per_node + 1), bound, per_node):
+        # whole-node counts above the largest missed one that the replica divides: the multiples
+        # of lcm(node, replica) from there
+        step = math.lcm(per_node, width)
+        start = per_node * (missed.get(key, 0) // per_node + 1)
+        for n in range(-(-start // step) * step, bound, step):
             dp = n // width
-            if n % width or (dp * cp) % ep:
+            if (dp * cp) % ep:
                 continue
             if _global_batch(space.global_batch, _batch_unit(mb, dp, pp, vp), tol) is None:
                 continue

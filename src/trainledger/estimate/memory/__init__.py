@@ -15,7 +15,9 @@ from trainledger.units import gib
 from trainledger.estimate.memory import runtimes as RT
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.model import Parts
-from trainledger.estimate.memory.phases import Peak, Point, allocator_pressure, peak_bytes, step_points
+from trainledger.estimate.memory.phases import (
+    Peak, Point, allocator_pressure, fit_bytes, fit_or_misfit, peak_bytes, step_points,
+)
 from trainledger.estimate.memory.pressure import Pressure
 from trainledger.estimate.memory.result import MEASURED_CATEGORY, MemoryEstimate, by_measured_category
 from trainledger.estimate.memory.suggest import suggestions
@@ -23,7 +25,8 @@ from trainledger.estimate.stage import current_role, pipeline_role
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.terms import Term
 
-__all__ = ["MEASURED_CATEGORY", "SOURCES", "MemoryEstimate", "by_measured_category", "estimate_memory"]
+__all__ = ["MEASURED_CATEGORY", "SOURCES", "MemoryEstimate", "by_measured_category", "estimate_memory", "fit_bytes",
+           "fit_or_misfit"]
 
 #: term -> (formula source, assumptions); shown with every breakdown entry.
 SOURCES: dict[str, tuple[str, str]] = {
