@@ -239,8 +239,15 @@ def mosaic_cases() -> list[Case]:
         # llm-foundry's MPT trains with flash-attn's fused cross-entropy unless a yaml says otherwise
         # (llmfoundry/models/mpt/modeling_mpt.py ``ComposerMPTCausalLM``: loss_fn defaults to
         # 'fused_crossentropy'; the benchmark yamls, scripts/train/benchmarking, set no loss_fn)
+        # Full recompute: llm-foundry's yamls checkpoint non-reentrantly (activation_checkpointing_
+        # reentrant: false), whose early stop exists from torch 2.1. The A100 80 GB amp_bf16 rows were
+        # rerun on the mosaicml/pytorch:2.1.0_cu121 image (scripts/train/benchmarking/sweep.sh
+        # @ b2a43a1, 2023-10-19, the commit that rewrote that table); the 40 GB table and the 80 GB
+        # 70B bf16/PURE rows date from 5f43bf160 (2023-05-03), whose setup.py pins torch==1.13.1
+        early_stop = s["gpu_type"] == "a100_80gb" and s["precision"] == "amp_bf16"
         p = p.model_copy(update={"runtime": Runtime(framework="pytorch-fsdp", fused_loss=True,
-                                                    reduce_dtype=reduce)})
+                                                    reduce_dtype=reduce,
+                                                    checkpoint_early_stop=early_stop)})
         out.append(Case(c["id"], "mosaicml", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out
@@ -346,6 +353,9 @@ TITAN_LOSS_COMPILED_FROM = 2504
 #: torchtitan's AdamW is fused from 2025-02-24 on ([optimizer] implementation = "fused" by default:
 #: pytorch/torchtitan PR #881, commit 6e4988550); before it torch's foreach AdamW
 TITAN_FUSED_ADAMW_FROM = 2502
+#: torchtitan's full AC passes early_stop=False to torch's non-reentrant checkpoint from 2025-08-29 on
+#: (pytorch/torchtitan PR #1580, commit 25413d224); the tables before it ran torch's default, early stop
+TITAN_NO_EARLY_STOP_FROM = 2508
 
 
 def torchtitan_cases() -> list[Case]:
@@ -388,9 +398,10 @@ def torchtitan_cases() -> list[Case]:
         # forward to avoid per-microbatch all-gathers": torchtitan/models/llama/parallelize_llama.py
         # ``apply_fsdp`` @ b5bcd76, ``reshard_after_forward = False`` when pp_enabled)
         compiled_loss = "compile" in text and int(c["id"].split("-")[1]) >= TITAN_LOSS_COMPILED_FROM
-        p = p.model_copy(update={"runtime": Runtime(framework="fsdp2", loss_parallel=tp > 1,
-                                                    reshard_after_forward=pp == 1,
-                                                    fused_loss=compiled_loss)})
+        p = p.model_copy(update={"runtime": Runtime(
+            framework="fsdp2", loss_parallel=tp > 1, reshard_after_forward=pp == 1,
+            fused_loss=compiled_loss,
+            checkpoint_early_stop=int(c["id"].split("-")[1]) < TITAN_NO_EARLY_STOP_FROM or None)})
         opts = TimeOptions(runtime="megatron" if "compile" in text else None,
                            tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None)
         out.append(Case(c["id"], "torchtitan", p, opts, "tokens_per_s_per_gpu",

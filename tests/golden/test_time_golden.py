@@ -22,6 +22,7 @@ from trainledger.load.hf import from_hf_config
 from trainledger.spec.layout import Layout
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
+from trainledger.spec.runtime import Runtime
 
 DAY = 86400.0
 
@@ -41,7 +42,9 @@ def gpt3_plan(model, B=1536, gpus=1024, tp=8, pp=16):
                  inter=load_network("ib-hdr"))
     rec = Recipe(method="pretrain", precision="fp16-mixed", seq_len=2048, micro_batch=1,
                  global_batch=B, recompute="full", attention="eager")
-    return Plan(model=model, recipe=rec, layout=Layout(tp=tp, pp=pp), cluster=cl)
+    # Megatron's full recompute (its own checkpoint function re-runs the whole layer), as eq. 3 counts
+    return Plan(model=model, recipe=rec, layout=Layout(tp=tp, pp=pp), cluster=cl,
+                runtime=Runtime(framework="megatron-core"))
 
 
 def test_narayanan_eq3_by_hand_for_gpt3_175b():

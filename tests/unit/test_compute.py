@@ -16,6 +16,7 @@ from trainledger.load.hf import from_hf_config, load_model
 from trainledger.spec.layout import Layout
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
+from trainledger.spec.runtime import Runtime
 
 
 def gpt(h=1024, L=4, a=16, V=5000, s=512, **kw):
@@ -48,12 +49,16 @@ def test_gpt_model_flops_equal_narayanan_eq3_without_recompute():
 
 
 def test_full_recompute_eager_hardware_flops_equal_narayanan_96():
+    """Eq. 3 counts Megatron's full recompute, which re-runs every GEMM of the layer; torch's early
+    stop (the hf stack's default) leaves the MLP's second GEMM, 2·4h·h per token and layer, out."""
     m = gpt()
     p = mkplan(m, attention="eager", recompute="full")
-    f = step_flops(p)
+    mega = p.model_copy(update={"runtime": Runtime(framework="megatron-core")})
     expect = narayanan_flops_per_iteration(p.global_batch, 512, 4, 1024, 5000, recompute=True)
-    assert f.hardware == pytest.approx(expect, rel=1e-12)
-    assert f.model < f.hardware  # MFU excludes recomputation, HFU includes it
+    assert step_flops(mega).hardware == pytest.approx(expect, rel=1e-12)
+    down = 2 * 4 * 1024 * 1024 * 4 * p.tokens_per_step  # 2·(4h·h) per token, 4 layers
+    assert step_flops(p).hardware == pytest.approx(expect - down, rel=1e-12)
+    assert step_flops(p).model < step_flops(p).hardware  # MFU excludes recomputation, HFU includes it
 
 
 def test_causal_saving_is_half_the_score_matrix():

@@ -70,6 +70,7 @@ class PlanInputs(Spec):
     fused_loss: bool = _RUNTIME["fused_loss"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
+    checkpoint_early_stop: bool | None = _RUNTIME["checkpoint_early_stop"]
     stack_version: str | None = _RUNTIME["stack_version"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]

@@ -19,6 +19,7 @@ import yaml
 from trainledger import __version__
 from trainledger.errors import SpecError, did_you_mean
 from trainledger.spec.plan import Plan
+from trainledger.estimate.time.compute import checkpoint_stops_early
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.units import GIB
 from trainledger.runconfig.arch import decoder_layer_class
@@ -348,6 +349,8 @@ def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str,
     }
     if r.recompute == "full":
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+        if not checkpoint_stops_early(plan):  # torch's checkpoint takes it as a keyword (default True)
+            args["gradient_checkpointing_kwargs"]["early_stop"] = False
     if r.optimizer == "sgd-momentum":
         args["optim_args"] = "momentum=0.9"
     if r.train_tokens:

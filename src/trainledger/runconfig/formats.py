@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainledger.errors import PlanError, SpecError
+from trainledger.estimate.time.stack import stack_values
 
 _AUTO = "auto"
 
@@ -47,7 +48,13 @@ class ImportResult:
     def merged(self) -> dict[str, Any]:
         """Header inputs (lowest priority), overridden by what the files' own keys say."""
         out = dict(self.header)
+        fw = self.inputs.get("framework") or self.header.get("framework") or "hf"
         for k, v in self.inputs.items():
+            if (k == "checkpoint_early_stop" and self.header.get(k) is None
+                    and v == stack_values(fw, "").get(k)):
+                # a file states the checkpoint's early stop (our exports do, so that the launcher
+                # runs what was priced); the stack's own default is no choice of the user's
+                continue
             if k in self.header and self.header[k] != v:
                 self.notes.append(f"{k}: {self.sources[k]} says {v!r}, its trainledger header says "
                                   f"{self.header[k]!r} (edited after export?) — using {v!r}")
@@ -352,6 +359,14 @@ def read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None:
     for key in ("gradient_checkpointing", "activation_checkpointing"):  # the latter: transformers >= 5
         if key in d:
             res.set("recompute", "full" if d[key] else "none", where)
+        kw = d.get(key + "_kwargs")
+        if isinstance(kw, dict):
+            # passed to torch.utils.checkpoint.checkpoint: reentrant never stops early; non-reentrant
+            # does unless early_stop=False (torch >= 2.1); not stated: the stack's default
+            if kw.get("use_reentrant") is True:
+                res.set("checkpoint_early_stop", False, where)
+            elif "early_stop" in kw:
+                res.set("checkpoint_early_stop", bool(kw["early_stop"]), where)
     if "optim" in d:
         o = str(d["optim"])
         mapped = OPTIM_FROM_HF.get(o)

@@ -109,6 +109,11 @@ class Runtime(Spec):
     fp8_params: bool = Field(
         False, description="megatron with fp8-mixed: weights stored as Transformer Engine fp8 tensors "
         "(Megatron --fp8-param-gather, NeMo fp8_params) instead of bf16 plus TE's cached fp8 copies")
+    checkpoint_early_stop: bool | None = Field(
+        None, description="full recomputation through torch's non-reentrant checkpoint (torch >= 2.1), "
+        "which stops re-running a layer once the tensors its backward needs are rebuilt: the last "
+        "GEMM of a pre-norm block (MLP down) is not recomputed; False = reentrant or a stack's own "
+        "checkpoint (Megatron, DeepSpeed, transformers < 5 by default, torch < 2.1) [the stack's default]")
     stack_version: str | None = Field(
         None, min_length=1, max_length=80, pattern=r"^[\w.@/+ :-]+$",
         description="the stack's release, e.g. nemo-24.07, megatron-core-0.12, 'torchtitan b5bcd76 torch-2.6': "
@@ -142,6 +147,8 @@ class Runtime(Spec):
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
         if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
+        if self.checkpoint_early_stop is not None:
+            d["checkpoint_early_stop"] = self.checkpoint_early_stop
         if self.framework == "megatron-core" or self.fused_loss:
             d["fused_loss"] = self.fused_loss
         if self.is_megatron:

@@ -299,18 +299,60 @@ def recompute_fraction(plan: Plan) -> float:
     return min(1.0, r.recompute_layers / plan.model.num_layers)
 
 
+def early_stop_skips(m: ModelSpec, kind: LayerKind, dropout: float) -> tuple[Gemm, ...]:
+    """GEMMs of one layer that a full recomputation with early stop does not run again.
+
+    torch's non-reentrant checkpoint (torch >= 2.1) counts the tensors the layer's backward will
+    unpack and stops re-running the forward once the last of them is rebuilt
+    (torch/utils/checkpoint.py, ``_StopRecomputationError``; ``set_checkpoint_early_stop``). A
+    pre-norm block ends in ``h + down(act(...))``: the down projection saves its input and its
+    output feeds only the residual add, which saves nothing, so the down GEMM is never recomputed.
+    Nothing is skipped when a norm follows the MLP (post-norm, sandwich norms: the norm saves its
+    input), when dropout does (its mask comes from running it), or in an MoE layer (the combine
+    weighs the expert outputs by the router's probabilities and saves them for that gradient).
+    """
+    if kind.is_moe or dropout > 0 or m.post_norm_only or m.norms_per_layer > 2:
+        return ()
+    return tuple(g for g in kind.gemms if g.name == "down")
+
+
+@lru_cache(maxsize=64)
+def _stack_stops_early(framework: str, family: str) -> bool:
+    return bool(stack_values(framework, family).get("checkpoint_early_stop", False))
+
+
+def checkpoint_stops_early(plan: Plan) -> bool:
+    """Whether the plan's full recomputation stops early: ``Runtime.checkpoint_early_stop``, else
+    the stack's default (catalog/efficiency/stacks/*.yaml)."""
+    v = plan.runtime.checkpoint_early_stop
+    if v is not None:
+        return v
+    return _stack_stops_early(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
+
+
+def early_stop_flops_per_token(plan: Plan) -> float:
+    """Forward GEMM FLOPs per token, all layers, that early stop leaves out of a full recompute."""
+    if plan.recipe.recompute != "full" or not checkpoint_stops_early(plan):
+        return 0.0
+    m, drop = plan.model, plan.recipe.dropout
+    return sum(kind.count * sum(g.flops_per_token for g in early_stop_skips(m, kind, drop))
+               for kind in layer_kinds(m))
+
+
 def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: float,
                               adapters: float) -> float:
     """Extra forward FLOPs per token from activation recomputation (Korthikanti et al. 2022).
 
     full: every checkpointed layer's forward runs again (lm_head is not recomputed, as in
-    Narayanan eq. 3). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
+    Narayanan eq. 3), but for the GEMMs an early-stopping checkpoint skips
+    (:func:`early_stop_skips`). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
     a flash kernel, which keeps no scores to begin with — plus the share of GEMM forwards the
     stack's selective policy recomputes (torchtitan's op-level SAC: every second matmul).
     """
     r = plan.recipe
     if r.recompute == "full":
-        return recompute_fraction(plan) * (layers_fwd + attn_executed + adapters)
+        return recompute_fraction(plan) * (layers_fwd - early_stop_flops_per_token(plan)
+                                           + attn_executed + adapters)
     out = 0.0
     if r.recompute == "selective" and not uses_flash(r.attention):
         out += attn_executed

@@ -18,7 +18,9 @@ framework on one GPU family (catalog/efficiency/stacks/<framework>.yaml):
   parameter tensor where parameters are DTensors (FSDP2): the step takes the longer of the two;
 * the HBM bytes of its cross-entropy loss per logit (Megatron's unfused vocab-parallel loss makes
   more passes over fp32 logits than PyTorch's log-softmax);
-* a fixed host cost per optimizer step.
+* a fixed host cost per optimizer step;
+* whether its full recomputation stops early (torch's non-reentrant checkpoint) or re-runs the
+  whole layer (``Runtime.checkpoint_early_stop`` overrides it per plan).
 
 The user's overrides (``TimeOptions``: ``--runtime`` for the kernels, ``--tp-comm-overlap``,
 ``--no-grad-overlap``, ``--matmul-efficiency``) win over the profile. The power limit of the GPU
@@ -66,6 +68,7 @@ class StackProfile:
     host_step_s: float
     optimizer_dispatch_s: float = 0.0  # host seconds per parameter tensor per optimizer op (DTensor)
     selective_gemms: float = 0.0
+    checkpoint_early_stop: bool = False  # full recompute stops at the last tensor the backward needs
     cp_rotate: str = "ring"        # 'ring' (P2P per step) | 'allgather' (one gather per layer)
     cp_kv_expanded: bool = False   # K/V exchanged after repeat_kv (n_heads, not n_kv_heads)
     cp_merge_bytes: tuple[float, float] = (0.0, 0.0)   # (fwd, bwd) bytes per output element per CP step
@@ -104,6 +107,7 @@ class StackProfile:
             "adamw_kernel": "fused" if self.adamw_fused else "foreach", "host_step_s": self.host_step_s,
             "optimizer_dispatch_s": self.optimizer_dispatch_s,
             "selective_recompute_gemms": self.selective_gemms,
+            "checkpoint_early_stop": self.checkpoint_early_stop,
             "cp_rotate": self.cp_rotate, "cp_kv_expanded": self.cp_kv_expanded,
             "cp_merge_bytes": list(self.cp_merge_bytes),
             "cp_merge_bytes_fused": list(self.cp_merge_bytes_fused) if self.cp_merge_bytes_fused else None,
@@ -193,6 +197,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
                     optimizer_dispatch_s=float(v.get("optimizer_dispatch_s", 0.0)),
                     host_step_s=float(v.get("host_step_s", link_efficiency().step_overhead_s)),
                     selective_gemms=float(v.get("selective_recompute_gemms", 0.0)),
+                    checkpoint_early_stop=bool(v.get("checkpoint_early_stop", False)),
                     cp_rotate=str(v.get("cp_rotate", "ring")),
                     cp_kv_expanded=bool(v.get("cp_kv_expanded", False)),
                     cp_merge_bytes=(float((v.get("cp_merge_bytes") or {}).get("fwd", 0.0)),

@@ -35,8 +35,8 @@ from trainledger.spec.layers import stage_tensors
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
-from trainledger.estimate.time.compute import (FlopCount, layer_kinds, lora_gemms, recompute_fraction,
-                                              step_flops)
+from trainledger.estimate.time.compute import (FlopCount, checkpoint_stops_early, layer_kinds, lora_gemms,
+                                              recompute_fraction, step_flops)
 from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
                                                  link_efficiency, wave_efficiency)
 from trainledger.estimate.options import TimeOptions
@@ -583,7 +583,7 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     else:
         work = stage_work(plan, eff, peak_mm * clk, peak16 * clk, dtype, prof.kernels,
                           prof.selective_gemms, prof.xent_bytes(plan.runtime.fused_loss),
-                          prof.lora_fp32_adapters)
+                          prof.lora_fp32_adapters, checkpoint_stops_early(plan))
         if shared_work is not None:
             shared_work.append(work)
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)

@@ -27,8 +27,8 @@ from functools import lru_cache
 
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
-from trainledger.estimate.time.compute import (Gemm, layer_kinds, lm_head_gemm, lora_gemms, recompute_fraction,
-                      skips_masked_blocks, uses_flash)
+from trainledger.estimate.time.compute import (Gemm, early_stop_skips, layer_kinds, lm_head_gemm, lora_gemms,
+                                              recompute_fraction, skips_masked_blocks, uses_flash)
 from trainledger.estimate.time.efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
 
 #: Streaming bytes per element of the layer's small ops, (forward, backward), by runtime.
@@ -193,7 +193,8 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
 
 def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
                matmul_dtype: str, runtime: str = "hf", selective_gemms: float = 0.0,
-               xent_bytes: float | None = None, lora_fp32_adapters: bool = False) -> StageWork:
+               xent_bytes: float | None = None, lora_fp32_adapters: bool = False,
+               early_stop: bool = False) -> StageWork:
     """Compute seconds of one micro-batch (fwd + bwd + recompute) on the busiest stage.
 
     ``selective_gemms``: the stack's meaning of ``recompute=selective`` beyond the attention core —
@@ -203,6 +204,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     backward of the cross-entropy on the lm_head's logits; None: ``XENT_BYTES_PER_VOCAB``).
     ``lora_fp32_adapters``: the stack runs LoRA through peft, whose adapters of a 16-bit base are
     fp32 (their casts and sums: ``PEFT_FP32_ADAPTER_BYTES``).
+    ``early_stop``: full recomputation stops once the backward's tensors are rebuilt, leaving out
+    the layer's trailing GEMM (:func:`compute.early_stop_skips`).
     """
     m, r, lay, gpu = plan.model, plan.recipe, plan.layout, plan.cluster.gpu
     s, b, tp, pp, cp, ep = r.seq_len, r.micro_batch, lay.tp, lay.pp, lay.cp, lay.ep
@@ -234,6 +237,10 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
             t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
                                               lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+        skips = early_stop_skips(m, kind, r.dropout) if (early_stop and rc) else ()
+        t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm) if skips else 0.0
+        if skips and hp_share:
+            t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_skip)
         t_lora = 0.0
         if frozen:
             adapters = lora_gemms(m, kind, r.lora_targets, r.lora_rank)
@@ -246,7 +253,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         if r.method == "qlora":  # dequantize nf4 -> bf16 before each use: read 0.5, write 2 bytes
             nparams = sum(g.k * g.n * (g.experts or 1) for g in base) / tp
             t_main += nparams * 2.5 / (hbm * eff.hbm)
-        mm += nl * (t_main * (1 + bwd_w + rc + sel) + t_lora * ((3.0 + rc) if training else 1.0))
+        mm += nl * (t_main * (1 + bwd_w + rc + sel) - rc * t_skip
+                    + t_lora * ((3.0 + rc) if training else 1.0))
         att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
         moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size

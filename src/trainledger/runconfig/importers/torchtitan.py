@@ -7,7 +7,7 @@ pytorch/torchtitan): ``[model] name, flavor, converters``; ``[training] local_ba
 ``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree (-1: the rest),
 fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, context_parallel_degree, expert_parallel_degree, disable_loss_parallel``;
-``[activation_checkpoint] mode, selective_ac_option``; ``[float8]``; ``[optimizer] name``.
+``[activation_checkpoint] mode, selective_ac_option, early_stop``; ``[float8]``; ``[optimizer] name``.
 
 torchtitan runs FSDP2 (``fully_shard``) with DTensor tensor parallelism: framework ``fsdp2``.
 Model flavors map to presets by their published dimensions (torchtitan/models/llama3/__init__.py
@@ -51,7 +51,8 @@ KNOWN = {
                     "pipeline_parallel_microbatch_size", "pipeline_parallel_split_points",
                     "pipeline_parallel_layers_per_stage", "context_parallel_rotate_method",
                     "expert_tensor_parallel_degree"},
-    "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"},
+    "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
+                              "early_stop"},
     "compile": {"enable", "components", "backend"},
     "optimizer": {"name", "lr", "eps", "beta1", "beta2", "weight_decay", "implementation"},
 }
@@ -103,6 +104,8 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("recompute", "none", where)
     elif mode == "full":
         res.set("recompute", "full", where)
+    if "early_stop" in ac:  # torchtitan >= 2025-08-29 (PR #1580): torch's checkpoint early stop, off by default
+        res.set("checkpoint_early_stop", bool(ac["early_stop"]), where)
     elif mode == "selective":
         opt = str(ac.get("selective_ac_option", "2"))
         if opt == "op":
