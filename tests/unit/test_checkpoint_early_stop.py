@@ -203,3 +203,12 @@ def test_trainer_export_carries_early_stop_off():
     n_off = _matmuls(cfg, None, off["gradient_checkpointing_kwargs"])
     n_on = _matmuls(cfg, None, on["gradient_checkpointing_kwargs"])
     assert n_off - n_on == 2
+
+
+def test_the_estimate_says_whether_the_recompute_stops_early():
+    def notes(**kw):
+        return " ".join(estimate_compute(_plan(**kw), TimeOptions()).notes)
+    assert "stops early" in notes(checkpoint_early_stop=True)
+    assert "stops early" not in notes(checkpoint_early_stop=False)
+    assert "re-runs every GEMM" in notes(model="mixtral-8x7b", checkpoint_early_stop=True)
+    assert "early" not in notes(recompute="none", checkpoint_early_stop=True)

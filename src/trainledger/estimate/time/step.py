@@ -35,8 +35,8 @@ from trainledger.spec.layers import stage_tensors
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
-from trainledger.estimate.time.compute import (FlopCount, checkpoint_stops_early, layer_kinds, lora_gemms,
-                                              recompute_fraction, step_flops)
+from trainledger.estimate.time.compute import (FlopCount, checkpoint_stops_early, early_stop_flops_per_token,
+                                              layer_kinds, lora_gemms, recompute_fraction, step_flops)
 from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
                                                  link_efficiency, wave_efficiency)
 from trainledger.estimate.options import TimeOptions
@@ -672,6 +672,15 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     if retry.pressure.note():
         notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
                      f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")
+    if plan.recipe.is_training and plan.recipe.recompute == "full":
+        skips = early_stop_flops_per_token(plan)
+        if skips:
+            notes.append("full recomputation stops early (torch's non-reentrant checkpoint): each layer's "
+                         "last GEMM (MLP down) is not re-run; --no-checkpoint-early-stop for a reentrant one "
+                         "(transformers < 5 by default, deepspeed.checkpointing)")
+        elif checkpoint_stops_early(plan):
+            notes.append("full recomputation re-runs every GEMM: a norm, dropout or MoE combine after the "
+                         "last one keeps the checkpoint's early stop from skipping it")
     if flops.hardware < flops.model:
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
