@@ -86,7 +86,8 @@ def _header(p: dict[str, Any]) -> str:
                 f"{p['gpus']}× {p['gpu']}" + (f" (tp={p['tp']}, pp={p['pp']})" if p['tp'] > 1 or p['pp'] > 1 else ""))
     train = p["method"] != "inference"  # inference runs no optimizer and no backward
     return (f"{p['model']} · {p['method']} · {p['precision']} · " + (f"{p['optimizer']} · " if train else "")
-            + f"b={p['micro_batch']} s={p['seq_len']} · " + (f"recompute {p['recompute']} · " if train else "")
+            + f"b={p['micro_batch']} s={p['seq_len']}" + (f" (packed docs of {p['doc_len']})" if p.get("doc_len") else "")
+            + " · " + (f"recompute {p['recompute']} · " if train else "")
             + f"{p['attention']} · {p.get('framework', 'hf')} · {p['gpus']}× {p['gpu']}"
             + (f" ({', '.join(extra)})" if extra else ""))
 

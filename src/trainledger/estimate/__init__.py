@@ -34,7 +34,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "params": plan.model.params.total,
         "method": r.method, "precision": r.precision, "precision_policy": policy_text(plan),
         "optimizer": r.optimizer,
-        "seq_len": r.seq_len, "micro_batch": r.micro_batch, "grad_accum": r.grad_accum,
+        "seq_len": r.seq_len, "doc_len": r.doc_len, "micro_batch": r.micro_batch, "grad_accum": r.grad_accum,
         "global_batch": plan.global_batch, "recompute": r.recompute, "attention": r.attention,
         "lora_rank": r.lora_rank if r.method in ("lora", "qlora") else None,
         "tokens": r.train_tokens,

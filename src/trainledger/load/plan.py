@@ -88,6 +88,7 @@ class PlanInputs(Spec):
         "default with torch >= 2.8, torchtitan's); adamw (the stack's own fused Adam) for deepspeed and "
         "megatron]; adamw = torch's foreach AdamW")
     seq_len: int = _RECIPE["seq_len"]
+    doc_len: int | None = _RECIPE["doc_len"]
     micro_batch: int = _RECIPE["micro_batch"]
     grad_accum: int = _RECIPE["grad_accum"]
     global_batch: int | None = _RECIPE["global_batch"]
@@ -306,7 +307,8 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         recipe = Recipe(
             method=inputs.method, precision=precision,
             optimizer=stack_optimizer(inputs.optimizer, inputs.framework),
-            seq_len=inputs.seq_len, micro_batch=inputs.micro_batch, grad_accum=inputs.grad_accum,
+            seq_len=inputs.seq_len, doc_len=inputs.doc_len, micro_batch=inputs.micro_batch,
+            grad_accum=inputs.grad_accum,
             global_batch=inputs.global_batch, recompute=inputs.recompute,
             recompute_layers=inputs.recompute_layers, attention=inputs.attention,
             lora_rank=inputs.lora_rank, lora_alpha=inputs.lora_alpha, lora_targets=inputs.lora_targets,

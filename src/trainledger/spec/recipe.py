@@ -76,6 +76,11 @@ class Recipe(Spec):
     precision: Precision = Field("bf16-mixed", description="precision policy (recipe.PRECISION_POLICY)")
     optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
     seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens (s)")
+    doc_len: int | None = Field(
+        None, gt=0, le=10_000_000, description="packed sequences: mean length in tokens of the documents "
+        "packed into each sequence, attended to one by one (flash varlen / cu_seqlens, TE THD, NeMo packed "
+        "SFT, TRL padding_free); attention work per token follows it instead of --seq-len [one document "
+        "per sequence]")
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="samples per GPU per forward pass (b)")
     grad_accum: int = Field(1, gt=0, le=1_000_000, description="micro-batches per optimizer step")
     global_batch: int | None = Field(
@@ -129,6 +134,11 @@ class Recipe(Spec):
     @property
     def is_training(self) -> bool:
         return self.method != "inference"
+
+    @property
+    def attention_len(self) -> int:
+        """Tokens one query can attend to at most: the sequence, or its packed document."""
+        return min(self.seq_len, self.doc_len) if self.doc_len else self.seq_len
 
     @property
     def tokens_per_micro_batch(self) -> int:

@@ -246,16 +246,20 @@ def skips_masked_blocks(m: ModelSpec, attention: str) -> bool:
 def step_flops(plan: Plan) -> FlopCount:
     """Model and hardware FLOPs of one optimizer step (all micro-batches, all GPUs)."""
     m, r = plan.model, plan.recipe
-    s, tokens = r.seq_len, float(plan.tokens_per_step)
+    # packed sequences: each document attends to itself (model FLOPs count that work); a kernel
+    # that skips masked blocks (flash varlen) executes just that, one that takes a mask tensor
+    # (eager, or SDPA with ALiBi) computes the whole masked s×s product
+    s, tokens = r.attention_len, float(plan.tokens_per_step)
     training = r.is_training
     frozen = r.method in ("lora", "qlora")
     flash = uses_flash(r.attention)
     w_mult = 1.0 if not training else (2.0 if frozen else 3.0)  # fwd, dgrad, wgrad
-    layers_fwd = attn_full = attn_causal = adapters = 0.0
+    layers_fwd = attn_full = attn_causal = adapters = attn_masked = 0.0
     for kind in layer_kinds(m):
         layers_fwd += kind.count * kind.gemm_flops_per_token
         attn_full += kind.count * kind.attn_core_flops_per_token(s, causal=False)
         attn_causal += kind.count * kind.attn_core_flops_per_token(s, causal=True)
+        attn_masked += kind.count * kind.attn_core_flops_per_token(r.seq_len, causal=False)
         if frozen:
             adapters += kind.count * sum(g.flops_per_token for g in
                                          lora_gemms(m, kind, r.lora_targets, r.lora_rank))
@@ -270,7 +274,7 @@ def step_flops(plan: Plan) -> FlopCount:
     }
     model = sum(bd.values())
     model_causal = model - (attn_full - attn_causal) * a_mult * tokens
-    executed_attn = attn_causal if skips_masked_blocks(m, r.attention) else attn_full
+    executed_attn = attn_causal if skips_masked_blocks(m, r.attention) else attn_masked
     hw = model - bd["attention_core"] + executed_attn * a_mult * tokens
     if training and flash:
         hw += 0.5 * executed_attn * tokens  # flash backward recomputes QKᵀ (Dao 2023, §3.1)

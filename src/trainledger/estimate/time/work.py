@@ -279,12 +279,16 @@ def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff
     heads = kind.heads / lay.tp
     d = 0.5 * (kind.d_qk + kind.d_v)
     if flash:
-        keys = kind.attn_keys(s, causal=skips_masked_blocks(plan.model, r.attention))
+        skips = skips_masked_blocks(plan.model, r.attention)
+        # packed documents: a varlen kernel attends within each (cu_seqlens); with a mask tensor
+        # (ALiBi) the kernel computes every block of the sequence
+        s_att = r.attention_len if skips else s
+        keys = kind.attn_keys(s_att, causal=skips)
         fwd = tokens * 2.0 * heads * (kind.d_qk + kind.d_v) * keys
         # with context parallelism the kernel runs once per blockwise step on one rank's chunk of
         # s/c keys (the diagonal step; the load-balanced later steps pair s/c with s/(2c)), never
         # on the whole sequence (Liu et al. 2023, Ring Attention, arXiv:2310.01889, §3)
-        eta = attention_efficiency(eff, min(s / lay.cp, kind.window or s), d, r.attention)
+        eta = attention_efficiency(eff, min(s / lay.cp, kind.window or s, s_att), d, r.attention)
         mult = 1.0 + (2.5 if training else 0.0) + rc
         return fwd * mult / (peak16 * eta)
     keys = kind.attn_keys(s, causal=False)

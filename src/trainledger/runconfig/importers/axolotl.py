@@ -75,6 +75,10 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.unknown_keys.append(f"{where}: rl={rl} (its reference/reward models and rollouts are not modeled)")
     res.set("micro_batch", mb, where)
     res.set("grad_accum", num(d.get("gradient_accumulation_steps"), where, "gradient_accumulation_steps"), where)
+    if truthy(d.get("sample_packing")):
+        res.notes.append(f"{where}: sample_packing — examples are packed to sequence_len and attend only within "
+                         "themselves (flash varlen); give --doc-len (their mean length in tokens) to price "
+                         "attention per example")
     if d.get("batch_size") is not None and d.get("gradient_accumulation_steps") is None:
         res.notes.append(f"{where}: batch_size is per-GPU micro-batch × grad-accum in axolotl; "
                          "give gradient_accumulation_steps to be explicit")

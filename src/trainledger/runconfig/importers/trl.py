@@ -66,6 +66,9 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if d.get("packing") is not None:
         res.notes.append(f"{where}: packing {d['packing']} — every sequence is "
                          f"{'filled to' if d['packing'] else 'padded to at most'} max_length tokens")
+    if d.get("packing") or d.get("padding_free"):
+        res.notes.append(f"{where}: packed examples attend only within themselves (padding-free, flash varlen); "
+                         "give --doc-len (their mean length in tokens) to price attention per example")
     # TRL applies LoRA only with use_peft: true (ModelConfig.use_peft defaults to False, lora_r to 16)
     peft = bool(d.get("use_peft"))
     if not peft and d.get("lora_r") is not None:
