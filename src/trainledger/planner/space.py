@@ -128,6 +128,13 @@ def _fits(plan: Plan, st: _State) -> int | None:
     return fit[1] if fit is not None and fit[1] <= fit[2] else None
 
 
+def _fit_figures(plan: Plan, st: _State) -> tuple[int, int, int]:
+    """(peak, device total, budget) of ``plan``, a miss included (``fit_bytes``): for reporting why
+    the most economical setting of a layout does not fit."""
+    st.evaluated += 1
+    return fit_bytes(plan, memory_options())
+
+
 def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
               last_fail: list, cp: int = 1, ep: int = 1) -> list:
     """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch."""
@@ -139,8 +146,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
-    st.evaluated += 1
-    fit = fit_bytes(probe, memory_options())  # (peak, device total, budget): a miss reports them
+    fit = _fit_figures(probe, st)
     if fit[1] > fit[2]:
         last_fail.append((probe, fit))
         return []
@@ -409,7 +415,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         # of lcm(node, replica) from there
         step = math.lcm(per_node, width)
         start = per_node * (missed.get(key, 0) // per_node + 1)
-        for n in range(-(-start // step) * step, bound, step):
+        for n in range(math.ceil(start / step) * step, bound, step):
             dp = n // width
             if (dp * cp) % ep:
                 continue

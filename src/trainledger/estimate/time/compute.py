@@ -83,6 +83,9 @@ class LayerKind:
     d_v: int
     window: int | None
     first_layer: int = 0  # index of one layer of this kind (its projections in the inventory)
+    #: GEMMs whose outputs no backward reads: after the last tensor the layer saves (see
+    #: :func:`early_stop_skips`; without dropout)
+    trailing: tuple[Gemm, ...] = ()
 
     def attn_keys(self, s: int, causal: bool) -> float:
         """Average keys each query attends to: s (full), (s+1)/2 (causal), less with a window."""
@@ -166,11 +169,13 @@ def _layer_kinds(m: ModelSpec) -> tuple[LayerKind, ...]:
         d_qk, d_v = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
     else:
         d_qk = d_v = m.head_dim
-    return tuple(
-        LayerKind(count=n, gemms=_layer_gemms(m, first[(moe, sliding)]), heads=m.num_heads, d_qk=d_qk,
-                  d_v=d_v, window=m.sliding_window if sliding else None, first_layer=first[(moe, sliding)])
-        for (moe, sliding), n in sorted(groups.items())
-    )
+    out = []
+    for (moe, sliding), n in sorted(groups.items()):
+        gemms = _layer_gemms(m, first[(moe, sliding)])
+        out.append(LayerKind(count=n, gemms=gemms, heads=m.num_heads, d_qk=d_qk, d_v=d_v,
+                             window=m.sliding_window if sliding else None,
+                             first_layer=first[(moe, sliding)], trailing=_trailing_gemms(m, gemms)))
+    return tuple(out)
 
 
 def lm_head_gemm(m: ModelSpec) -> Gemm:
@@ -254,15 +259,16 @@ def step_flops(plan: Plan) -> FlopCount:
     frozen = r.method in ("lora", "qlora")
     flash = uses_flash(r.attention)
     w_mult = 1.0 if not training else (2.0 if frozen else 3.0)  # fwd, dgrad, wgrad
-    layers_fwd = attn_full = attn_causal = adapters = attn_masked = 0.0
+    layers_fwd = attn_full = attn_causal = adapters = 0.0
     for kind in layer_kinds(m):
         layers_fwd += kind.count * kind.gemm_flops_per_token
         attn_full += kind.count * kind.attn_core_flops_per_token(s, causal=False)
         attn_causal += kind.count * kind.attn_core_flops_per_token(s, causal=True)
-        attn_masked += kind.count * kind.attn_core_flops_per_token(r.seq_len, causal=False)
         if frozen:
             adapters += kind.count * sum(g.flops_per_token for g in
                                          lora_gemms(m, kind, r.lora_targets, r.lora_rank))
+    attn_masked = attn_full if s == r.seq_len else sum(
+        kind.count * kind.attn_core_flops_per_token(r.seq_len, causal=False) for kind in layer_kinds(m))
     head = lm_head_gemm(m).flops_per_token
     a_mult = 3.0 if training else 1.0
     head_mult = (2.0 if frozen else 3.0) if training else 1.0
@@ -315,9 +321,14 @@ def early_stop_skips(m: ModelSpec, kind: LayerKind, dropout: float) -> tuple[Gem
     input), when dropout does (its mask comes from running it), or in an MoE layer (the combine
     weighs the expert outputs by the router's probabilities and saves them for that gradient).
     """
-    if kind.is_moe or dropout > 0 or m.post_norm_only or m.norms_per_layer > 2:
+    return () if dropout > 0 else kind.trailing
+
+
+def _trailing_gemms(m: ModelSpec, gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
+    """The GEMMs of a layer after its last saved tensor (:func:`early_stop_skips`), dropout aside."""
+    if any(g.experts for g in gemms) or m.post_norm_only or m.norms_per_layer > 2:
         return ()
-    return tuple(g for g in kind.gemms if g.name == "down")
+    return tuple(g for g in gemms if g.name == "down")
 
 
 @lru_cache(maxsize=64)
@@ -334,13 +345,22 @@ def checkpoint_stops_early(plan: Plan) -> bool:
     return _stack_stops_early(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
 
 
+_TRAILING: dict[int, tuple[ModelSpec, float]] = {}
+
+
 def early_stop_flops_per_token(plan: Plan) -> float:
     """Forward GEMM FLOPs per token, all layers, that early stop leaves out of a full recompute."""
-    if plan.recipe.recompute != "full" or not checkpoint_stops_early(plan):
+    r = plan.recipe
+    if r.recompute != "full" or r.dropout > 0 or not checkpoint_stops_early(plan):
         return 0.0
-    m, drop = plan.model, plan.recipe.dropout
-    return sum(kind.count * sum(g.flops_per_token for g in early_stop_skips(m, kind, drop))
-               for kind in layer_kinds(m))
+    m = plan.model
+    hit = _TRAILING.get(id(m))  # per model object, as layer_kinds caches
+    if hit is None or hit[0] is not m:
+        if len(_TRAILING) > 256:
+            _TRAILING.clear()
+        hit = _TRAILING[id(m)] = (m, sum(k.count * sum(g.flops_per_token for g in k.trailing)
+                                         for k in layer_kinds(m)))
+    return hit[1]
 
 
 def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: float,
