@@ -245,9 +245,13 @@ def mosaic_cases() -> list[Case]:
         # @ b2a43a1, 2023-10-19, the commit that rewrote that table); the 40 GB table and the 80 GB
         # 70B bf16/PURE rows date from 5f43bf160 (2023-05-03), whose setup.py pins torch==1.13.1
         early_stop = s["gpu_type"] == "a100_80gb" and s["precision"] == "amp_bf16"
+        # Optimizer: the yamls of both commits set ``optimizer: name: decoupled_adamw``, Composer's
+        # DecoupledAdamW, whose step is a per-tensor loop (composer/optim/decoupled_weight_decay.py,
+        # DecoupledAdamW.adamw: ``for i, param in enumerate(params)``)
         p = p.model_copy(update={"runtime": Runtime(framework="pytorch-fsdp", fused_loss=True,
                                                     reduce_dtype=reduce,
-                                                    checkpoint_early_stop=early_stop)})
+                                                    checkpoint_early_stop=early_stop),
+                                 "recipe": p.recipe.model_copy(update={"optimizer": "adamw-loop"})})
         out.append(Case(c["id"], "mosaicml", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"]))
     return out

@@ -62,3 +62,22 @@ def test_adafactor_step_transients_match_the_measured_peak(shape):
     n = p.numel()
     predicted = optimizer_temp_bytes("adafactor", n, 4.0, largest_param=n)
     assert predicted == pytest.approx(probe.peak, rel=0.02)
+
+
+@pytest.mark.parametrize("shapes", [[(512, 512)], [(1024, 256), (256, 256), (64, 64)]])
+def test_per_tensor_adamw_holds_two_temporaries_of_its_largest_tensor(shapes):
+    """torch AdamW(foreach=False), the loop Composer's DecoupledAdamW also runs: the denominator
+    ``exp_avg_sq.sqrt() / c`` of one tensor at a time, two tensors of the largest one live at once
+    (the foreach AdamW holds sqrt(v) of all tensors together)."""
+    ps = [torch.nn.Parameter(torch.randn(*s)) for s in shapes]
+    opt = torch.optim.AdamW(ps, foreach=False, weight_decay=0.01)
+    for _ in range(2):
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        probe = LivePeak()
+        with probe:
+            opt.step()
+    n = sum(p.numel() for p in ps)
+    largest = max(p.numel() for p in ps)
+    assert optimizer_temp_bytes("adamw-loop", n, 4.0, largest_param=largest) == pytest.approx(probe.peak, rel=0.02)
+    assert optimizer_temp_bytes("adamw", n, 4.0, largest_param=largest) == n * 4.0

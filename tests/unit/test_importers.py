@@ -153,10 +153,10 @@ def test_torchtitan_llama3_70b_toml_keeps_tp8():
 
 
 @pytest.mark.parametrize("impl,want", [(None, "adamw-fused"), ("fused", "adamw-fused"), ("foreach", "adamw"),
-                                       ("for-loop", "adamw"), ("fused_opt_states_bf16", "adamw-fused")])
+                                       ("for-loop", "adamw-loop"), ("fused_opt_states_bf16", "adamw-fused")])
 def test_torchtitan_optimizer_implementation(tmp_path, impl, want):
-    """torchtitan's [optimizer] implementation defaults to "fused" (PR #881, 2025-02); foreach and
-    for-loop are torch's AdamW without the fused kernel; bf16 states are named as not modeled."""
+    """torchtitan's [optimizer] implementation defaults to "fused" (PR #881, 2025-02); foreach is
+    torch's multi-tensor AdamW, for-loop its per-tensor loop; bf16 states are named as not modeled."""
     p = tmp_path / "t.toml"
     opt = '[optimizer]\nname = "AdamW"\n' + (f'implementation = "{impl}"\n' if impl else "")
     p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n' + opt)
@@ -343,3 +343,21 @@ def test_megatron_export_is_valid_bash(tmp_path):
     (f,) = export_plan(PlanInputs(**ROUND["megatron-tp-pp"]), "megatron")
     subprocess.run(["bash", "-n", "-c", f.text], check=True)
     assert "--tensor-model-parallel-size 4" in f.text and "--seq-length 4096" in f.text
+
+
+def test_torchtitan_for_loop_adamw_round_trips(tmp_path):
+    """torchtitan's [optimizer] implementation = "for-loop" is torch's per-tensor AdamW
+    (foreach=False): imported as adamw-loop and exported back as for-loop."""
+    from trainledger.runconfig.export_tools import torchtitan_config
+    p = tmp_path / "t.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n'
+                 '[optimizer]\nname = "AdamW"\nimplementation = "for-loop"\n')
+    m = import_configs([p]).merged()
+    assert m["optimizer"] == "adamw-loop"
+    plan = build_plan(PlanInputs(**{**m, "gpus": 8, "zero": 3, "framework": "fsdp2"}))
+    assert torchtitan_config(plan)["optimizer"]["implementation"] == "for-loop"
+
+
+def test_trainer_export_refuses_an_optimizer_it_cannot_name():
+    with pytest.raises(SpecError, match="adamw-loop"):
+        export_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=3, optimizer="adamw-loop"), "trainer-args")

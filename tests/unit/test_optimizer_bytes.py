@@ -73,6 +73,7 @@ def _one_pass(name: str) -> int:
 
 @pytest.mark.parametrize("name,make", [
     ("adamw", lambda ps: torch.optim.AdamW(ps, foreach=True, weight_decay=0.01)),
+    ("adamw-loop", lambda ps: torch.optim.AdamW(ps, foreach=False, weight_decay=0.01)),
     ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=True)),
     ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)),
     ("adafactor", lambda ps: torch.optim.Adafactor(ps, foreach=True)),

@@ -60,6 +60,7 @@ def _dispatches_per_tensor(make) -> float:
 @pytest.mark.parametrize("name,make", [
     ("adamw", lambda ps: torch.optim.AdamW(ps, foreach=True)),
     ("adamw-fused", lambda ps: torch.optim.AdamW(ps, fused=True)),
+    ("adamw-loop", lambda ps: torch.optim.AdamW(ps, foreach=False)),
     ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=True)),
     ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)),
     ("adafactor", lambda ps: torch.optim.Adafactor(ps, foreach=True)),
@@ -110,3 +111,18 @@ def test_pipeline_stage_holds_its_share_of_the_tensors():
     # 8 of 32 layers x 9 tensors, plus the larger end (final norm + lm_head: 2)
     assert stage_tensors(p.model, 4) == 8 * 9 + 2
     assert stage_tensors(p.model, 1) == 291
+
+
+def test_per_tensor_loop_launches_every_op_for_every_tensor():
+    """AdamW as a loop (foreach=False, Composer's DecoupledAdamW) issues its 8 ops tensor by tensor,
+    each its own kernel: on plain tensors the step takes at least that many kernel overheads, which
+    decides a LoRA step (hundreds of small adapter tensors, few bytes)."""
+    from trainledger.spec.layers import stage_tensors
+    from trainledger.estimate.time.stack import stack_profile
+    kw = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=1, seq_len=512, micro_batch=1, method="lora")
+    loop = build_plan(PlanInputs(framework="hf", optimizer="adamw-loop", **kw))
+    n = stage_tensors(loop.model, 1, loop.recipe.lora_targets)
+    per_kernel = stack_profile("hf", loop.cluster.gpu).eff.kernel_overhead_s
+    assert estimate_compute(loop).breakdown["optimizer"] == pytest.approx(8 * n * per_kernel, rel=1e-9)
+    foreach = build_plan(PlanInputs(framework="hf", optimizer="adamw", **kw))
+    assert estimate_compute(foreach).breakdown["optimizer"] < 0.2 * 8 * n * per_kernel

@@ -21,7 +21,8 @@ from trainledger.units import DTYPE_BYTES
 
 #: state tensors per trainable parameter
 STATES_PER_PARAM: dict[str, int] = {
-    "adamw": 2, "adamw-fused": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1,
+    "adamw": 2, "adamw-fused": 2, "adamw-loop": 2, "adamw-8bit": 2, "sgd": 0, "sgd-momentum": 1,
+    "adafactor": 0, "lion": 1,
 }
 
 #: Operator dispatches per parameter tensor per optimizer step: each list op of a foreach optimizer
@@ -35,9 +36,12 @@ STATES_PER_PARAM: dict[str, int] = {
 #: 13 list ops + 6 per-tensor ops (4 vector norms, mm, mean) = 19; bitsandbytes 8-bit AdamW one
 #: kernel per tensor (bitsandbytes/optim/optimizer.py ``Optimizer2State.update_step``) = 1; Lion
 #: (lucidrains/lion-pytorch ``update_fn``, a per-tensor loop: mul_, clone, mul_, add, sign_, add_,
-#: mul_, add_) = 8.
+#: mul_, add_) = 8; AdamW as a per-tensor loop (torch ``_single_tensor_adam``, foreach=False, and
+#: Composer's DecoupledAdamW.adamw, composer/optim/decoupled_weight_decay.py) runs the same 8 ops
+#: tensor by tensor.
 DISPATCHES_PER_TENSOR: dict[str, int] = {
-    "adamw": 8, "adamw-fused": 1, "adamw-8bit": 1, "sgd": 1, "sgd-momentum": 3, "adafactor": 19, "lion": 8,
+    "adamw": 8, "adamw-fused": 1, "adamw-loop": 8, "adamw-8bit": 1, "sgd": 1, "sgd-momentum": 3,
+    "adafactor": 19, "lion": 8,
 }
 
 #: Extra parameter-sized element accesses (reads + writes, per parameter per step) of the
@@ -53,10 +57,11 @@ DISPATCHES_PER_TENSOR: dict[str, int] = {
 #: column norms of the gradient 2, mm 1, div_ 2, clamp_min_ 2, rsqrt_ 2, mul_ 3, update norm 1,
 #: mul_ 2, add_ 3 = 19 vs 3 -> 16; Lion (lucidrains/lion-pytorch ``update_fn``: mul_ 2, clone 2,
 #: mul_ 2, add 3, sign_ 2, add_ 3, mul_ 2, add_ 3 = 19 vs 5, counted by hand) -> 14; fused AdamW
-#: and bitsandbytes' 8-bit AdamW (one kernel) 0. Stacks whose ``adamw`` is their own fused Adam
+#: and bitsandbytes' 8-bit AdamW (one kernel) 0; AdamW's per-tensor loop, the same ops as foreach, 13. Stacks whose ``adamw`` is their own fused Adam
 #: (DeepSpeed, Megatron: ``adamw_kernel: fused``) pay none for it.
 FOREACH_EXTRA_ACCESSES: dict[str, int] = {
-    "adamw": 13, "adamw-fused": 0, "adamw-8bit": 0, "sgd": 0, "sgd-momentum": 3, "adafactor": 16, "lion": 14,
+    "adamw": 13, "adamw-fused": 0, "adamw-loop": 13, "adamw-8bit": 0, "sgd": 0, "sgd-momentum": 3,
+    "adafactor": 16, "lion": 14,
 }
 
 #: bitsandbytes block size of the 8-bit optimizer states (one fp32 absmax per block; see docstring)

@@ -335,6 +335,9 @@ def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str,
     if lay.tp > 1 or lay.pp > 1 or lay.cp > 1 or lay.ep > 1:
         raise SpecError("Trainer arguments carry data parallelism and ZeRO/FSDP only; export accelerate "
                         "(tp/cp), torchtitan or megatron for this layout")
+    if r.optimizer not in HF_OPTIM:
+        raise SpecError(f"the Trainer's optim names have no {r.optimizer} (its adamw_torch is torch's foreach "
+                        "AdamW); plan --optimizer adamw or adamw-fused to export Trainer arguments")
     args: dict[str, Any] = {
         "model_name_or_path": model_ref(plan, inputs),
         "max_length": r.seq_len,

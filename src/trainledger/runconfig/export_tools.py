@@ -41,7 +41,7 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
                         "not the optimizer alone — plan --offload params")
     if r.method not in ("pretrain", "full"):
         raise SpecError(f"torchtitan trains all weights; a {r.method} plan needs a PEFT trainer (export trainer-args)")
-    if r.optimizer not in ("adamw", "adamw-fused"):
+    if r.optimizer not in ("adamw", "adamw-fused", "adamw-loop"):
         raise SpecError(f"torchtitan's optimizers here are AdamW; the plan uses {r.optimizer}")
     if r.dropout:
         raise SpecError("torchtitan's models have no dropout; plan --dropout 0")
@@ -80,7 +80,7 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
         model["converters"] = ["float8"]
     # torchtitan's [optimizer] implementation: "fused" (its default) or "foreach" (torch's AdamW
     # default on CUDA), torchtitan/components/optimizer/optimizer.py
-    impl = "fused" if r.optimizer == "adamw-fused" else "foreach"
+    impl = {"adamw-fused": "fused", "adamw-loop": "for-loop"}.get(r.optimizer, "foreach")
     return {"model": model, "optimizer": {"name": "AdamW", "implementation": impl}, "training": training,
             "parallelism": par, "activation_checkpoint": ac}
 
@@ -103,7 +103,7 @@ def megatron_args(plan: Plan) -> list[str]:
         raise SpecError(f"Megatron-LM pretrain_gpt.py trains all weights; a {r.method} plan needs a PEFT trainer")
     if lay.offload == "params":
         raise SpecError("Megatron-LM offloads optimizer states (--optimizer-cpu-offload), not parameters")
-    if r.optimizer not in ("adamw", "adamw-fused", "sgd-momentum"):
+    if r.optimizer not in ("adamw", "adamw-fused", "adamw-loop", "sgd-momentum"):
         raise SpecError(f"Megatron-LM's optimizers are adam and sgd (momentum); the plan uses {r.optimizer}")
     if m.model_type not in ("llama", "mistral", "qwen2", "generic", "gpt2") or m.qk_norm != "none" \
             or m.sliding_window or m.post_norm_only or m.parallel_residual:

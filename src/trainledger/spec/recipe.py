@@ -10,7 +10,7 @@ from trainledger.spec.base import Spec
 
 Method = Literal["pretrain", "full", "lora", "qlora", "inference"]
 Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "mxfp8-mixed", "nvfp4-mixed", "bf16", "fp16"]
-Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
+Optimizer = Literal["adamw", "adamw-fused", "adamw-loop", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["sdpa", "flash", "flash1", "eager"]
 
@@ -74,7 +74,7 @@ class Recipe(Spec):
 
     method: Method = Field("full", description="training method: pretrain, full fine-tune, lora, qlora, inference")
     precision: Precision = Field("bf16-mixed", description="precision policy (recipe.PRECISION_POLICY)")
-    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW)")
+    optimizer: Optimizer = Field("adamw", description="optimizer (adamw = torch's foreach AdamW; adamw-loop = a per-tensor loop: torch AdamW(foreach=False), Composer's DecoupledAdamW)")
     seq_len: int = Field(4096, gt=0, le=10_000_000, description="sequence length in tokens (s)")
     doc_len: int | None = Field(
         None, gt=0, le=10_000_000, description="packed sequences: mean length in tokens of the documents "

@@ -13,7 +13,8 @@ Hugging Face Trainer does it:
 
 Optimizers, each with CUDA's defaults forced on every device:
 ``adamw`` torch AdamW ``foreach=True`` (its step allocates sqrt(v) as large as the trainable
-parameters); ``adamw-fused`` ``fused=True`` (torch >= 2.4 has a CPU kernel); ``sgd`` plain SGD
+parameters); ``adamw-fused`` ``fused=True`` (torch >= 2.4 has a CPU kernel); ``adamw-loop``
+``foreach=False`` (a per-tensor loop: two temporaries of one tensor at a time); ``sgd`` plain SGD
 ``foreach=True``; ``sgd-momentum`` momentum 0.9; ``adafactor`` transformers' Adafactor with
 ``scale_parameter=False, relative_step=False, lr=1e-3`` (what Trainer's ``optim="adafactor"`` uses);
 ``lion`` the update of Chen et al. 2023 (arXiv:2302.06675, Algorithm 2) written here, one
@@ -92,6 +93,8 @@ def make_optimizer(recipe: Recipe, params: list[Any], device: str, notes: list[s
         return torch.optim.AdamW(params, lr=1e-5, foreach=True)
     if opt == "adamw-fused":
         return torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if opt == "adamw-loop":
+        return torch.optim.AdamW(params, lr=1e-5, foreach=False)
     if opt == "sgd":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.0, foreach=True)
     if opt == "sgd-momentum":

@@ -37,8 +37,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
     "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
                          "(see estimate/memory_states.py)", "ZeRO-1+ shard over d"),
-    "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes "
-                              "(torch/optim/adamw.py; measured on torch 2.13)", "fused AdamW: none"),
+    "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes; per-tensor AdamW "
+                              "(adamw-loop): 2 x the largest tensor (torch/optim/adamw.py; measured on torch 2.13)",
+                              "fused AdamW: none"),
     "autocast_weight_copies": ("c·(all Linear weights): autocast casts each weight once and backward "
                                "keeps the copy (measured on torch 2.13); mxfp8/nvfp4 recipes: Transformer Engine's quantized "
                                "rowwise + columnwise copy with block scales, 2·bytes(gemm) per decoder weight",

@@ -13,7 +13,10 @@ Rules (bytes per parameter; P = parameters on this GPU, P_t = trainable ones):
 * torch's default foreach AdamW allocates ``exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)``: one
   temporary as large as all trainable parameters in the state dtype (torch/optim/adamw.py
   ``_multi_tensor_adamw``; measured on torch 2.13: exactly 4.000 bytes/parameter in fp32); fused
-  AdamW and the other optimizers update tensor by tensor.
+  AdamW and the other optimizers update tensor by tensor. AdamW as a per-tensor loop (torch's
+  foreach=False ``_single_tensor_adam``, Composer's DecoupledAdamW) builds its denominator as
+  ``exp_avg_sq.sqrt() / c`` for one tensor at a time: two temporaries of the largest tensor
+  (measured on torch 2.13: 2.000 × its state bytes; tests/unit/test_constants_optimizer_temps.py).
 * sharding: TP divides every matrix (and the vocabulary-parallel embedding) by t (Shoeybi et al.
   2019); ZeRO-1/2/3 shard states / +gradients / +weights over the d data-parallel ranks
   (Rajbhandari et al. 2020, arXiv:1910.02054, Fig. 1: (2+2+K)Ψ, 2Ψ+2Ψ+KΨ/N_d, 2Ψ+(2+K)Ψ/N_d,
@@ -111,6 +114,8 @@ def optimizer_temp_bytes(optimizer: str, n_trainable: float, state_bytes: float,
     """Transient bytes of one ``optimizer.step()`` beyond the states (see module docstring)."""
     if optimizer == "adamw":
         return n_trainable * state_bytes
+    if optimizer == "adamw-loop":  # sqrt, then its quotient, of one tensor at a time
+        return 2 * state_bytes * min(largest_param, n_trainable)
     if optimizer == "adafactor":  # transformers Adafactor: grad**2 and the new update, fp32
         return 2 * FP32 * min(largest_param, n_trainable)
     if optimizer == "lion":  # one update tensor of the parameter's size at a time

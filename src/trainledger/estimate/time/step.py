@@ -542,6 +542,10 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bo
         return p * per / host_bw + p * (gb + wb) / HOST_PCIE_BYTES_PER_S
     extra = 0 if (r.optimizer == "adamw" and adamw_fused) else FOREACH_EXTRA_ACCESSES[r.optimizer]
     gpu_s = p * (per + extra * DTYPE_BYTES[pol["states"]]) / (cl.gpu.hbm_bytes_per_s * eff.hbm)
+    if r.optimizer == "adamw-loop":
+        # a per-tensor loop launches each op as its own kernel for every tensor: at least the
+        # family's per-kernel overhead each, however small the tensor
+        dispatch_s = max(dispatch_s, eff.kernel_overhead_s)
     if dispatch_s <= 0:
         return gpu_s
     lora = r.lora_targets if r.method in ("lora", "qlora") else None

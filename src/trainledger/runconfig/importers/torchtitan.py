@@ -118,9 +118,9 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
                              "(sized as full recomputation of those layers)")
     opt_name = str((d.get("optimizer") or {}).get("name", "AdamW")).lower()
     # [optimizer] implementation defaults to "fused" (torchtitan/components/optimizer/optimizer.py);
-    # "foreach" and "for-loop" are torch's AdamW without the fused kernel
+    # "foreach" is torch's multi-tensor AdamW, "for-loop" its per-tensor loop (foreach=False)
     impl = str((d.get("optimizer") or {}).get("implementation", "fused")).lower()
-    adamw = "adamw-fused" if impl.startswith("fused") else "adamw"
+    adamw = "adamw-fused" if impl.startswith("fused") else ("adamw-loop" if impl == "for-loop" else "adamw")
     res.set("optimizer", {"adamw": adamw, "adam": adamw}.get(opt_name), where)
     if impl == "fused_opt_states_bf16":
         res.unknown_keys.append(f"{where}: [optimizer] implementation=fused_opt_states_bf16 (bf16 Adam "
