@@ -110,7 +110,7 @@ def test_early_stop_leaves_out_the_gemms_torch_does_not_rerun(name, tmp_path):
     dropout = float(cfg.get("resid_pdrop", 0.0))
     modelled: Counter = Counter()
     for kind in layer_kinds(m):
-        for g in early_stop_skips(m, kind, dropout):
+        for g in early_stop_skips(kind, dropout):
             modelled[(g.k, g.n)] += kind.count
     assert saved == modelled
     if name in ("llama", "gpt2-no-dropout"):  # the down projection of each of the two layers

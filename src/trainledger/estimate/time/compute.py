@@ -309,7 +309,7 @@ def recompute_fraction(plan: Plan) -> float:
     return min(1.0, r.recompute_layers / plan.model.num_layers)
 
 
-def early_stop_skips(m: ModelSpec, kind: LayerKind, dropout: float) -> tuple[Gemm, ...]:
+def early_stop_skips(kind: LayerKind, dropout: float) -> tuple[Gemm, ...]:
     """GEMMs of one layer that a full recomputation with early stop does not run again.
 
     torch's non-reentrant checkpoint (torch >= 2.1) counts the tensors the layer's backward will

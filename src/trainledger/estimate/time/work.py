@@ -237,7 +237,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
             t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
                                               lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
-        skips = early_stop_skips(m, kind, r.dropout) if (early_stop and rc) else ()
+        skips = early_stop_skips(kind, r.dropout) if (early_stop and rc) else ()
         t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm) if skips else 0.0
         if skips and hp_share:
             t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_skip)
