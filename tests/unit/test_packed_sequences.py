@@ -74,3 +74,19 @@ def test_doc_len_is_a_flag_and_reaches_the_plan():
     assert '"doc_len": 512' in r.output
     bad = CliRunner().invoke(main, ["estimate", "--doc-len", "0", "--no-ledger"])
     assert bad.exit_code != 0 and "doc" in bad.output.lower()
+
+
+def test_the_planner_plans_packed_fine_tuning():
+    """plan --doc-len: the same job on packed 512-token examples at 16k sequences runs faster
+    (attention per example), and the job line says so."""
+    import json
+    args = ["plan", "-m", "llama-3.1-8b", "--method", "full", "--seq-len", "16384", "--tokens", "2B",
+            "--deadline-days", "2", "--max-gpus", "16", "--gpu", "h100-sxm", "--top", "1"]
+    whole = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    packed = json.loads(CliRunner().invoke(main, args + ["--json", "--doc-len", "512"]).output)
+    assert packed["job"]["doc_len"] == 512 and whole["job"]["doc_len"] is None
+    a, b = whole["plans"][0], packed["plans"][0]
+    assert (a["gpus"], a["layout"]) == (b["gpus"], b["layout"])
+    assert b["estimate"]["tokens_per_s_per_gpu"] > 1.3 * a["estimate"]["tokens_per_s_per_gpu"]
+    text = CliRunner().invoke(main, args + ["--doc-len", "512"]).output
+    assert "seq 16384 (packed docs of 512)" in text

@@ -105,8 +105,9 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         "job (the built-in example with " + ", ".join(_FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in changed) + ")")
     tokens = f"{fmt_params(job['tokens'])} tokens" if job.get("tokens") else "no token budget"
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
-    click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}, "
-               f"{tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
+    docs = f" (packed docs of {job['doc_len']})" if job.get("doc_len") else ""
+    click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}"
+               f"{docs}, {tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
     over = lambda v, yes, no: "the stack's" if v is None else (yes if v else no)  # noqa: E731
     click.echo(f"time model: stacks {', '.join(job.get('frameworks') or [job['framework']])} "
@@ -170,7 +171,7 @@ def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--network",
             "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
-_SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "tokens",
+_SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
                  "lora_rank", "headroom", "corpus")
 #: the planner's own flags, generated from its Job fields
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")

@@ -65,6 +65,7 @@ class Job(Spec):
     optimizer: Optimizer | None = _SHARED["optimizer"]
     attention: Attention = _SHARED["attention"]
     seq_len: int = _SHARED["seq_len"]
+    doc_len: int | None = _SHARED["doc_len"]
     global_batch: int | None = Field(None, gt=0, description="samples per optimizer step over all replicas [~1M tokens]")
     tokens: float | None = _SHARED["tokens"]
     deadline_days: float | None = Field(None, gt=0, description="wall-clock deadline in days")
@@ -171,7 +172,7 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
         job = job.model_copy(update={"precision": precision,
                                      "optimizer": used.pop() if len(used) == 1 else None})
         recipe = Recipe(method=job.method, precision=precision, optimizer=optimizer,
-                        seq_len=job.seq_len, micro_batch=1, global_batch=gb,
+                        seq_len=job.seq_len, doc_len=job.doc_len, micro_batch=1, global_batch=gb,
                         attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
     except Exception as exc:  # pydantic validation of the job's recipe fields
         raise PlanError(f"plan: {exc}") from None
