@@ -52,7 +52,7 @@ WEB_LIMITS: dict[str, dict[str, Any]] = {
     "intra": {"max_length": 80, "pattern": _NAME},
     "network": {"max_length": 80, "pattern": _NAME, "description": "inter-node network (catalog name)"},
     "gpus": {"le": MAX_WEB_GPUS}, "gpus_per_node": {"le": 72}, "dp": {"le": MAX_WEB_GPUS},
-    "seq_len": {"le": 1_048_576}, "micro_batch": {"le": 4096}, "grad_accum": {"le": 65536},
+    "seq_len": {"le": 1_048_576}, "doc_len": {"le": 1_048_576}, "micro_batch": {"le": 4096}, "grad_accum": {"le": 65536},
     "global_batch": {"le": 1 << 24}, "lora_rank": {"le": 4096}, "lora_targets": {"max_length": 64, "strict": False},  # JSON has lists, not tuples
     "tokens": {"le": 1e15}, "tp": {"le": 64}, "pp": {"le": 256}, "cp": {"le": 64}, "ep": {"le": 256},
     "vp": {"le": 64}, "generate_len": {"le": 1_048_576}, "recompute_layers": {"le": 100_000},
@@ -109,7 +109,7 @@ class ReportRequest(EstimateRequest):
 
 #: the planner fields of the web app: the Job's own declarations (shared with PlanInputs), narrowed
 PLAN_LIMITS: dict[str, dict[str, Any]] = {
-    **{k: WEB_LIMITS[k] for k in ("model", "seq_len", "global_batch", "tokens", "lora_rank")},
+    **{k: WEB_LIMITS[k] for k in ("model", "seq_len", "doc_len", "global_batch", "tokens", "lora_rank")},
     "deadline_days": {"le": 3650}, "max_gpus": {"default": 512, "le": MAX_WEB_GPUS}, "top": {"le": 50},
 }
 _PLAN_FIELDS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "doc_len",
