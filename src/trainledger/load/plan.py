@@ -298,8 +298,8 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """
     model = model or load_model(inputs.model)
     if inputs.method == "inference":  # an inference job has no optimizer, no accumulation, no dropout
-        inputs = inputs.model_copy(update={
-            "optimizer": _RECIPE["optimizer"].default, "grad_accum": 1, "dropout": 0.0,
+        inputs = inputs.model_copy(update={       # and no packed training documents
+            "optimizer": _RECIPE["optimizer"].default, "grad_accum": 1, "dropout": 0.0, "doc_len": None,
             "offload": "none" if inputs.offload == "optimizer" else inputs.offload})
     try:
         cluster = build_cluster(inputs)
