@@ -75,6 +75,9 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
                                              "gpipe": "GPipe"}[lay.pp_schedule]
     ac = {"none": {"mode": "none"}, "full": {"mode": "full"},
           "selective": {"mode": "selective", "selective_ac_option": "op"}}[r.recompute]
+    if r.recompute == "full" and rt.checkpoint_early_stop:
+        # torchtitan >= 2025-08-29 (PR #1580) takes early stop as a key, off by default
+        ac["early_stop"] = True
     model: dict[str, Any] = {"name": name, "flavor": fl}
     if r.precision == "fp8-mixed":
         model["converters"] = ["float8"]
