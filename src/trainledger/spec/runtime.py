@@ -112,8 +112,8 @@ class Runtime(Spec):
     checkpoint_early_stop: bool | None = Field(
         None, description="full recomputation through torch's non-reentrant checkpoint (torch >= 2.1), "
         "which stops re-running a layer once the tensors its backward needs are rebuilt: the last "
-        "GEMM of a pre-norm block (MLP down) is not recomputed; False = reentrant or a stack's own "
-        "checkpoint (Megatron, DeepSpeed, transformers < 5 by default, torch < 2.1) [the stack's default]")
+        "GEMM of a pre-norm block (MLP down) is not recomputed; False = a reentrant checkpoint (Megatron's, "
+        "deepspeed.checkpointing, transformers < 5 by default) or torch < 2.1 [the stack's default]")
     stack_version: str | None = Field(
         None, min_length=1, max_length=80, pattern=r"^[\w.@/+ :-]+$",
         description="the stack's release, e.g. nemo-24.07, megatron-core-0.12, 'torchtitan b5bcd76 torch-2.6': "
