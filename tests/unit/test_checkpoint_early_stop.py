@@ -234,3 +234,46 @@ def test_torchtitan_export_carries_early_stop_and_reads_back(tmp_path):
     p.write_text(torchtitan_toml(plan, "# test\n"))
     back = build_plan(PlanInputs(**{**import_configs([p]).merged(), "gpus": 8}))
     assert checkpoint_stops_early(back)
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("q_proj", "v_proj", "up_proj", "down_proj")])
+def test_lora_early_stop_skips_what_torch_skips(targets):
+    """peft runs a wrapped projection's base layer first and adds lora_B(lora_A(x)) after it: with
+    an adapter on down_proj torch stops after lora_A and re-runs the base down GEMM, skipping the
+    adapter's B; without one it skips the base down GEMM, as for full fine-tuning."""
+    peft = pytest.importorskip("peft")
+    cfg, r = TINY["llama"], 4
+
+    def skipped() -> Counter:
+        out = []
+        for early in (False, True):
+            torch.manual_seed(0)
+            config = transformers.AutoConfig.for_model(**cfg)
+            config._attn_implementation = "eager"
+            base = transformers.AutoModelForCausalLM.from_config(config)
+            kw = {"use_reentrant": False}
+            if hasattr(base, "activation_checkpointing_enable"):
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+            model = peft.get_peft_model(base, peft.LoraConfig(r=r, target_modules=list(targets), lora_dropout=0.0))
+            model.enable_input_require_grads()
+            model.train()
+            ids = torch.randint(0, 256, (2, 16))
+            count = MatmulCount()
+            with set_checkpoint_early_stop(early), count:
+                model(input_ids=ids, labels=ids).loss.backward()
+            out.append(count.shapes)
+        return out[0] - out[1]
+
+    from trainledger.estimate.time.compute import lora_gemms
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        m = _spec(cfg, Path(d))
+    modelled: Counter = Counter()
+    for kind in layer_kinds(m):
+        for g in early_stop_skips(kind, 0.0, lora_gemms(m, kind, tuple(sorted(targets)), r)):
+            modelled[(g.k, g.n)] += kind.count
+    assert skipped() == modelled
+    assert sum(modelled.values()) == 2

@@ -309,7 +309,7 @@ def recompute_fraction(plan: Plan) -> float:
     return min(1.0, r.recompute_layers / plan.model.num_layers)
 
 
-def early_stop_skips(kind: LayerKind, dropout: float) -> tuple[Gemm, ...]:
+def early_stop_skips(kind: LayerKind, dropout: float, adapters: tuple[Gemm, ...] = ()) -> tuple[Gemm, ...]:
     """GEMMs of one layer that a full recomputation with early stop does not run again.
 
     torch's non-reentrant checkpoint (torch >= 2.1) counts the tensors the layer's backward will
@@ -320,8 +320,24 @@ def early_stop_skips(kind: LayerKind, dropout: float) -> tuple[Gemm, ...]:
     Nothing is skipped when a norm follows the MLP (post-norm, sandwich norms: the norm saves its
     input), when dropout does (its mask comes from running it), or in an MoE layer (the combine
     weighs the expert outputs by the router's probabilities and saves them for that gradient).
+
+    ``adapters``: the layer's LoRA GEMMs. peft's wrapped projection runs its base layer first and
+    adds ``lora_B(lora_A(x))`` after it, so where the down projection carries an adapter the last
+    saved tensor is lora_A's output: the adapter's B GEMM is skipped and the base GEMM runs again
+    (checked against torch with peft, tests/unit/test_checkpoint_early_stop.py).
     """
-    return () if dropout > 0 else kind.trailing
+    if dropout > 0 or not kind.trailing:
+        return ()
+    last = tuple(g for g in adapters if g.name.startswith("lora_b_") and _adapter_role(g.name) == "down")
+    return last or kind.trailing
+
+
+def _adapter_role(name: str) -> str | None:
+    """The projection role of a LoRA GEMM (``lora_b_<path>``), None for the converted MoE ones."""
+    try:
+        return _role(name.split("_", 2)[2])[0]
+    except KeyError:
+        return None
 
 
 def _trailing_gemms(m: ModelSpec, gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
@@ -354,6 +370,9 @@ def early_stop_flops_per_token(plan: Plan) -> float:
     if r.recompute != "full" or r.dropout > 0 or not checkpoint_stops_early(plan):
         return 0.0
     m = plan.model
+    if r.method in ("lora", "qlora"):
+        return sum(k.count * sum(g.flops_per_token for g in early_stop_skips(
+            k, r.dropout, lora_gemms(m, k, r.lora_targets, r.lora_rank))) for k in layer_kinds(m))
     hit = _TRAILING.get(id(m))  # per model object, as layer_kinds caches
     if hit is None or hit[0] is not m:
         if len(_TRAILING) > 256:

@@ -237,13 +237,17 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
             t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
                                               lay.expert_tp) - t_main)
         t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
-        skips = early_stop_skips(kind, r.dropout) if (early_stop and rc) else ()
-        t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm) if skips else 0.0
-        if skips and hp_share:
-            t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_skip)
+        adapters = lora_gemms(m, kind, r.lora_targets, r.lora_rank) if frozen else ()
+        skips = early_stop_skips(kind, r.dropout, adapters) if (early_stop and rc) else ()
+        t_skip = 0.0
+        if skips and skips[0].name.startswith("lora_"):  # an adapter's B GEMM, at the adapters' rate
+            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+        elif skips:
+            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+            if hp_share:
+                t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_skip)
         t_lora = 0.0
         if frozen:
-            adapters = lora_gemms(m, kind, r.lora_targets, r.lora_rank)
             # priced at the 16-bit rate even where peft runs them in fp32 without autocast (SIMT
             # kernels): the family's GEMM shape model describes tensor-core tiles, not rank-16 fp32
             t_lora = _gemm_set_s(adapters, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
