@@ -366,6 +366,7 @@ def torchtitan_cases() -> list[Case]:
     out = []
     for c in _load("torchtitan_throughput.yaml"):
         d, s, m = c["model_dims"], c["setup"], c["measured"]
+        yymm = int(c["id"].split("-")[1])  # the table, by its id prefix
         gpu, watts, net = _titan_gpu(str(s["gpu_type"]))
         par = s["parallelism"]
         tp, pp, cp, dps = par["tp"], par["pp"], par["cp"], par["dp_shard"]
@@ -392,7 +393,7 @@ def torchtitan_cases() -> list[Case]:
         p = plan(mdl, cl, tp=tp, pp=pp, cp=cp, dp=dps, vp=vp, zero=3, mbs=mbs, gbs=gbs,
                  seq=s["seq_len"], precision="fp8-mixed" if fp8 else "bf16-mixed",
                  recompute=rc, recompute_layers=rcl, framework="fsdp2")
-        if int(c["id"].split("-")[1]) >= TITAN_FUSED_ADAMW_FROM:
+        if yymm >= TITAN_FUSED_ADAMW_FROM:
             p = p.model_copy(update={"recipe": p.recipe.model_copy(update={"optimizer": "adamw-fused"})})
         if TITAN_2408_SOURCE in str(c.get("source", "")) and fp8:
             text += " torch.compile"
@@ -401,11 +402,11 @@ def torchtitan_cases() -> list[Case]:
         # with PP, keeps the gathered parameters between micro-batches ("For PP, do not reshard after
         # forward to avoid per-microbatch all-gathers": torchtitan/models/llama/parallelize_llama.py
         # ``apply_fsdp`` @ b5bcd76, ``reshard_after_forward = False`` when pp_enabled)
-        compiled_loss = "compile" in text and int(c["id"].split("-")[1]) >= TITAN_LOSS_COMPILED_FROM
+        compiled_loss = "compile" in text and yymm >= TITAN_LOSS_COMPILED_FROM
         p = p.model_copy(update={"runtime": Runtime(
             framework="fsdp2", loss_parallel=tp > 1, reshard_after_forward=pp == 1,
             fused_loss=compiled_loss,
-            checkpoint_early_stop=int(c["id"].split("-")[1]) < TITAN_NO_EARLY_STOP_FROM or None)})
+            checkpoint_early_stop=True if yymm < TITAN_NO_EARLY_STOP_FROM else None)})  # None: fsdp2's default
         opts = TimeOptions(runtime="megatron" if "compile" in text else None,
                            tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None)
         out.append(Case(c["id"], "torchtitan", p, opts, "tokens_per_s_per_gpu",

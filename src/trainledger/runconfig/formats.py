@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainledger.errors import PlanError, SpecError
-from trainledger.estimate.time.stack import stack_values
+from trainledger.estimate.time.stack import stops_early_by_default
 
 _AUTO = "auto"
 
@@ -51,7 +51,7 @@ class ImportResult:
         fw = self.inputs.get("framework") or self.header.get("framework") or "hf"
         for k, v in self.inputs.items():
             if (k == "checkpoint_early_stop" and self.header.get(k) is None
-                    and v == stack_values(fw, "").get(k)):
+                    and v == stops_early_by_default(fw)):
                 # a file states the checkpoint's early stop (our exports do, so that the launcher
                 # runs what was priced); the stack's own default is no choice of the user's
                 continue

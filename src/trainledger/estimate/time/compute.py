@@ -34,7 +34,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.layers import Linear, layer_linears, lora_targets_of
 from trainledger.spec.plan import Plan
 from trainledger.estimate.time.efficiency import for_gpu
-from trainledger.estimate.time.stack import stack_values
+from trainledger.estimate.time.stack import stack_values, stops_early_by_default
 
 #: how the FLOP count names the projections of the layer inventory (``modules.layer_linears``):
 #: module name -> (GEMM role, TP split). Fused projections are split into their parts so that each
@@ -347,21 +347,13 @@ def _trailing_gemms(m: ModelSpec, gemms: tuple[Gemm, ...]) -> tuple[Gemm, ...]:
     return tuple(g for g in gemms if g.name == "down")
 
 
-@lru_cache(maxsize=64)
-def _stack_stops_early(framework: str, family: str) -> bool:
-    return bool(stack_values(framework, family).get("checkpoint_early_stop", False))
-
-
 def checkpoint_stops_early(plan: Plan) -> bool:
     """Whether the plan's full recomputation stops early: ``Runtime.checkpoint_early_stop``, else
     the stack's default (catalog/efficiency/stacks/*.yaml)."""
     v = plan.runtime.checkpoint_early_stop
     if v is not None:
         return v
-    return _stack_stops_early(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
-
-
-_TRAILING: dict[int, tuple[ModelSpec, float]] = {}
+    return stops_early_by_default(plan.runtime.framework, for_gpu(plan.cluster.gpu).family)
 
 
 def early_stop_flops_per_token(plan: Plan) -> float:
@@ -369,17 +361,10 @@ def early_stop_flops_per_token(plan: Plan) -> float:
     r = plan.recipe
     if r.recompute != "full" or r.dropout > 0 or not checkpoint_stops_early(plan):
         return 0.0
-    m = plan.model
-    if r.method in ("lora", "qlora"):
-        return sum(k.count * sum(g.flops_per_token for g in early_stop_skips(
-            k, r.dropout, lora_gemms(m, k, r.lora_targets, r.lora_rank))) for k in layer_kinds(m))
-    hit = _TRAILING.get(id(m))  # per model object, as layer_kinds caches
-    if hit is None or hit[0] is not m:
-        if len(_TRAILING) > 256:
-            _TRAILING.clear()
-        hit = _TRAILING[id(m)] = (m, sum(k.count * sum(g.flops_per_token for g in k.trailing)
-                                         for k in layer_kinds(m)))
-    return hit[1]
+    m, frozen = plan.model, r.method in ("lora", "qlora")
+    return sum(k.count * sum(g.flops_per_token for g in early_stop_skips(
+        k, r.dropout, lora_gemms(m, k, r.lora_targets, r.lora_rank) if frozen else ()))
+        for k in layer_kinds(m))
 
 
 def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: float,

@@ -150,6 +150,13 @@ def stack_values(framework: str, family: str) -> dict[str, Any]:
     return out
 
 
+@lru_cache(maxsize=64)
+def stops_early_by_default(framework: str, family: str = "") -> bool:
+    """The stack's full recomputation stops early unless the plan says (``checkpoint_early_stop``
+    in stacks/<framework>.yaml; read by the time model and by the importers' normalisation)."""
+    return bool(stack_values(framework, family).get("checkpoint_early_stop", False))
+
+
 def clock_scale(gpu: GpuSpec) -> float:
     """Sustained tensor-core clock under a power limit, relative to the TDP clock.
 
