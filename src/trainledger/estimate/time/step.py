@@ -680,7 +680,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         skips = early_stop_flops_per_token(plan)
         if skips:
             notes.append("full recomputation stops early (torch's non-reentrant checkpoint): each layer's "
-                         "last GEMM (MLP down) is not re-run; --no-checkpoint-early-stop for a reentrant one "
+                         "last GEMM (MLP down, or its LoRA B where an adapter wraps it) is not re-run; "
+                         "--no-checkpoint-early-stop for a reentrant one "
                          "(transformers < 5 by default, deepspeed.checkpointing)")
         elif checkpoint_stops_early(plan):
             notes.append("full recomputation re-runs every GEMM: a norm, dropout or MoE combine after the "
