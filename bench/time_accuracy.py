@@ -229,10 +229,17 @@ def mosaic_cases() -> list[Case]:
                   pos="learned", bias=True, tied=True, name=c["model"])
         # Composer's precision 'bf16' is autocast mixed precision, not bf16 weights (composer/core/
         # precision.py: "BF16: Use 16-bit BFloat mixed precision"): fp32 sharded parameters and
-        # optimizer states in both tables. The tables' mp_mode decides the FSDP reduce dtype:
-        # Composer's FSDP mixed_precision 'PURE' reduces in bf16, 'DEFAULT' in fp32.
+        # optimizer states in both tables. The FSDP reduce dtype: Composer's mixed_precision 'PURE'
+        # sets reduce_dtype bf16. 'DEFAULT' sets param_dtype bf16 and, from composer 0.16.4
+        # (d745fcb1b, 2023-10-10, "patch default"), reduce_dtype fp32: the 80 GB table's runs
+        # (llm-foundry b2a43a1 pins mosaicml>=0.16.4). Before it 'DEFAULT' left reduce_dtype None
+        # (composer 0.14, pinned by 5f43bf160: the 40 GB table and the 80 GB 70B rows), and torch
+        # 1.13's FSDP then reduces the gradient in the dtype backward made it, bf16
+        # (_post_backward_hook casts only when reduce_dtype is set; torch 2's FSDP1 infers
+        # reduce_dtype = param_dtype, the same result: torch/distributed/fsdp/api.py MixedPrecision).
         prec = "bf16-mixed"
-        reduce = "bf16" if s.get("mp_mode") == "PURE" else "fp32"
+        torch_113 = not (s["gpu_type"] == "a100_80gb" and s["precision"] == "amp_bf16")
+        reduce = "bf16" if s.get("mp_mode") == "PURE" or torch_113 else "fp32"
         p = plan(mdl, cluster(gpu, s["gpus"], inter="roce-200"), dp=s["gpus"], zero=3,
                  mbs=s["mbs"], gbs=s["gbs"], seq=s["seq_len"], precision=prec,
                  recompute=s["recompute"], attention="flash1", framework="pytorch-fsdp")
@@ -244,7 +251,7 @@ def mosaic_cases() -> list[Case]:
         # rerun on the mosaicml/pytorch:2.1.0_cu121 image (scripts/train/benchmarking/sweep.sh
         # @ b2a43a1, 2023-10-19, the commit that rewrote that table); the 40 GB table and the 80 GB
         # 70B bf16/PURE rows date from 5f43bf160 (2023-05-03), whose setup.py pins torch==1.13.1
-        early_stop = s["gpu_type"] == "a100_80gb" and s["precision"] == "amp_bf16"
+        early_stop = not torch_113
         # Optimizer: the yamls of both commits set ``optimizer: name: decoupled_adamw``, Composer's
         # DecoupledAdamW, whose step is a per-tensor loop (composer/optim/decoupled_weight_decay.py,
         # DecoupledAdamW.adamw: ``for i, param in enumerate(params)``)

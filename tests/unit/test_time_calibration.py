@@ -148,3 +148,22 @@ def test_cli_calibrate_then_estimate_calibrated(tmp_path):
                                   "megatron-core", "--calibrated", "--ledger", led, "--json"])
     comp = json.loads(r.output)["compute"]
     assert not comp["time_calibration"]["calibrated"] and "megatron-core" in comp["time_calibration"]["reason"]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(framework="pytorch-fsdp", reduce_dtype="fp32", grad_accum=2),       # FSDP1 flat gradients
+    dict(framework="hf", zero=0, model="llama-3.2-1b", grad_accum=2),        # DDP's bucket copies
+    dict(framework="fsdp2", model="llama-2-13b", gpu="a100-sxm-80gb", gpus=64, micro_batch=2,
+         attention="flash"),                                                  # allocator retries
+    dict(framework="megatron-core", zero=1, tp=2, pp=2, grad_accum=8),        # a pipeline's bubble
+])
+def test_calibration_terms_hold_every_second_of_the_step(kw):
+    """With every factor 1 the calibrated step is the estimate's step: each breakdown term belongs
+    to one calibration term (a term left out would be dropped from every calibrated figure)."""
+    _, d, _ = _run(**kw)
+    assert sum(d["breakdown"].values()) == pytest.approx(d["step_time_s"])
+    assert cal.calibrated_step_s(d, {}) == pytest.approx(d["step_time_s"])
+    if kw.get("model") == "llama-2-13b":
+        assert d["breakdown"]["allocator_retries"] > 0
+    if kw["framework"] == "hf":
+        assert d["breakdown"]["ddp_copy"] > 0

@@ -102,15 +102,16 @@ def terms(comp: Mapping[str, Any]) -> dict[str, float]:
     bd, parts = comp["breakdown"], comp["compute_parts"]
     g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0) + bd.get("tp_split_waves", 0.0)
     a = parts.get("attention", 0.0)
-    m = (parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("offload", 0.0)
-         + bd.get("cp_merge", 0.0))
+    m = (parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("ddp_copy", 0.0)
+         + bd.get("offload", 0.0) + bd.get("cp_merge", 0.0))
     x = sum(v for k, v in bd.items() if k.startswith("comm_")) + bd.get("overlap_contention", 0.0)
     per_mb = g + a + m + x
     bubble = bd.get("bubble", 0.0)
     if bubble and per_mb > 0:
         g, a, m, x = (v * (1 + bubble / per_mb) for v in (g, a, m, x))
     m += bd.get("optimizer", 0.0)
-    f = bd.get("data", 0.0)
+    # per step and at no compute rate: the host's step and the allocator's retries (device syncs)
+    f = bd.get("data", 0.0) + bd.get("allocator_retries", 0.0)
     return {"gemm": g, "attention": a, "memory": m, "comm": x, "fixed": f}
 
 

@@ -409,9 +409,11 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         fsdp_hidden = t - fsdp
         # FSDP2 copy-out of the gathered parameters and copy-in of the gradients (one read + one
         # write each), on the compute stream
+        hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
         if prof.fsdp_copy_passes:
-            hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
             fsdp_copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
+        elif plan.runtime.framework == "pytorch-fsdp" and gb:
+            fsdp_copy = p * flat_gradient_bytes(wb, gb) / hbm
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
@@ -462,6 +464,29 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     return extra
 
 
+def flat_gradient_bytes(wb: float, gb: float) -> float:
+    """HBM bytes per parameter per micro-batch that FSDP1 spends forming a unit's reduce-scatter
+    input (``pytorch-fsdp``: one FlatParameter per wrapped unit).
+
+    The unit's parameters are views of its flat parameter (``FlatParamHandle._get_unflat_views``:
+    ``torch.split`` of the flat tensor, then ``view``), so autograd hands the unit's gradient to the
+    flat parameter through the split's backward, which concatenates the views' gradients into one
+    new flat tensor: one read and one write of the gradient in the compute dtype (``wb``). FSDP's
+    post-backward hook then casts it to the reduce dtype when that differs (Composer's 'DEFAULT'
+    mixed precision from 0.16.4: bf16 compute, fp32 reduce; ``wb`` read + ``gb`` written) and
+    divides it in place by the gradient pre-divide factor before the reduce-scatter (a read and a
+    write in the reduce dtype; the factor exceeds 1 on every sharded group, 2 or more ranks:
+    ``_get_gradient_predivide_factor``). Sources: torch/distributed/fsdp/_flat_param.py,
+    _runtime_utils.py ``_post_backward_hook`` / ``_reduce_grad`` (torch 2.x), the same steps in
+    torch 1.13's fully_sharded_data_parallel.py ``_post_backward_hook``. FSDP2 forms its
+    reduce-scatter input by its own copy-in (``fsdp_copy_passes`` of its stack).
+    The cast and the divide run on FSDP's post-backward stream beside the next unit's backward;
+    memory-bound kernels there take SMs and HBM bandwidth from it, so their passes are counted
+    like the compute stream's (no measurement separates them)."""
+    cast = wb + gb if gb != wb else 0.0
+    return 2 * wb + cast + 2 * gb
+
+
 def reduce_bytes(plan: Plan) -> float:
     """Bytes per gradient element the data-parallel reduction moves: the gradients' dtype, or bf16
     when a mixed policy reduces in bf16 — FSDP MixedPrecision(reduce_dtype=bf16) (FSDP1
@@ -509,6 +534,26 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
         return total, 0.0
     exposed = sum(max(last, t - window) for t, window, last in parts)
     return exposed, total - exposed
+
+
+def ddp_copy_s(plan: Plan, topo: Topology, prof: StackProfile) -> float:
+    """Seconds per step of DDP's gradient copies (``hf`` with data parallelism and no ZeRO: torch
+    DistributedDataParallel), once per optimizer step (the Trainer accumulates under ``no_sync``).
+
+    The reducer copies each gradient into its bucket, dividing by the world size on the way
+    (``Reducer::mark_variable_ready_dense``: ``at::mul_out(bucket_view, grad, 1/div_factor)``, one
+    read and one write of the gradient), and after the all-reduce copies the bucket back into
+    ``.grad`` (``finalize_bucket_dense``/``copy_bucket_to_grad``): a second read and write. With
+    ``gradient_as_bucket_view`` the gradients are the bucket views: one in-place divide only
+    (torch/csrc/distributed/c10d/reducer.cpp). Memory-bound passes on the compute stream."""
+    r, lay = plan.recipe, plan.layout
+    if (not r.is_training or topo.dp.n <= 1 or lay.zero != 0
+            or plan.runtime.framework != "hf"):
+        return 0.0
+    passes = 1 if plan.runtime.gradient_as_bucket_view else 2
+    p = _trainable_stage_params(plan) / lay.tp
+    gb = float(DTYPE_BYTES[r.policy["grads"]])
+    return passes * 2 * p * gb / (plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm)
 
 
 def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bool = True,
@@ -608,7 +653,8 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
-        "fsdp_copy": m * c.fsdp_copy, "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
+        "fsdp_copy": m * c.fsdp_copy, "ddp_copy": ddp_copy_s(plan, topo, prof),
+        "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
         "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
