@@ -122,12 +122,10 @@ def test_selective_recompute_recomputes_every_second_gemm():
 
 
 def test_fsdp_copy_passes_follow_the_buffer_layout():
-    # FSDP2 copies out of the flat all-gather buffer and into the reduce-scatter input: one read and
-    # one write per collective (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py);
-    # FSDP1's FlatParameter is used in place (Zhao et al. 2023, arXiv:2304.11277 §3.2): none
-    read, write = 1, 1
-    assert stack_values("fsdp2", "hopper")["fsdp_copy_passes"] == read + write
-    for fw in ("hf", "pytorch-fsdp"):
+    # FSDP2's and FSDP1's copies are counted op by op in the time model (step.fsdp2_copy_bytes,
+    # step.flat_gradient_bytes; tests/unit/test_gradient_copy_passes.py runs torch): no generic
+    # estimate on top of them
+    for fw in ("hf", "pytorch-fsdp", "fsdp2"):
         assert stack_values(fw, "hopper")["fsdp_copy_passes"] == 0
     # Megatron-Core's distributed optimizer: parameters and main_grads are views into the contiguous
     # ParamAndGradBuffer that the all-gather and reduce-scatter work on in place

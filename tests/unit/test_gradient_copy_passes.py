@@ -164,3 +164,134 @@ def test_ddp_copies_in_the_step():
     assert copy_s(gpus=1) == 0.0
     assert copy_s(zero=1) == 0.0
     assert copy_s(framework="fsdp2", zero=3) == 0.0
+
+
+def _amp_bytes(recompute: bool) -> dict[str, float]:
+    """Bytes of the weight-sized ops of two AMP micro-batches on a tiny transformers Llama (CPU
+    autocast, bf16), per element: forward casts and backward casts per linear weight (decoder
+    projections and lm_head), the second micro-batch's accumulation per parameter."""
+    transformers = pytest.importorskip("transformers")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=256,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    if recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    linear = {id(p): p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n}
+    head = model.lm_head.weight.numel()
+    total = sum(p.numel() for p in model.parameters())
+    shapes = {tuple(p.shape) for p in model.parameters()}
+    got: dict[str, float] = {}
+
+    class Log(TorchDispatchMode):
+        def __init__(self, phase):
+            super().__init__()
+            self.phase = phase
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if isinstance(out, torch.Tensor) and tuple(out.shape) in shapes and name in ("_to_copy", "add_"):
+                moved = _tensor_bytes([a for a in args if isinstance(a, torch.Tensor)]) + _tensor_bytes(out)
+                key = f"{self.phase}_{name}"
+                got[key] = got.get(key, 0) + moved
+            return out
+
+    ids = torch.randint(0, 256, (2, 16))
+    model.zero_grad(set_to_none=True)
+    for mb in range(2):
+        with Log(f"fwd{mb}"), torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        with Log(f"bwd{mb}"):
+            loss.backward()
+    lin = sum(linear.values())
+    layers = lin - head
+    return {"fwd_cast": got["fwd0__to_copy"] / lin, "bwd_cast": got["bwd0__to_copy"], "lin": lin,
+            "layers": layers, "accumulate": got.get("bwd1_add_", 0) / total,
+            "first_accumulate": got.get("bwd0_add_", 0)}
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_amp_weight_passes_match_torch(recompute):
+    from trainledger.estimate.time.step import AMP_CAST_BYTES, GRAD_ACCUMULATE_BYTES
+
+    b = _amp_bytes(recompute)
+    assert b["fwd_cast"] == AMP_CAST_BYTES  # every linear weight, fp32 -> bf16, per forward
+    # the backward: the weight gradients' casts, plus the recomputed layers' weight casts
+    expect = AMP_CAST_BYTES * b["lin"] + (AMP_CAST_BYTES * b["layers"] if recompute else 0)
+    assert b["bwd_cast"] == expect
+    assert b["first_accumulate"] == 0  # the first micro-batch's gradient is taken over as is
+    assert b["accumulate"] == GRAD_ACCUMULATE_BYTES
+
+
+def test_amp_weight_passes_in_the_step():
+    """hf without ZeRO on fp32 weights under autocast only; the accumulation grows with the
+    micro-batches after the first; pure bf16 and FSDP-sharded plans have none."""
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def amp_s(**kw):
+        base = dict(model="llama-3.2-1b", gpus=1, framework="hf", seq_len=2048)
+        c = estimate_compute(build_plan(PlanInputs(**{**base, **kw})))
+        return c.breakdown.get("amp_weight_passes", 0.0)
+
+    one = amp_s()
+    assert one > 0
+    assert amp_s(grad_accum=2) > 2 * one  # two micro-batches of casts plus one accumulation
+    assert amp_s(recompute="full") > one
+    assert amp_s(precision="bf16") == 0.0
+    assert amp_s(gpus=8, zero=3) == 0.0
+    assert amp_s(framework="megatron-core") == 0.0
+
+
+def _fsdp2_bytes(reshard: bool, reduce_dtype) -> float:
+    """Bytes per parameter per micro-batch (forward + backward) of FSDP2's copy-out and copy-in."""
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        torch.manual_seed(0)
+        blocks = [nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False))
+                  for _ in range(2)]
+        model = nn.Sequential(*blocks)
+        numel = sum(p.numel() for p in model.parameters())
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+        for blk in blocks:
+            fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        moved = 0
+
+        class Log(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                nonlocal moved
+                out = func(*args, **(kwargs or {}))
+                if func.overloadpacket.__name__ in ("split_with_sizes_copy", "chunk_cat"):
+                    # out= ops: their inputs are read, their out= tensors written
+                    moved += _tensor_bytes(list(args)) + _tensor_bytes(list((kwargs or {}).values()))
+                return out
+
+        with Log():
+            model(torch.randn(4, 64)).float().sum().backward()
+        return moved / numel
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+@pytest.mark.parametrize("reduce,gb", [("fp32", 4.0), ("bf16", 2.0)])
+def test_fsdp2_copy_bytes_match_torch(reshard, reduce, gb):
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    from trainledger.estimate.time.step import fsdp2_copy_bytes
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[reduce]
+    assert _fsdp2_bytes(reshard, dtype) == fsdp2_copy_bytes(2.0, gb, regather=reshard)

@@ -17,8 +17,8 @@ def test_readme_estimate_with_power_limit_and_interval():
     out = _run(["estimate", "-m", "llama-3.1-8b", "--gpu", "h100-sxm-96gb", "--power-limit-w", "500",
                 "--gpus", "8", "--zero", "3", "--framework", "fsdp2", "--seq-len", "8192",
                 "--micro-batch", "2", "--recompute", "selective", "--tokens", "1B", "--no-ledger"])
-    assert "step 2.81 s: 46,594 tokens/s, 5,824 per GPU, 337 TFLOP/s per GPU, MFU 34.1%, HFU 35.0%" in out
-    assert "step time p10-p90: 2.70 s - 3.27 s, MFU 29.3-35.5% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
+    assert "step 2.80 s: 46,733 tokens/s, 5,842 per GPU, 338 TFLOP/s per GPU, MFU 34.2%, HFU 35.1%" in out
+    assert "step time p10-p90: 2.71 s - 3.26 s, MFU 29.4-35.4% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
     assert "note: power limit 500 W of 700 W TDP: tensor clock x0.863 (DVFS cube law, estimate/stack.py)" in out
 
 
@@ -36,4 +36,4 @@ def test_readme_calibrate_then_estimate(tmp_path):
              "--seq-len", "8192", "--micro-batch", "2", "--ledger", led]
     _run(["calibrate", *flags, "--gpus", "8", "--measured-step-time", "2.2"])
     out = _run(["estimate", *flags, "--gpus", "64", "--calibrated"])
-    assert "calibrated step 2.20 s (x1.082, calibration 1; p10-p90 1.98 s - 2.57 s)" in out
+    assert "calibrated step 2.20 s (x1.086, calibration 1; p10-p90 1.99 s - 2.57 s)" in out

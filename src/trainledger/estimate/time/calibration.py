@@ -103,6 +103,7 @@ def terms(comp: Mapping[str, Any]) -> dict[str, float]:
     g = parts.get("matmul", 0.0) + parts.get("kernel_overhead", 0.0) + bd.get("tp_split_waves", 0.0)
     a = parts.get("attention", 0.0)
     m = (parts.get("elementwise", 0.0) + bd.get("fsdp_copy", 0.0) + bd.get("ddp_copy", 0.0)
+         + bd.get("amp_weight_passes", 0.0)
          + bd.get("offload", 0.0) + bd.get("cp_merge", 0.0))
     x = sum(v for k, v in bd.items() if k.startswith("comm_")) + bd.get("overlap_contention", 0.0)
     per_mb = g + a + m + x

@@ -407,13 +407,15 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         else:
             fsdp = t
         fsdp_hidden = t - fsdp
-        # FSDP2 copy-out of the gathered parameters and copy-in of the gradients (one read + one
-        # write each), on the compute stream
+        # the copies around the collectives, on the compute stream: FSDP2's copy-out and copy-in,
+        # FSDP1's flat-gradient passes, the stack's estimate for the others (DeepSpeed)
         hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
-        if prof.fsdp_copy_passes:
+        if plan.runtime.framework == "fsdp2":
+            fsdp_copy = p * fsdp2_copy_bytes(wb, gb, regather) / hbm
+        elif plan.runtime.framework == "pytorch-fsdp":
+            fsdp_copy = p * flat_gradient_bytes(wb, gb) / hbm if gb else 0.0
+        elif prof.fsdp_copy_passes:
             fsdp_copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
-        elif plan.runtime.framework == "pytorch-fsdp" and gb:
-            fsdp_copy = p * flat_gradient_bytes(wb, gb) / hbm
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
@@ -464,6 +466,21 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     return extra
 
 
+def fsdp2_copy_bytes(wb: float, gb: float, regather: bool) -> float:
+    """HBM bytes per parameter per micro-batch of FSDP2's copies (``fully_shard``).
+
+    Each all-gather lands in one flat buffer that is copied out into the per-parameter tensors
+    (``split_with_sizes_copy``: a read and a write in the param dtype ``wb``), in the forward and
+    again in the backward unless the layer kept its gathered weights
+    (``reshard_after_forward=False``); the gradients are copied into the reduce-scatter input in
+    the reduce dtype (``torch._chunk_cat``: ``wb`` read, ``gb`` written; none for a frozen base,
+    ``gb`` = 0). The division by the world size runs inside NCCL (``ReduceOp.AVG`` for fp32 and
+    bf16 since pytorch/pytorch PRs #120919 and #123362, 2024), with no pass of its own.
+    Source: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (``foreach_all_gather_copy_out``,
+    ``foreach_reduce``); counted against torch 2.13 by tests/unit/test_gradient_copy_passes.py."""
+    return 2 * wb * (2 if regather else 1) + (wb + gb if gb else 0.0)
+
+
 def flat_gradient_bytes(wb: float, gb: float) -> float:
     """HBM bytes per parameter per micro-batch that FSDP1 spends forming a unit's reduce-scatter
     input (``pytorch-fsdp``: one FlatParameter per wrapped unit).
@@ -476,7 +493,8 @@ def flat_gradient_bytes(wb: float, gb: float) -> float:
     mixed precision from 0.16.4: bf16 compute, fp32 reduce; ``wb`` read + ``gb`` written) and
     divides it in place by the gradient pre-divide factor before the reduce-scatter (a read and a
     write in the reduce dtype; the factor exceeds 1 on every sharded group, 2 or more ranks:
-    ``_get_gradient_predivide_factor``). Sources: torch/distributed/fsdp/_flat_param.py,
+    ``_get_gradient_predivide_factor``; "quite expensive", pytorch/pytorch issue #128918, where FSDP2
+    dropped it). Sources: torch/distributed/fsdp/_flat_param.py,
     _runtime_utils.py ``_post_backward_hook`` / ``_reduce_grad`` (torch 2.x), the same steps in
     torch 1.13's fully_sharded_data_parallel.py ``_post_backward_hook``. FSDP2 forms its
     reduce-scatter input by its own copy-in (``fsdp_copy_passes`` of its stack).
@@ -554,6 +572,41 @@ def ddp_copy_s(plan: Plan, topo: Topology, prof: StackProfile) -> float:
     p = _trainable_stage_params(plan) / lay.tp
     gb = float(DTYPE_BYTES[r.policy["grads"]])
     return passes * 2 * p * gb / (plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm)
+
+
+#: HBM bytes per weight element of autocast's cast (fp32 -> 16-bit: read 4, write 2) and of the
+#: cast's backward (the 16-bit weight gradient -> fp32: read 2, write 4)
+AMP_CAST_BYTES = 6.0
+#: an fp32 gradient accumulated into ``.grad`` (AccumulateGrad's ``add_``: read 4 + 4, write 4)
+GRAD_ACCUMULATE_BYTES = 12.0
+
+
+def amp_weight_passes_s(plan: Plan, prof: StackProfile) -> tuple[float, float]:
+    """(seconds per micro-batch, seconds per step) of the weight-sized passes of torch AMP on fp32
+    weights: the ``hf`` stack without ZeRO (one GPU or DDP; FSDP and DeepSpeed gather 16-bit weights).
+
+    Autocast casts every linear layer's fp32 weight to the 16-bit compute dtype each time it runs
+    (torch.amp.autocast: the cast copy is kept only within one autocast region; aten ``_to_copy``),
+    so once per forward and again per recomputed layer; the backward of that cast turns the 16-bit
+    weight gradient into fp32. From the second micro-batch of a step on, AccumulateGrad adds each
+    new fp32 gradient into ``.grad`` (the first is taken over as is: the Trainer zeroes with
+    ``set_to_none``). A frozen fp32 base (LoRA on an fp32 checkpoint) is cast, with no gradient.
+    Counted op by op against torch (tests/unit/test_gradient_copy_passes.py)."""
+    r, lay, m = plan.recipe, plan.layout, plan.model
+    if (not r.is_training or plan.runtime.framework != "hf" or lay.zero != 0
+            or not r.precision.endswith("-mixed") or r.policy["weights"] != "fp32"):
+        return 0.0, 0.0
+    pc = m.params
+    layers = math.ceil(m.num_layers / lay.pp) * (max(pc.per_layer) if pc.per_layer else 0) / lay.tp
+    head = m.vocab_size * m.hidden_size / lay.tp  # the lm_head's matmul (tied or not), last stage
+    rc = recompute_fraction(plan)
+    cast = AMP_CAST_BYTES * ((layers + head) + rc * layers)
+    trainable = r.method not in ("lora", "qlora")
+    grad = AMP_CAST_BYTES * (layers + head) if trainable else 0.0
+    accumulate = (GRAD_ACCUMULATE_BYTES * _stage_params(plan) / lay.tp * (r.grad_accum - 1)
+                  if trainable else 0.0)
+    hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
+    return (cast + grad) / hbm, accumulate / hbm
 
 
 def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bool = True,
@@ -638,8 +691,9 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     topo = topology(plan.cluster, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links, lay.expert_tp)
     c = _micro_batch_comm(plan, topo, work, opts, links, prof)
     waves = _tp_decomposition_s(plan, prof, peak_mm * clk, dtype)
+    amp_mb, amp_step = amp_weight_passes_s(plan, prof)
     t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
-            + c.cp_merge + waves)
+            + c.cp_merge + waves + amp_mb)
     m = r.grad_accum
     bubble = (lay.pp - 1) * chunk_share(plan) * t_mb if lay.pp > 1 else 0.0
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
@@ -654,6 +708,7 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
         "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
         "fsdp_copy": m * c.fsdp_copy, "ddp_copy": ddp_copy_s(plan, topo, prof),
+        "amp_weight_passes": m * amp_mb + amp_step,
         "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
         "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
