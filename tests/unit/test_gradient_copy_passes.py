@@ -295,3 +295,24 @@ def test_fsdp2_copy_bytes_match_torch(reshard, reduce, gb):
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[reduce]
     assert _fsdp2_bytes(reshard, dtype) == fsdp2_copy_bytes(2.0, gb, regather=reshard)
+
+
+def test_a_step_dominated_by_copies_says_so_and_what_avoids_them():
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.estimate.time.step import AMP_PASSES_NOTE_SHARE
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def note(**kw):
+        base = dict(model="llama-3.2-1b", gpus=8, framework="hf", seq_len=4096, grad_accum=4)
+        c = estimate_compute(build_plan(PlanInputs(**{**base, **kw})))
+        bd = c.breakdown
+        share = sum(bd.get(k, 0.0) for k in ("amp_weight_passes", "ddp_copy", "fsdp_copy")) / c.step_time_s
+        return share, [n for n in c.notes if "gradient-sized copies" in n]
+
+    share, notes = note()
+    assert share > AMP_PASSES_NOTE_SHARE and len(notes) == 1
+    assert "autocast" in notes[0] and "--gradient-as-bucket-view halves them" in notes[0]
+    _, notes = note(gradient_as_bucket_view=True)
+    assert "halves" not in notes[0]
+    share, notes = note(seq_len=16384, micro_batch=4, gpus=1)  # one GPU, long micro-batches
+    assert share < AMP_PASSES_NOTE_SHARE and not notes

@@ -554,6 +554,26 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     return exposed, total - exposed
 
 
+#: share of the step above which the time notes name the weight- and gradient-sized copies
+AMP_PASSES_NOTE_SHARE = 0.05
+
+
+def _passes_text(plan: Plan, bd: dict[str, float]) -> str:
+    """What the copies of ``bd`` are, for the note above."""
+    out = []
+    if bd.get("amp_weight_passes", 0.0):
+        out.append("autocast's fp32->16-bit weight casts every forward and the fp32 gradient's cast "
+                   "and accumulation; 16-bit weights, --precision bf16, have none")
+    if bd.get("ddp_copy", 0.0):
+        out.append("DDP's bucket copies" + ("" if plan.runtime.gradient_as_bucket_view
+                                            else "; --gradient-as-bucket-view halves them"))
+    if bd.get("fsdp_copy", 0.0):
+        out.append({"pytorch-fsdp": "FSDP1's flat-gradient concatenation, cast and pre-divide",
+                    "fsdp2": "FSDP2's copy-out after each all-gather and copy-in before each "
+                             "reduce-scatter"}.get(plan.runtime.framework, "the ZeRO buffers' copies"))
+    return "; ".join(out)
+
+
 def ddp_copy_s(plan: Plan, topo: Topology, prof: StackProfile) -> float:
     """Seconds per step of DDP's gradient copies (``hf`` with data parallelism and no ZeRO: torch
     DistributedDataParallel), once per optimizer step (the Trainer accumulates under ``no_sync``).
@@ -787,6 +807,11 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         elif checkpoint_stops_early(plan):
             notes.append("full recomputation re-runs every GEMM: a norm, dropout or MoE combine after the "
                          "last one keeps the checkpoint's early stop from skipping it")
+    passes = bd.get("amp_weight_passes", 0.0) + bd.get("ddp_copy", 0.0) + bd.get("fsdp_copy", 0.0)
+    if passes > AMP_PASSES_NOTE_SHARE * step:
+        notes.append(f"{1e3 * passes:.1f} ms ({100 * passes / step:.0f}%) of the step are weight- and "
+                     "gradient-sized copies (" + _passes_text(plan, bd) + "): they scale with the "
+                     "parameters, not the tokens, so fewer, larger micro-batches amortize them")
     if flops.hardware < flops.model:
         notes.append("HFU < MFU: the flash kernel skips the masked half of the causal score matrix, "
                      "while model FLOPs count the full s×s product (Megatron/PaLM convention)")
