@@ -316,3 +316,44 @@ def test_a_step_dominated_by_copies_says_so_and_what_avoids_them():
     assert "halves" not in notes[0]
     share, notes = note(seq_len=16384, micro_batch=4, gpus=1)  # one GPU, long micro-batches
     assert share < AMP_PASSES_NOTE_SHARE and not notes
+
+
+@pytest.mark.parametrize("framework", ["pytorch-fsdp", "fsdp2"])
+def test_fsdp_stacks_shard_whatever_zero_says_in_time_as_in_memory(framework):
+    """An FSDP stack always shards (the memory model's runtimes.fsdp_sharded): --zero 0 is
+    FULL_SHARD like 3, and 1/2 are SHARD_GRAD_OP (no backward re-gather). The time model prices
+    the same: the per-unit gathers and reduce-scatters, the optimizer over the shard, no DDP
+    all-reduce."""
+    from trainledger.estimate.memory.runtimes import fsdp_sharded
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def comp(zero):
+        p = build_plan(PlanInputs(model="llama-3.1-8b", gpus=8, framework=framework, zero=zero))
+        assert fsdp_sharded(p)
+        return estimate_compute(p)
+
+    full, zero0, sgo = comp(3), comp(0), comp(2)
+    assert zero0.breakdown == pytest.approx(full.breakdown)
+    assert sgo.breakdown["optimizer"] == pytest.approx(full.breakdown["optimizer"])
+    assert sgo.breakdown["compute"] == pytest.approx(full.breakdown["compute"])
+    # the backward does not gather again: less communication to hide, no more exposed
+    assert sgo.hidden_comm["dp"] < full.hidden_comm["dp"]
+    assert sgo.step_time_s <= full.step_time_s
+
+
+def test_fsdp2_pipeline_stages_move_parameters_once_per_step_under_zero_1():
+    """torch.distributed.pipelining skips the gradient sync of every micro-batch but the last and
+    keeps an FSDP2 stage's parameters gathered (memory's pp_nosync): with --zero 1 the parameters
+    move once per step (the data-parallel sync), with --zero 0/3 per micro-batch as FULL_SHARD."""
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def bd(zero):
+        p = build_plan(PlanInputs(model="llama-3.1-8b", gpus=16, pp=2, framework="fsdp2", zero=zero,
+                                  grad_accum=8))
+        return estimate_compute(p).breakdown
+
+    assert bd(1).get("fsdp_copy", 0.0) == 0.0
+    assert bd(0).get("fsdp_copy", 0.0) > 0.0
+    assert bd(0) == pytest.approx(bd(3))

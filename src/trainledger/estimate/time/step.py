@@ -379,7 +379,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         size = A / lay.tp if lay.sp else A
         t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
     fsdp = fsdp_hidden = fsdp_copy = 0.0
-    if lay.zero == 3 and topo.dp.n > 1 and training:
+    if fsdp_shards(plan) and topo.dp.n > 1 and training:
         # Per FSDP unit (one decoder layer): all-gather in forward, again in backward (unless the
         # stack keeps the gathered weights: fsdp2 reshard_after_forward=False), reduce-scatter of
         # its gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277,
@@ -392,7 +392,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         units = max(1.0, float(layers))
         wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
         gb = reduce_bytes(plan) if r.method not in ("lora", "qlora") else 0.0
-        regather = not (plan.runtime.framework == "fsdp2" and not plan.runtime.reshard_after_forward)
+        regather = fsdp_regathers(plan)
         ag_u = all_gather_s(topo.dp, p * wb / units)
         rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
         launch = prof.collective_launch_s
@@ -466,6 +466,37 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     return extra
 
 
+#: the stacks that are FSDP itself: every plan on them shards (the memory model's
+#: ``runtimes.fsdp_sharded``), whatever ``--zero`` says
+FSDP_FRAMEWORKS = ("fsdp2", "pytorch-fsdp")
+
+
+def fsdp_shards(plan: Plan) -> bool:
+    """Whether each micro-batch gathers and reduce-scatters parameters per FSDP unit: ZeRO-3 on any
+    stack, and every plan of an FSDP stack, as the memory model holds them
+    (``memory.runtimes.fsdp_sharded``): zero 0 or 3 is FULL_SHARD, 1 or 2 SHARD_GRAD_OP. Except
+    FSDP2 stages under torch.distributed.pipelining with zero 1/2: the schedule runs every
+    micro-batch but the last without gradient sync and keeps the parameters gathered (the memory
+    model's ``pp_nosync``), so they move once per step, as ZeRO-1/2's data-parallel sync."""
+    lay, fw = plan.layout, plan.runtime.framework
+    if lay.zero == 3:
+        return True
+    if fw not in FSDP_FRAMEWORKS:
+        return False
+    return lay.zero == 0 or not (fw == "fsdp2" and lay.pp > 1)
+
+
+def fsdp_regathers(plan: Plan) -> bool:
+    """Whether the backward gathers a unit's parameters again: not under FSDP2 with
+    ``reshard_after_forward=False``, nor under an FSDP stack's SHARD_GRAD_OP (``--zero 1/2``:
+    the parameters stay gathered from forward to the end of backward; the memory model's
+    ``runtimes.reshard_after_forward``)."""
+    fw, rt = plan.runtime.framework, plan.runtime
+    if fw in FSDP_FRAMEWORKS and plan.layout.zero in (1, 2):
+        return False
+    return not (fw == "fsdp2" and not rt.reshard_after_forward)
+
+
 def fsdp2_copy_bytes(wb: float, gb: float, regather: bool) -> float:
     """HBM bytes per parameter per micro-batch of FSDP2's copies (``fully_shard``).
 
@@ -528,7 +559,7 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     16-bit parameters, overlapped with the next step's first forward (--overlap-param-gather).
     """
     r, lay = plan.recipe, plan.layout
-    if not r.is_training or topo.dp.n <= 1 or lay.zero == 3:
+    if not r.is_training or topo.dp.n <= 1 or fsdp_shards(plan):
         return 0.0, 0.0
     p = _trainable_stage_params(plan) / lay.tp
     if r.method not in ("lora", "qlora"):
@@ -648,7 +679,7 @@ def _optimizer_s(plan: Plan, eff: GpuEfficiency, topo: Topology, adamw_fused: bo
     if not r.is_training:
         return 0.0
     p = _trainable_stage_params(plan) / lay.tp
-    if lay.zero >= 1:
+    if lay.zero >= 1 or fsdp_shards(plan):
         p /= max(1, topo.dp.n)
     pol = r.policy
     sb = bytes_per_state(r.optimizer, pol["states"])
