@@ -299,3 +299,43 @@ def test_cli_export_then_estimate_from(tmp_path):
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)["plan"]  # notes on what was read go to stderr
     assert plan["method"] == "lora" and plan["gpus"] == 8
+
+
+@pytest.mark.parametrize("zero,strategy", [(0, "FULL_SHARD"), (1, "SHARD_GRAD_OP"), (2, "SHARD_GRAD_OP"),
+                                           (3, "FULL_SHARD")])
+def test_fsdp_stack_exports_the_sharding_the_models_price(zero, strategy, tmp_path):
+    """On an FSDP stack every --zero shards (memory.runtimes.fsdp_sharded, time.step.fsdp_shards):
+    0 is FULL_SHARD, 1 (FSDP has no optimizer-only sharding) SHARD_GRAD_OP, as the estimate prices."""
+    inputs = PlanInputs(model="llama-3.2-1b", gpus=8, framework="pytorch-fsdp", zero=zero)
+    paths = _write(export_plan(inputs, "accelerate"), tmp_path)
+    cfg = yaml.safe_load(paths[0].read_text())
+    assert cfg["distributed_type"] == "FSDP"
+    assert cfg["fsdp_config"]["fsdp_sharding_strategy"] == strategy
+
+
+def test_accelerate_fsdp_no_shard_imports_as_ddp(tmp_path):
+    """FSDP's NO_SHARD replicates like DDP: the hf stack without ZeRO (on an FSDP stack every
+    --zero shards)."""
+    from trainledger.estimate.time import estimate_compute
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP",
+                                    "num_machines": 1, "num_processes": 8,
+                                    "fsdp_config": {"fsdp_sharding_strategy": "NO_SHARD"}}))
+    res = import_configs([path])
+    merged = res.merged()
+    assert merged["framework"] == "hf" and merged["zero"] == 0
+    plan = build_plan(PlanInputs(model="llama-3.2-1b", **merged))
+    bd = estimate_compute(plan).breakdown
+    assert bd.get("ddp_copy", 0.0) > 0 and bd.get("fsdp_copy", 0.0) == 0.0
+
+
+@pytest.mark.parametrize("zero,words", [(2, "shard_grad_op"), (3, "full_shard"), (0, "full_shard")])
+def test_trainer_args_fsdp_words_follow_the_priced_sharding(zero, words, tmp_path):
+    inputs = PlanInputs(model="llama-3.2-1b", gpus=8, framework="pytorch-fsdp", zero=zero)
+    paths = _write(export_plan(inputs, "trainer-args"), tmp_path)
+    args = yaml.safe_load(next(p for p in paths if p.name == "training_args.yaml").read_text())
+    assert args["fsdp"] == f"{words} auto_wrap"
+    # and the Trainer's fsdp words come back as the same plan
+    back = import_configs(paths).merged()
+    assert build_plan(PlanInputs(**{**back, "model": "llama-3.2-1b"})).layout.zero == (2 if zero == 2 else 3)

@@ -52,7 +52,12 @@ HF_OPTIM = {
 }
 ACCEL_PRECISION = {"fp32": "no", "bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8-mixed": "fp8",
                    "bf16": "bf16", "fp16": "fp16"}
-FSDP_STRATEGY = {0: "NO_SHARD", 1: "SHARD_GRAD_OP", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
+#: the FSDP sharding strategy of a plan's --zero on an FSDP stack, as the memory and time models
+#: price it (memory.runtimes.fsdp_sharded, time.step.fsdp_shards): an FSDP stack always shards,
+#: so 0 is FULL_SHARD like 3, and 1 is SHARD_GRAD_OP like 2 (FSDP has no optimizer-only sharding)
+FSDP_STRATEGY = {0: "FULL_SHARD", 1: "SHARD_GRAD_OP", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
+#: the Trainer's ``fsdp`` words for each strategy (transformers TrainingArguments.fsdp)
+FSDP_WORDS = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "HYBRID_SHARD": "hybrid_shard"}
 
 
 @dataclass(frozen=True)
@@ -212,10 +217,8 @@ def sharding_backend(plan: Plan) -> str:
         if lay.offload == "optimizer":
             raise SpecError("FSDP offloads parameters with their optimizer state; plan --offload params "
                             "or --framework deepspeed")
-        if lay.zero == 1:
-            raise SpecError("FSDP shards gradients with the optimizer state (SHARD_GRAD_OP = ZeRO-2) or "
-                            "everything (ZeRO-3); it has no ZeRO-1 — plan --zero 2 or --framework deepspeed")
-        return "fsdp" if lay.zero > 0 else "ddp"
+        # an FSDP stack always shards (FSDP_STRATEGY), one GPU aside
+        return "fsdp" if plan.cluster.world_size > 1 else "ddp"
     if lay.offload != "none" and lay.zero == 0:
         raise SpecError("CPU offload needs ZeRO stage >= 1 (DeepSpeed ZeRO-Offload) or FSDP (zero 3)")
     if lay.zero in (1, 2) or lay.offload == "optimizer":
@@ -303,8 +306,7 @@ def _export_fsdp(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[E
     if sharding_backend(plan) != "fsdp":
         raise SpecError("FSDP export needs a ZeRO-3 plan (--zero 3) without optimizer-only offload; "
                         "export `deepspeed` or `accelerate` for this plan")
-    words = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op",
-             "HYBRID_SHARD": "hybrid_shard"}[_fsdp_strategy(plan)]
+    words = FSDP_WORDS[_fsdp_strategy(plan)]
     fsdp = f"{words} auto_wrap" + (" offload" if lay.offload == "params" else "")
     cfg = {
         "_trainledger": _json_header(plan, inputs, pred),
@@ -361,7 +363,7 @@ def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str,
     backend = sharding_backend(plan)
     if backend != "ddp":
         if backend == "fsdp":
-            words = "hybrid_shard" if lay.hybrid_shard else "full_shard"
+            words = FSDP_WORDS[_fsdp_strategy(plan)]
             args["fsdp"] = f"{words} auto_wrap" + (" offload" if lay.offload == "params" else "")
             args["fsdp_config"] = {"transformer_layer_cls_to_wrap": [decoder_layer_class(plan.model.model_type)],
                                    "activation_checkpointing": False,

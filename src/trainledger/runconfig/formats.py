@@ -297,15 +297,19 @@ def read_accelerate(d: dict[str, Any], res: ImportResult, where: str) -> None:
     elif dt == "FSDP":
         f = d.get("fsdp_config") or {}
         _unknown(res, f"{where} fsdp_config", set(f), ACCEL_FSDP)
-        res.set("framework", "fsdp2" if str(f.get("fsdp_version", 1)) == "2" else "pytorch-fsdp", where)
         strategy = str(f.get("fsdp_sharding_strategy", "")).upper()
         reshard = f.get("fsdp_reshard_after_forward", True)
+        if strategy not in ("NO_SHARD", "3"):
+            res.set("framework", "fsdp2" if str(f.get("fsdp_version", 1)) == "2" else "pytorch-fsdp", where)
         if strategy in ("HYBRID_SHARD", "4") or str(reshard).upper() == "HYBRID_SHARD":
             res.set("zero", 3, where)
             res.set("hybrid_shard", True, where)
         elif strategy in ("SHARD_GRAD_OP", "2") or reshard is False or str(reshard).upper() == "SHARD_GRAD_OP":
             res.set("zero", 2, where)
         elif strategy in ("NO_SHARD", "3"):
+            # FSDP without sharding replicates like DDP: the hf stack's DDP, since on an FSDP stack
+            # every --zero shards (memory.runtimes.fsdp_sharded)
+            res.set("framework", "hf", where)
             res.set("zero", 0, where)
         else:
             res.set("zero", 3, where)
