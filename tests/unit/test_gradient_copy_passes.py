@@ -299,7 +299,7 @@ def test_fsdp2_copy_bytes_match_torch(reshard, reduce, gb):
 
 def test_a_step_dominated_by_copies_says_so_and_what_avoids_them():
     from trainledger.estimate.time import estimate_compute
-    from trainledger.estimate.time.step import AMP_PASSES_NOTE_SHARE
+    from trainledger.estimate.time.step import COPIES_NOTE_SHARE
     from trainledger.load.plan import PlanInputs, build_plan
 
     def note(**kw):
@@ -310,12 +310,12 @@ def test_a_step_dominated_by_copies_says_so_and_what_avoids_them():
         return share, [n for n in c.notes if "gradient-sized copies" in n]
 
     share, notes = note()
-    assert share > AMP_PASSES_NOTE_SHARE and len(notes) == 1
+    assert share > COPIES_NOTE_SHARE and len(notes) == 1
     assert "autocast" in notes[0] and "--gradient-as-bucket-view halves them" in notes[0]
     _, notes = note(gradient_as_bucket_view=True)
     assert "halves" not in notes[0]
     share, notes = note(seq_len=16384, micro_batch=4, gpus=1)  # one GPU, long micro-batches
-    assert share < AMP_PASSES_NOTE_SHARE and not notes
+    assert share < COPIES_NOTE_SHARE and not notes
 
 
 @pytest.mark.parametrize("framework", ["pytorch-fsdp", "fsdp2"])

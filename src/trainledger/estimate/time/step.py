@@ -46,6 +46,7 @@ from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
 from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
 from trainledger.estimate.time.allocator import RetryTerm, allocator_retries
+from trainledger.estimate.memory.runtimes import fsdp_sharded, reshard_after_forward
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
 #: achieved by pinned-memory cudaMemcpy.
@@ -466,11 +467,6 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     return extra
 
 
-#: the stacks that are FSDP itself: every plan on them shards (the memory model's
-#: ``runtimes.fsdp_sharded``), whatever ``--zero`` says
-FSDP_FRAMEWORKS = ("fsdp2", "pytorch-fsdp")
-
-
 def fsdp_shards(plan: Plan) -> bool:
     """Whether each micro-batch gathers and reduce-scatters parameters per FSDP unit: ZeRO-3 on any
     stack, and every plan of an FSDP stack, as the memory model holds them
@@ -478,23 +474,19 @@ def fsdp_shards(plan: Plan) -> bool:
     FSDP2 stages under torch.distributed.pipelining with zero 1/2: the schedule runs every
     micro-batch but the last without gradient sync and keeps the parameters gathered (the memory
     model's ``pp_nosync``), so they move once per step, as ZeRO-1/2's data-parallel sync."""
-    lay, fw = plan.layout, plan.runtime.framework
+    lay = plan.layout
     if lay.zero == 3:
         return True
-    if fw not in FSDP_FRAMEWORKS:
+    if not fsdp_sharded(plan):
         return False
-    return lay.zero == 0 or not (fw == "fsdp2" and lay.pp > 1)
+    return lay.zero == 0 or not (plan.runtime.framework == "fsdp2" and lay.pp > 1)
 
 
 def fsdp_regathers(plan: Plan) -> bool:
-    """Whether the backward gathers a unit's parameters again: not under FSDP2 with
-    ``reshard_after_forward=False``, nor under an FSDP stack's SHARD_GRAD_OP (``--zero 1/2``:
-    the parameters stay gathered from forward to the end of backward; the memory model's
-    ``runtimes.reshard_after_forward``)."""
-    fw, rt = plan.runtime.framework, plan.runtime
-    if fw in FSDP_FRAMEWORKS and plan.layout.zero in (1, 2):
-        return False
-    return not (fw == "fsdp2" and not rt.reshard_after_forward)
+    """Whether the backward gathers a unit's parameters again: on an FSDP stack unless it keeps
+    them from the forward (``reshard_after_forward=False``, or SHARD_GRAD_OP under ``--zero 1/2``:
+    the memory model's ``runtimes.reshard_after_forward``); always under another stack's ZeRO-3."""
+    return reshard_after_forward(plan) if fsdp_sharded(plan) else True
 
 
 def fsdp2_copy_bytes(wb: float, gb: float, regather: bool) -> float:
@@ -528,7 +520,7 @@ def flat_gradient_bytes(wb: float, gb: float) -> float:
     dropped it). Sources: torch/distributed/fsdp/_flat_param.py,
     _runtime_utils.py ``_post_backward_hook`` / ``_reduce_grad`` (torch 2.x), the same steps in
     torch 1.13's fully_sharded_data_parallel.py ``_post_backward_hook``. FSDP2 forms its
-    reduce-scatter input by its own copy-in (``fsdp_copy_passes`` of its stack).
+    reduce-scatter input by its own copy-in (:func:`fsdp2_copy_bytes`).
     The cast and the divide run on FSDP's post-backward stream beside the next unit's backward;
     memory-bound kernels there take SMs and HBM bandwidth from it, so their passes are counted
     like the compute stream's (no measurement separates them)."""
@@ -586,7 +578,7 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
 
 
 #: share of the step above which the time notes name the weight- and gradient-sized copies
-AMP_PASSES_NOTE_SHARE = 0.05
+COPIES_NOTE_SHARE = 0.05
 
 
 def _passes_text(plan: Plan, bd: dict[str, float]) -> str:
@@ -839,7 +831,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
             notes.append("full recomputation re-runs every GEMM: a norm, dropout or MoE combine after the "
                          "last one keeps the checkpoint's early stop from skipping it")
     passes = bd.get("amp_weight_passes", 0.0) + bd.get("ddp_copy", 0.0) + bd.get("fsdp_copy", 0.0)
-    if passes > AMP_PASSES_NOTE_SHARE * step:
+    if passes > COPIES_NOTE_SHARE * step:
         notes.append(f"{1e3 * passes:.1f} ms ({100 * passes / step:.0f}%) of the step are weight- and "
                      "gradient-sized copies (" + _passes_text(plan, bd) + "): they scale with the "
                      "parameters, not the tokens, so fewer, larger micro-batches amortize them")
