@@ -345,7 +345,8 @@ def test_fsdp_stacks_shard_whatever_zero_says_in_time_as_in_memory(framework):
 def test_fsdp2_pipeline_stages_move_parameters_once_per_step_under_zero_1():
     """torch.distributed.pipelining skips the gradient sync of every micro-batch but the last and
     keeps an FSDP2 stage's parameters gathered (memory's pp_nosync): with --zero 1 the parameters
-    move once per step (the data-parallel sync), with --zero 0/3 per micro-batch as FULL_SHARD."""
+    move once per step (the data-parallel sync), with --zero 0/3 FULL_SHARD's per-unit collectives
+    and copies (see test_fsdp2_pipeline_stages_gather_once_and_reduce_once_per_step)."""
     from trainledger.estimate.time import estimate_compute
     from trainledger.load.plan import PlanInputs, build_plan
 
@@ -357,3 +358,163 @@ def test_fsdp2_pipeline_stages_move_parameters_once_per_step_under_zero_1():
     assert bd(1).get("fsdp_copy", 0.0) == 0.0
     assert bd(0).get("fsdp_copy", 0.0) > 0.0
     assert bd(0) == pytest.approx(bd(3))
+
+
+def _fsdp2_nosync_bytes(micro_batches: int, reduce_dtype, reshard: bool) -> float:
+    """Bytes per parameter per step of FSDP2's copies when the gradient sync waits for the last
+    micro-batch, as torch.distributed.pipelining drives an FSDP2 stage (stage.py
+    ``backward_maybe_with_nosync``: every backward without sync nor reshard; ``perform_reduce_grad``:
+    then every group's post-backward with sync): the copy-outs, the unsharded gradient's cast and
+    accumulation, the copy-in."""
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        torch.manual_seed(0)
+        blocks = [nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False))
+                  for _ in range(2)]
+        model = nn.Sequential(*blocks)
+        numel = sum(p.numel() for p in model.parameters())
+        shapes = {tuple(p.shape) for p in model.parameters()}  # unsharded: the shards are 1/8
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+        for blk in blocks:
+            fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        moved = 0
+
+        class Log(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                nonlocal moved
+                out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                if name in ("split_with_sizes_copy", "chunk_cat"):
+                    moved += _tensor_bytes(list(args)) + _tensor_bytes(list((kwargs or {}).values()))
+                elif (isinstance(out, torch.Tensor) and tuple(out.shape) in shapes
+                      and name in ("_to_copy", "add_")):  # the gradient's cast, its accumulation
+                    moved += _tensor_bytes(list(args)) + _tensor_bytes(out)
+                return out
+
+        with Log():
+            for _ in range(micro_batches):
+                model.set_is_last_backward(False)
+                model.set_reshard_after_backward(False)
+                model.set_requires_gradient_sync(False)
+                model(torch.randn(4, 64)).float().sum().backward()
+            model.set_is_last_backward(True)
+            model.set_reshard_after_backward(True)
+            model.set_requires_gradient_sync(True)
+            state = fully_shard.state(model)
+            for s in state._state_ctx.all_states:
+                for group in s._fsdp_param_groups:
+                    group.post_backward()
+            state._root_post_backward_final_callback()
+        return moved / numel
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("micro_batches", [1, 3])
+@pytest.mark.parametrize("reduce,gb", [("fp32", 4.0), ("bf16", 2.0)])
+@pytest.mark.parametrize("reshard", [False, True])
+def test_fsdp2_nosync_copy_bytes_match_torch(micro_batches, reduce, gb, reshard):
+    """rAF False: one gather per step; True: the first forward and every backward gather (forward
+    and backward alternate here: the forward after a backward finds the group still gathered)."""
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    from trainledger.estimate.time.step import fsdp2_nosync_copy_bytes
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[reduce]
+    gathers = 1 + micro_batches if reshard else 1
+    assert _fsdp2_nosync_bytes(micro_batches, dtype, reshard) == fsdp2_nosync_copy_bytes(
+        2.0, gb, micro_batches, gathers)
+
+
+def test_fsdp2_pipeline_stages_gather_once_and_reduce_once_per_step():
+    """Under --zero 3 an FSDP2 pipeline stage with reshard_after_forward=False (torchtitan's choice
+    under PP) gathers its parameters once per step and reduce-scatters once, after its last backward: the
+    collectives do not grow with the micro-batches, only the gradient accumulation does, and the
+    reduce-scatter at the end has nothing to hide behind."""
+    from trainledger.estimate.memory.runtimes import reshard_after_forward
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def comp(ga, **kw):
+        p = build_plan(PlanInputs(**{**dict(model="llama-3.1-8b", gpus=16, pp=2, framework="fsdp2", zero=3,
+                                            grad_accum=ga, reshard_after_forward=False), **kw}))
+        return p, estimate_compute(p)
+
+    p, c4 = comp(4)
+    assert not reshard_after_forward(p)
+    _, c8 = comp(8)
+    comm4 = c4.breakdown["comm_dp"] + c4.hidden_comm["dp"]
+    comm8 = c8.breakdown["comm_dp"] + c8.hidden_comm["dp"]
+    assert comm8 == pytest.approx(comm4)  # the same collectives whatever the accumulation
+    # the fp32 reduce-scatter moves twice the bf16 gather's bytes and is all exposed: >= 2/3 of it
+    assert c4.breakdown["comm_dp"] >= 0.6 * comm4
+    # the copies grow by the accumulation of 4 more micro-batches' fp32 gradients only
+    from trainledger.estimate.time.step import fsdp2_nosync_copy_bytes
+    per_mb = fsdp2_nosync_copy_bytes(2.0, 4.0, 2, 1) - fsdp2_nosync_copy_bytes(2.0, 4.0, 1, 1)
+    ratio = (c8.breakdown["fsdp_copy"] - c4.breakdown["fsdp_copy"]) / c4.breakdown["fsdp_copy"]
+    assert ratio == pytest.approx(4 * per_mb / fsdp2_nosync_copy_bytes(2.0, 4.0, 4, 1))
+    # no pipeline: the same plan gathers and reduces every micro-batch
+    _, flat = comp(8, pp=1, gpus=8)
+    assert flat.breakdown["comm_dp"] + flat.hidden_comm["dp"] > comm8
+    # with reshard_after_forward every backward gathers again: more collectives with more micro-batches
+    _, r4 = comp(4, reshard_after_forward=True)
+    _, r8 = comp(8, reshard_after_forward=True)
+    assert r8.breakdown["comm_dp"] + r8.hidden_comm["dp"] > r4.breakdown["comm_dp"] + r4.hidden_comm["dp"] > comm4
+
+
+def test_nosync_backward_keeps_every_group_gathered_in_torch_and_in_memory():
+    """After a backward without gradient sync nor reshard (pipelining's), torch leaves every group
+    gathered even with reshard_after_forward=True, so the memory model's backward of the stage's
+    first layer holds all its layers gathered, as with reshard_after_forward=False (it held two)."""
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        blocks = [nn.Linear(64, 64, bias=False) for _ in range(3)]
+        model = nn.Sequential(*blocks)
+        for blk in blocks:
+            fully_shard(blk, reshard_after_forward=True)
+        fully_shard(model, reshard_after_forward=True)
+        model.set_reshard_after_backward(False)
+        model.set_requires_gradient_sync(False)
+        out = model(torch.randn(4, 64))
+        sharded_after_forward = [not fully_shard.state(b)._fsdp_param_group.is_unsharded for b in blocks]
+        out.sum().backward()
+        gathered_after_backward = [fully_shard.state(b)._fsdp_param_group.is_unsharded for b in blocks]
+    finally:
+        dist.destroy_process_group()
+    assert all(sharded_after_forward) and all(gathered_after_backward)
+
+    from trainledger.estimate.memory.device import runtime_defaults
+    from trainledger.estimate.memory.phases import step_points
+    from trainledger.estimate.memory.runtimes import fsdp_parts
+    from trainledger.estimate.options import MemoryOptions
+    from trainledger.estimate.stage import pipeline_role
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    def first_layer_gathered(**kw):
+        p = build_plan(PlanInputs(model="llama-3.1-8b", gpus=16, framework="fsdp2", zero=3, **kw))
+        with pipeline_role("first"):  # the first stage (a plan without PP has one stage)
+            f = fsdp_parts(p)
+            _, points = step_points(p, MemoryOptions(suggestions=False), runtime_defaults())
+        d = next(d for _, label, d in points if label == "first layer backward")
+        return (d["zero_buffers"] - f.root_gathered) / f.layer_gathered, f.n_layers
+
+    kept, n = first_layer_gathered(pp=2, reshard_after_forward=True)
+    assert kept == pytest.approx(n)
+    assert first_layer_gathered(pp=2, reshard_after_forward=False)[0] == pytest.approx(n)
+    assert first_layer_gathered(reshard_after_forward=True)[0] == pytest.approx(2)

@@ -325,7 +325,11 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     for j in (0, n - 1):
         keep = (n - j) / n
         copies = x.copies_layer if r.recompute == "full" else (x.copies - x.copies_head) * keep
-        live_layers = (2 * f.layer_gathered if f.reshard else (n if pp_nosync else n - j) * f.layer_gathered)
+        # pipelining's backward does not reshard (pp_nosync below): the layers behind stay gathered
+        if f.reshard:
+            live_layers = (min(n, j + 2) if pp_nosync else 2) * f.layer_gathered
+        else:
+            live_layers = (n if pp_nosync else n - j) * f.layer_gathered
         label = "last layer" if j == 0 else "first layer"
         # inside the layer's backward (the MLP's unsharded gradients exist, attention runs) ...
         points.append(("backward", f"{label} backward", dict(

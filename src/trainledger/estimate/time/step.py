@@ -214,6 +214,20 @@ class _Comm:
     offload: float = 0.0
     fsdp_copy: float = 0.0     # FSDP2 copy-in/copy-out passes (compute stream)
     cp_merge: float = 0.0      # CP per-step output merge / gradient accumulation (compute stream)
+    fsdp_step: float = 0.0     # exposed once per step (FSDP2 pipeline stages: ``_fsdp_comm``)
+    fsdp_hidden_step: float = 0.0
+    fsdp_copy_step: float = 0.0
+
+
+class _Fsdp(NamedTuple):
+    """Seconds of FSDP's per-unit collectives and copies: per micro-batch and once per step."""
+
+    exposed: float = 0.0
+    hidden: float = 0.0
+    copy: float = 0.0
+    exposed_step: float = 0.0
+    hidden_step: float = 0.0
+    copy_step: float = 0.0
 
 
 def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
@@ -379,51 +393,111 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     if lay.pp > 1:
         size = A / lay.tp if lay.sp else A
         t_pp = (2 if training else 1) * lay.vp * p2p_s(cl, size, topo.pp_crosses_node, links)
-    fsdp = fsdp_hidden = fsdp_copy = 0.0
-    if fsdp_shards(plan) and topo.dp.n > 1 and training:
-        # Per FSDP unit (one decoder layer): all-gather in forward, again in backward (unless the
-        # stack keeps the gathered weights: fsdp2 reshard_after_forward=False), reduce-scatter of
-        # its gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277,
-        # §3.3). Prefetching hides a layer's collectives behind the neighbouring layer's compute
-        # of the same phase: the forward gathers behind the forward, the backward gathers and
-        # reduce-scatters (one communicator: NCCL runs them one after the other) behind the
-        # backward and its recomputation; the excess of each phase, the first gather and the last
-        # reduce-scatter are exposed.
-        p = _stage_params(plan, ep_sharded=True) / lay.tp
-        units = max(1.0, float(layers))
-        wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
-        gb = reduce_bytes(plan) if r.method not in ("lora", "qlora") else 0.0
-        regather = fsdp_regathers(plan)
-        ag_u = all_gather_s(topo.dp, p * wb / units)
-        rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
-        launch = prof.collective_launch_s
-        t_fwd = units * (ag_u + launch)
-        t_bwd = units * ((ag_u + launch if regather else 0.0) + rs_u + launch)
-        t = t_fwd + t_bwd
-        edge = ag_u + rs_u
-        fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
-        w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
-        if prof.fsdp_prefetch:
-            fsdp = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd))
-        else:
-            fsdp = t
-        fsdp_hidden = t - fsdp
-        # the copies around the collectives, on the compute stream: FSDP2's copy-out and copy-in,
-        # FSDP1's flat-gradient passes, the stack's estimate for the others (DeepSpeed)
-        hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
-        if plan.runtime.framework == "fsdp2":
-            fsdp_copy = p * fsdp2_copy_bytes(wb, gb, regather) / hbm
-        elif plan.runtime.framework == "pytorch-fsdp":
-            fsdp_copy = p * flat_gradient_bytes(wb, gb) / hbm if gb else 0.0
-        elif prof.fsdp_copy_passes:
-            fsdp_copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
+    fs = _fsdp_comm(plan, topo, work, prof, rc) if (fsdp_shards(plan) and topo.dp.n > 1 and training) else _Fsdp()
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
     ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
-    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fsdp_copy, cp_merge=cp_merge, ep=ep_exposed, pp=t_pp, fsdp=fsdp,
-                 fsdp_hidden=fsdp_hidden, tp_hidden=t_tp * ov, cp_hidden=t_cp - cp_exposed,
-                 ep_hidden=t_ep - ep_exposed, offload=off)
+    return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fs.copy, cp_merge=cp_merge,
+                 ep=ep_exposed, pp=t_pp, fsdp=fs.exposed, fsdp_hidden=fs.hidden, tp_hidden=t_tp * ov,
+                 cp_hidden=t_cp - cp_exposed, ep_hidden=t_ep - ep_exposed, offload=off,
+                 fsdp_step=fs.exposed_step, fsdp_hidden_step=fs.hidden_step, fsdp_copy_step=fs.copy_step)
+
+
+def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, rc: float) -> _Fsdp:
+    """FSDP's per-unit collectives (one unit per decoder layer) and the copies around them.
+
+    Per micro-batch: an all-gather in forward, again in backward (unless the stack keeps the
+    gathered weights: fsdp2 ``reshard_after_forward=False``, SHARD_GRAD_OP), a reduce-scatter of the
+    unit's gradients — each with its own ring latency (Zhao et al. 2023, arXiv:2304.11277, §3.3).
+    Prefetching hides a unit's collectives behind the neighbouring unit's compute of the same
+    phase: the forward gathers behind the forward, the backward gathers and reduce-scatters (one
+    communicator: NCCL runs them one after the other) behind the backward and its recomputation;
+    the excess of each phase, the first gather and the last reduce-scatter are exposed.
+
+    FSDP2 pipeline stages (:func:`_pipeline_nosync`) move them once per step instead."""
+    r, lay = plan.recipe, plan.layout
+    p = _stage_params(plan, ep_sharded=True) / lay.tp
+    units = max(1.0, float(work.layers))
+    wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
+    gb = reduce_bytes(plan) if r.method not in ("lora", "qlora") else 0.0
+    regather = fsdp_regathers(plan)
+    ag_u = all_gather_s(topo.dp, p * wb / units)
+    rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
+    # per pass over the stage (a launch each; the reduce of a LoRA unit moves only its adapters)
+    ag, rs = units * (ag_u + prof.collective_launch_s), units * (rs_u + prof.collective_launch_s)
+    edge = ag_u + rs_u
+    fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
+    w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
+    hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
+    if _pipeline_nosync(plan):
+        return _pipeline_fsdp(plan, p, wb, gb, ag, rs, ag_u, w_fwd, w_bwd, hbm, prof)
+    t_fwd, t_bwd = ag, (ag if regather else 0.0) + rs
+    t = t_fwd + t_bwd
+    exposed = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd)) if prof.fsdp_prefetch else t
+    # the copies around the collectives, on the compute stream: FSDP2's copy-out and copy-in,
+    # FSDP1's flat-gradient passes, the stack's estimate for the others (DeepSpeed)
+    copy = 0.0
+    if plan.runtime.framework == "fsdp2":
+        copy = p * fsdp2_copy_bytes(wb, gb, regather) / hbm
+    elif plan.runtime.framework == "pytorch-fsdp":
+        copy = p * flat_gradient_bytes(wb, gb) / hbm if gb else 0.0
+    elif prof.fsdp_copy_passes:
+        copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
+    return _Fsdp(exposed, t - exposed, copy)
+
+
+def _pipeline_nosync(plan: Plan) -> bool:
+    """An FSDP2 pipeline stage under FULL_SHARD (``--zero 0/3``): torch.distributed.pipelining runs
+    every micro-batch's backward with ``set_requires_gradient_sync(False)`` and
+    ``set_reshard_after_backward(False)`` and reduce-scatters once, after the stage's last backward
+    (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, ``perform_reduce_grad``),
+    as the memory model's ``pp_nosync`` holds it."""
+    return plan.runtime.framework == "fsdp2" and plan.layout.pp > 1 and plan.recipe.is_training
+
+
+def _pipeline_fsdp(plan: Plan, p: float, wb: float, gb: float, ag: float, rs: float, edge: float,
+                   w_fwd: float, w_bwd: float, hbm: float, prof: StackProfile) -> _Fsdp:
+    """FSDP2's collectives and copies on a pipeline stage (:func:`_pipeline_nosync`), per step.
+
+    Gathers: a group gathered stays gathered after its backward, so with
+    ``reshard_after_forward=False`` (torchtitan's default under PP) the stage gathers once per step,
+    in its first forward; with ``True`` every backward gathers again (the forward resharded), and
+    the forwards before the first backward gather too (1F1B's warm-up: up to pp of them on the first
+    stage, the busiest one). Each gather hides behind the forward or backward it prefetches for.
+    Reduce-scatter: once per step, after the stage's last backward (``perform_reduce_grad``
+    issues every group's reduce back to back): nothing is left to overlap it on the first stage,
+    which finishes last, so all of it is exposed.
+    Copies (:func:`fsdp2_nosync_copy_bytes`, counted against torch by
+    tests/unit/test_gradient_copy_passes.py): a copy-out per gather (2 x wb); each micro-batch's
+    unsharded gradient is kept: the first cast to the reduce dtype (``to_accumulated_grad_if_needed``:
+    wb + gb), each later one added to it (``accumulate_unsharded_grad_if_needed``: wb + 2 gb; in the
+    param dtype autograd's in-place accumulation: 3 wb); one copy-in of the sum before the
+    reduce-scatter (2 gb)."""
+    m = plan.recipe.grad_accum
+    regather = reshard_after_forward(plan)
+    fwd_gathers = min(m, plan.layout.pp) if regather else 1
+    bwd_gathers = m if regather else 0
+
+    def exposed(t: float, window: float) -> float:
+        return max(edge, t - window) if prof.fsdp_prefetch else t
+
+    ag_exposed = fwd_gathers * exposed(ag, w_fwd) + bwd_gathers * exposed(ag, w_bwd)
+    ag_total = (fwd_gathers + bwd_gathers) * ag
+    copy = p * fsdp2_nosync_copy_bytes(wb, gb, m, fwd_gathers + bwd_gathers)
+    return _Fsdp(exposed_step=ag_exposed + rs, hidden_step=ag_total - ag_exposed, copy_step=copy / hbm)
+
+
+def fsdp2_nosync_copy_bytes(wb: float, gb: float, micro_batches: int, gathers: int) -> float:
+    """HBM bytes per parameter per step of FSDP2's copies on a pipeline stage (gradient sync only
+    after the last micro-batch; see :func:`_pipeline_fsdp`): a copy-out per gather, the unsharded
+    gradient's cast (first micro-batch) and accumulation (the others), one copy-in. ``gb`` = 0: a
+    frozen base (LoRA), no gradient passes."""
+    copy = 2 * wb * gathers
+    if gb:
+        later = wb + 2 * gb if gb != wb else 3 * wb
+        copy += (wb + gb if gb != wb else 0.0) + (micro_batches - 1) * later + 2 * gb
+    return copy
 
 
 def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str) -> float:
@@ -749,14 +823,14 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     opt_s = _optimizer_s(plan, eff, topo, prof.adamw_fused, prof.optimizer_dispatch_s)
     bd = {
         "compute": m * work.total_s, "comm_tp": m * c.tp, "comm_cp": m * c.cp, "comm_ep": m * c.ep,
-        "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + dp_exp, "offload": m * c.offload,
-        "fsdp_copy": m * c.fsdp_copy, "ddp_copy": ddp_copy_s(plan, topo, prof),
+        "comm_pp": m * c.pp, "comm_dp": m * c.fsdp + c.fsdp_step + dp_exp, "offload": m * c.offload,
+        "fsdp_copy": m * c.fsdp_copy + c.fsdp_copy_step, "ddp_copy": ddp_copy_s(plan, topo, prof),
         "amp_weight_passes": m * amp_mb + amp_step,
         "cp_merge": m * c.cp_merge, "tp_split_waves": m * waves,
         "bubble": bubble, "optimizer": opt_s, "data": prof.host_step_s,
     }
     hidden = {"tp": m * c.tp_hidden, "cp": m * c.cp_hidden, "ep": m * c.ep_hidden,
-              "dp": m * c.fsdp_hidden + dp_hidden}
+              "dp": m * c.fsdp_hidden + c.fsdp_hidden_step + dp_hidden}
     bd["overlap_contention"] = links.overlap_slowdown * sum(hidden.values())
     # near-capacity memory (estimate/time/allocator.py); a scaling-curve point reads only its seconds
     retry = allocator_retries(plan, brief=brief)
