@@ -24,6 +24,7 @@ which buffers exist and when gathered parameters are freed:
   (head, norm, embedding) live until the root's post-backward at the very end.
 * **pytorch-fsdp** (FSDP1, flat parameters, ``use_orig_params``): the same mechanism with one
   flat parameter per wrapped unit (padded to a multiple of N: ``FlatParamHandle._get_shard``).
+  With LoRA the adapters sit in their decoder layer's unit (see ``lora_layer_params``).
 * **deepspeed** (ZeRO, deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): the model runs in
   16-bit (bf16/fp16 weights, activations and gradients); fp32 master weights and Adam states are
   partitioned for stage >= 1, gradients for stage >= 2 (a 16-bit partition plus the fp32 partition
@@ -220,6 +221,17 @@ def shapes(plan: Any) -> Shapes:
                   norm_full=norm_full, norm_local=norm_local)
 
 
+def lora_layer_params(plan: Any) -> float:
+    """LoRA adapter parameters of one decoder layer on one TP rank (the mean over the layers).
+
+    Under FSDP1 the adapters are taken to sit in their decoder layer's unit (a layer-class wrap
+    policy, accelerate's TRANSFORMER_BASED_WRAP; verify wraps so). The HF Trainer instead wraps a
+    PEFT model with peft's ``fsdp_auto_wrap_policy`` (each LoRA A and B a unit of its own, the
+    layer's flat parameter then frozen): not modelled yet."""
+    m, r = plan.model, plan.recipe
+    return m.lora_params(tuple(r.lora_targets), r.lora_rank) / m.num_layers / plan.layout.tp
+
+
 # ------------------------------------------------------------------------------- FSDP
 @dataclass(slots=True)
 class FsdpParts:
@@ -266,9 +278,17 @@ def fsdp_parts(plan: Any) -> FsdpParts:
     flat = framework(plan) == "pytorch-fsdp"
     if not lora or flat:
         # FSDP1: a flat parameter holding any trainable tensor gets a gradient for all of it (the
-        # frozen base weights' part zero-filled), so LoRA reduces whole decoder units
+        # frozen base weights' part zero-filled), so LoRA reduces whole decoder units (the adapters
+        # wrapped inside their decoder layer's unit, as verify wraps them: see ``lora_layer_params``)
         f.layer_grad = gb * s.layer_full
         f.layer_reduce = rb * layer_padded
+    else:
+        # FSDP2 shards per parameter: the frozen base gets no gradient; a layer's group gathers its
+        # adapters with the base and reduces only them
+        a = lora_layer_params(plan)
+        f.layer_gathered += gb * a
+        f.layer_grad = gb * a
+        f.layer_reduce = rb * a
     if not lora:
         head = s.head_full or s.emb_full  # tied: the embedding's gradient arrives from the head first
         f.head_grad = gb * (head + s.norm_full)

@@ -46,7 +46,7 @@ from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
 from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
 from trainledger.estimate.time.allocator import RetryTerm, allocator_retries
-from trainledger.estimate.memory.runtimes import fsdp_sharded, reshard_after_forward
+from trainledger.estimate.memory.runtimes import fsdp_sharded, lora_layer_params, reshard_after_forward
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
 #: achieved by pinned-memory cudaMemcpy.
@@ -414,24 +414,43 @@ def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, 
     phase: the forward gathers behind the forward, the backward gathers and reduce-scatters (one
     communicator: NCCL runs them one after the other) behind the backward and its recomputation;
     the excess of each phase, the first gather and the last reduce-scatter are exposed.
+    LoRA (``memory.runtimes.fsdp_parts``): FSDP2 gathers a layer's base and adapters as one group
+    and reduces only the adapters; FSDP1 with the adapters inside the layer's flat unit forms and
+    reduces the unit's whole flat gradient (the frozen part zero-filled).
 
     FSDP2 pipeline stages (:func:`_pipeline_nosync`) move them once per step instead."""
-    r, lay = plan.recipe, plan.layout
+    r, lay, dp = plan.recipe, plan.layout, topo.dp
     p = _stage_params(plan, ep_sharded=True) / lay.tp
     units = max(1.0, float(work.layers))
     wb = 2.0 if r.policy["compute"] in ("bf16", "fp16", "fp8") else 4.0
-    gb = reduce_bytes(plan) if r.method not in ("lora", "qlora") else 0.0
+    gb = reduce_bytes(plan)
+    launch = prof.collective_launch_s
     regather = fsdp_regathers(plan)
-    ag_u = all_gather_s(topo.dp, p * wb / units)
-    rs_u = all_gather_s(topo.dp, p * gb / units) if gb else 0.0
-    # per pass over the stage (a launch each; the reduce of a LoRA unit moves only its adapters)
-    ag, rs = units * (ag_u + prof.collective_launch_s), units * (rs_u + prof.collective_launch_s)
-    edge = ag_u + rs_u
+    # per decoder layer, (parameters, count) of the units gathered and of those reduce-scattered
+    base = p / units
+    if r.method not in ("lora", "qlora"):
+        p_gather = p_grad = p
+        gathers, reduces = [(base, 1.0)], [(base, 1.0)]
+    else:  # as ``memory.runtimes.fsdp_parts`` holds them
+        a = lora_layer_params(plan)
+        p_gather = p + a * units
+        if plan.runtime.framework == "pytorch-fsdp":  # the adapters in the layer's flat unit:
+            # its whole flat gradient (the frozen part zero-filled) is formed and reduced
+            p_grad = p_gather
+            gathers = reduces = [(base + a, 1.0)]
+        else:  # a group per layer: its base and adapters gathered, only its adapters reduced
+            p_grad = a * units
+            gathers, reduces = [(base + a, 1.0)], [(a, 1.0)]
+    # per pass over the stage (each collective with its launch)
+    ag = units * sum(c * (all_gather_s(dp, n * wb) + launch) for n, c in gathers)
+    rs = units * sum(c * (all_gather_s(dp, n * gb) + launch) for n, c in reduces)
+    first_ag = all_gather_s(dp, gathers[0][0] * wb)  # a layer's first gather, its first reduce
+    edge = first_ag + all_gather_s(dp, reduces[0][0] * gb)
     fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
     w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
     hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
     if _pipeline_nosync(plan):
-        return _pipeline_fsdp(plan, p, wb, gb, ag, rs, ag_u, w_fwd, w_bwd, hbm, prof)
+        return _pipeline_fsdp(plan, p_gather, p_grad, wb, gb, ag, rs, first_ag, w_fwd, w_bwd, hbm, prof)
     t_fwd, t_bwd = ag, (ag if regather else 0.0) + rs
     t = t_fwd + t_bwd
     exposed = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd)) if prof.fsdp_prefetch else t
@@ -439,11 +458,11 @@ def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, 
     # FSDP1's flat-gradient passes, the stack's estimate for the others (DeepSpeed)
     copy = 0.0
     if plan.runtime.framework == "fsdp2":
-        copy = p * fsdp2_copy_bytes(wb, gb, regather) / hbm
+        copy = (p_gather * fsdp2_copy_bytes(wb, 0.0, regather) + p_grad * (wb + gb)) / hbm
     elif plan.runtime.framework == "pytorch-fsdp":
-        copy = p * flat_gradient_bytes(wb, gb) / hbm if gb else 0.0
+        copy = p_grad * flat_gradient_bytes(wb, gb) / hbm
     elif prof.fsdp_copy_passes:
-        copy = prof.fsdp_copy_passes * (2 * p * wb + p * max(gb, 4.0 if gb else 0.0)) / hbm
+        copy = prof.fsdp_copy_passes * (2 * p_gather * wb + p_grad * max(gb, 4.0)) / hbm
     return _Fsdp(exposed, t - exposed, copy)
 
 
@@ -456,8 +475,8 @@ def _pipeline_nosync(plan: Plan) -> bool:
     return plan.runtime.framework == "fsdp2" and plan.layout.pp > 1 and plan.recipe.is_training
 
 
-def _pipeline_fsdp(plan: Plan, p: float, wb: float, gb: float, ag: float, rs: float, edge: float,
-                   w_fwd: float, w_bwd: float, hbm: float, prof: StackProfile) -> _Fsdp:
+def _pipeline_fsdp(plan: Plan, p_gather: float, p_grad: float, wb: float, gb: float, ag: float, rs: float,
+                   edge: float, w_fwd: float, w_bwd: float, hbm: float, prof: StackProfile) -> _Fsdp:
     """FSDP2's collectives and copies on a pipeline stage (:func:`_pipeline_nosync`), per step.
 
     Gathers: a group gathered stays gathered after its backward, so with
@@ -484,7 +503,8 @@ def _pipeline_fsdp(plan: Plan, p: float, wb: float, gb: float, ag: float, rs: fl
 
     ag_exposed = fwd_gathers * exposed(ag, w_fwd) + bwd_gathers * exposed(ag, w_bwd)
     ag_total = (fwd_gathers + bwd_gathers) * ag
-    copy = p * fsdp2_nosync_copy_bytes(wb, gb, m, fwd_gathers + bwd_gathers)
+    copy = (p_gather * fsdp2_nosync_copy_bytes(wb, 0.0, m, fwd_gathers + bwd_gathers)
+            + p_grad * fsdp2_nosync_copy_bytes(wb, gb, m, 0))
     return _Fsdp(exposed_step=ag_exposed + rs, hidden_step=ag_total - ag_exposed, copy_step=copy / hbm)
 
 
