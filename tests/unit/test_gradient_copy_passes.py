@@ -520,29 +520,21 @@ def test_nosync_backward_keeps_every_group_gathered_in_torch_and_in_memory():
     assert first_layer_gathered(reshard_after_forward=True)[0] == pytest.approx(2)
 
 
-def test_fsdp1_lora_reduces_whole_layer_units():
-    """FSDP1 + LoRA with the adapters inside their decoder layer's unit (verify's wrapping, a
-    layer-class policy): torch, over the fake process group, forms and reduce-scatters each layer
-    unit's whole flat gradient (the frozen part zero-filled) though only the adapters train, as the
-    memory model holds it (``fsdp_parts``: the whole unit's gradient); the time model prices that
-    reduce, which FSDP2 (per-parameter sharding: only the adapters reduced) does not pay."""
-    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
-    pytest.importorskip("peft")
+def _lora_reduce_inputs(framework: str):
+    """(plan, the element count of every reduce-scatter input of one backward) of a tiny LoRA
+    model wrapped as verify wraps ``framework``, on torch's fake process group of 8 ranks."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from trainledger.estimate.memory.runtimes import fsdp_parts, shapes
-    from trainledger.estimate.time import estimate_compute
     from trainledger.load.hf import load_hf_config
     from trainledger.load.plan import PlanInputs, build_plan
     from trainledger.verify.build import build_model
     from trainledger.verify.sharded import _wrap
 
     plan = build_plan(PlanInputs(model="tiny-llama-debug", gpu="h100-sxm", gpus=8, seq_len=64,
-                                 framework="pytorch-fsdp", method="lora"))
-    layers = plan.model.num_layers
+                                 framework=framework, method="lora"))
     if dist.is_initialized():
         dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
@@ -554,16 +546,34 @@ def test_fsdp1_lora_reduces_whole_layer_units():
         class Count(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if "reduce_scatter" in func.overloadpacket.__name__:
-                    reduced.append(args[1].numel())  # the unsharded flat gradient (input)
+                    reduced.append(args[1].numel())  # the unsharded gradient (input)
                 return func(*args, **(kwargs or {}))
 
         ids = torch.randint(0, 512, (1, 64))
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # verify's step: FSDP bf16 + autocast
+        # verify's step: FSDP1 computes in bf16 under autocast, FSDP2 under its own policy
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=framework == "pytorch-fsdp"):
             out = model(input_ids=ids, labels=ids)
         with Count():
             out.loss.backward()
     finally:
         dist.destroy_process_group()
+    return plan, reduced
+
+
+def test_fsdp1_lora_reduces_whole_layer_units():
+    """FSDP1 + LoRA with the adapters inside their decoder layer's unit (verify's wrapping, a
+    layer-class policy): torch, over the fake process group, forms and reduce-scatters each layer
+    unit's whole flat gradient (the frozen part zero-filled) though only the adapters train, as the
+    memory model holds it (``fsdp_parts``: the whole unit's gradient); the time model prices that
+    reduce, which FSDP2 (per-parameter sharding: only the adapters reduced) does not pay."""
+    pytest.importorskip("torch.testing._internal.distributed.fake_pg")
+    pytest.importorskip("peft")
+    from trainledger.estimate.memory.runtimes import fsdp_parts, shapes
+    from trainledger.estimate.time import estimate_compute
+    from trainledger.load.plan import PlanInputs, build_plan
+
+    plan, reduced = _lora_reduce_inputs("pytorch-fsdp")
+    layers = plan.model.num_layers
     a = plan.model.lora_params(tuple(plan.recipe.lora_targets), plan.recipe.lora_rank) / layers
     unit = shapes(plan).layer_full + a  # the layer's base and its adapters, unpadded
     assert len(reduced) == layers  # the frozen root unit (embedding, norm, head) reduces nothing
@@ -583,45 +593,17 @@ def test_fsdp1_lora_reduces_whole_layer_units():
     assert fsdp1 > (1 + 0.9 * gb / 4) * fsdp2
 
 
+
+
 def test_fsdp2_lora_reduces_only_the_adapters():
     """FSDP2 + LoRA (verify's wrapping: fully_shard per decoder layer): each layer's reduce-scatter
     carries only its adapters' gradients (per-parameter sharding: the frozen base gets none), as
     ``fsdp_parts`` holds (adapters gathered with the layer, reduced alone)."""
     pytest.importorskip("torch.testing._internal.distributed.fake_pg")
     pytest.importorskip("peft")
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from trainledger.estimate.memory.runtimes import fsdp_parts, lora_layer_params, shapes
-    from trainledger.load.hf import load_hf_config
-    from trainledger.load.plan import PlanInputs, build_plan
-    from trainledger.verify.build import build_model
-    from trainledger.verify.sharded import _wrap
 
-    plan = build_plan(PlanInputs(model="tiny-llama-debug", gpu="h100-sxm", gpus=8, seq_len=64,
-                                 framework="fsdp2", method="lora"))
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
-    try:
-        mesh = (init_device_mesh("cpu", (8,)), None)
-        model = _wrap(build_model(load_hf_config("tiny-llama-debug"), plan.recipe, device="cpu"), plan, mesh).model
-        reduced = []
-
-        class Count(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if "reduce_scatter" in func.overloadpacket.__name__:
-                    reduced.append(args[1].numel())
-                return func(*args, **(kwargs or {}))
-
-        ids = torch.randint(0, 512, (1, 64))
-        out = model(input_ids=ids, labels=ids)
-        with Count():
-            out.loss.backward()
-    finally:
-        dist.destroy_process_group()
+    plan, reduced = _lora_reduce_inputs("fsdp2")
     a = plan.model.lora_params(tuple(plan.recipe.lora_targets), plan.recipe.lora_rank) / plan.model.num_layers
     assert len(reduced) == plan.model.num_layers
     # each adapter's dim 0 padded to a multiple of 8 rows: at most 7 rows of each of its 14 tensors
