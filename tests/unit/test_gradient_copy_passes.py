@@ -248,11 +248,28 @@ def test_amp_weight_passes_in_the_step():
     assert amp_s(framework="megatron-core") == 0.0
 
 
+def _fsdp2_two_blocks(reduce_dtype, reshard: bool):
+    """(model, its parameter count, its unsharded parameter shapes): two blocks of two bias-free
+    linears, each block and the root ``fully_shard``-ed with a bf16 param / ``reduce_dtype`` policy
+    (the process group must exist)."""
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False)) for _ in range(2)]
+    model = nn.Sequential(*blocks)
+    numel = sum(p.numel() for p in model.parameters())
+    shapes = {tuple(p.shape) for p in model.parameters()}
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+    for blk in blocks:
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+    return model, numel, shapes
+
+
 def _fsdp2_bytes(reshard: bool, reduce_dtype) -> float:
     """Bytes per parameter per micro-batch (forward + backward) of FSDP2's copy-out and copy-in."""
     import torch.distributed as dist
-    from torch import nn
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -260,15 +277,7 @@ def _fsdp2_bytes(reshard: bool, reduce_dtype) -> float:
         dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     try:
-        torch.manual_seed(0)
-        blocks = [nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False))
-                  for _ in range(2)]
-        model = nn.Sequential(*blocks)
-        numel = sum(p.numel() for p in model.parameters())
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-        for blk in blocks:
-            fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        model, numel, _ = _fsdp2_two_blocks(reduce_dtype, reshard)
         moved = 0
 
         class Log(TorchDispatchMode):
@@ -367,8 +376,7 @@ def _fsdp2_nosync_bytes(micro_batches: int, reduce_dtype, reshard: bool) -> floa
     then every group's post-backward with sync): the copy-outs, the unsharded gradient's cast and
     accumulation, the copy-in."""
     import torch.distributed as dist
-    from torch import nn
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -376,16 +384,7 @@ def _fsdp2_nosync_bytes(micro_batches: int, reduce_dtype, reshard: bool) -> floa
         dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     try:
-        torch.manual_seed(0)
-        blocks = [nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False))
-                  for _ in range(2)]
-        model = nn.Sequential(*blocks)
-        numel = sum(p.numel() for p in model.parameters())
-        shapes = {tuple(p.shape) for p in model.parameters()}  # unsharded: the shards are 1/8
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-        for blk in blocks:
-            fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        model, numel, shapes = _fsdp2_two_blocks(reduce_dtype, reshard)  # shapes: unsharded
         moved = 0
 
         class Log(TorchDispatchMode):

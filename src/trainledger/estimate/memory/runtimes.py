@@ -232,6 +232,15 @@ def lora_layer_params(plan: Any) -> float:
     return m.lora_params(tuple(r.lora_targets), r.lora_rank) / m.num_layers / plan.layout.tp
 
 
+def pipeline_nosync(plan: Any) -> bool:
+    """An FSDP2 stage trained under torch.distributed.pipelining: every micro-batch's backward runs
+    with ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``, and the
+    stage reduce-scatters once, after its last backward (torch/distributed/pipelining/stage.py
+    ``backward_maybe_with_nosync``, ``perform_reduce_grad``). Read by the memory moments
+    (``fsdp_points``) and the time model's FSDP collectives."""
+    return plan.layout.pp > 1 and framework(plan) == "fsdp2" and plan.recipe.is_training
+
+
 # ------------------------------------------------------------------------------- FSDP
 @dataclass(slots=True)
 class FsdpParts:
@@ -305,7 +314,7 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     f = fsdp_parts(plan)
     r = plan.recipe
     n = max(f.n_layers, 1)
-    pp_nosync = plan.layout.pp > 1 and framework(plan) == "fsdp2" and r.is_training
+    pp_nosync = pipeline_nosync(plan)
     ga = r.grad_accum > 1
     g_prev = x.grads if ga else 0.0
     base = {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states}

@@ -46,7 +46,8 @@ from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
 from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
 from trainledger.estimate.time.allocator import RetryTerm, allocator_retries
-from trainledger.estimate.memory.runtimes import fsdp_sharded, lora_layer_params, reshard_after_forward
+from trainledger.estimate.memory.runtimes import (fsdp_sharded, lora_layer_params, pipeline_nosync,
+                                                  reshard_after_forward)
 
 #: Host <-> GPU copies for offload: PCIe Gen4 x16 is 31.5 GB/s per direction (PCI-SIG), ~25 GB/s
 #: achieved by pinned-memory cudaMemcpy.
@@ -214,7 +215,7 @@ class _Comm:
     offload: float = 0.0
     fsdp_copy: float = 0.0     # FSDP2 copy-in/copy-out passes (compute stream)
     cp_merge: float = 0.0      # CP per-step output merge / gradient accumulation (compute stream)
-    fsdp_step: float = 0.0     # exposed once per step (FSDP2 pipeline stages: ``_fsdp_comm``)
+    fsdp_step: float = 0.0     # exposed once per step (FSDP2 pipeline stages: ``_pipeline_fsdp``)
     fsdp_hidden_step: float = 0.0
     fsdp_copy_step: float = 0.0
 
@@ -418,7 +419,7 @@ def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, 
     and reduces only the adapters; FSDP1 with the adapters inside the layer's flat unit forms and
     reduces the unit's whole flat gradient (the frozen part zero-filled).
 
-    FSDP2 pipeline stages (:func:`_pipeline_nosync`) move them once per step instead."""
+    FSDP2 pipeline stages (``memory.runtimes.pipeline_nosync``) move them once per step instead."""
     r, lay, dp = plan.recipe, plan.layout, topo.dp
     p = _stage_params(plan, ep_sharded=True) / lay.tp
     units = max(1.0, float(work.layers))
@@ -426,31 +427,22 @@ def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, 
     gb = reduce_bytes(plan)
     launch = prof.collective_launch_s
     regather = fsdp_regathers(plan)
-    # per decoder layer, (parameters, count) of the units gathered and of those reduce-scattered
-    base = p / units
-    if r.method not in ("lora", "qlora"):
-        p_gather = p_grad = p
-        gathers, reduces = [(base, 1.0)], [(base, 1.0)]
-    else:  # as ``memory.runtimes.fsdp_parts`` holds them
-        a = lora_layer_params(plan)
-        p_gather = p + a * units
-        if plan.runtime.framework == "pytorch-fsdp":  # the adapters in the layer's flat unit:
-            # its whole flat gradient (the frozen part zero-filled) is formed and reduced
-            p_grad = p_gather
-            gathers = reduces = [(base + a, 1.0)]
-        else:  # a group per layer: its base and adapters gathered, only its adapters reduced
-            p_grad = a * units
-            gathers, reduces = [(base + a, 1.0)], [(a, 1.0)]
-    # per pass over the stage (each collective with its launch)
-    ag = units * sum(c * (all_gather_s(dp, n * wb) + launch) for n, c in gathers)
-    rs = units * sum(c * (all_gather_s(dp, n * gb) + launch) for n, c in reduces)
-    first_ag = all_gather_s(dp, gathers[0][0] * wb)  # a layer's first gather, its first reduce
-    edge = first_ag + all_gather_s(dp, reduces[0][0] * gb)
+    # parameters of the stage gathered and of those whose gradients are formed and reduced
+    p_gather = p_grad = p
+    if r.method in ("lora", "qlora"):  # as ``memory.runtimes.fsdp_parts`` holds them
+        p_gather = p + lora_layer_params(plan) * units
+        # FSDP1, the adapters in the layer's flat unit: its whole flat gradient (the frozen part
+        # zero-filled) is formed and reduced; else only the adapters'
+        p_grad = p_gather if plan.runtime.framework == "pytorch-fsdp" else p_gather - p
+    # one gather and one reduce-scatter per unit (a decoder layer), each with its launch
+    ag_u, rs_u = all_gather_s(dp, p_gather * wb / units), all_gather_s(dp, p_grad * gb / units)
+    ag, rs = units * (ag_u + launch), units * (rs_u + launch)  # per pass over the stage
+    edge = ag_u + rs_u
     fwd_share = 1.0 / (1.0 + (1.0 if r.method in ("lora", "qlora") else 2.0) + rc)
     w_fwd, w_bwd = work.total_s * fwd_share, work.total_s * (1 - fwd_share)
     hbm = plan.cluster.gpu.hbm_bytes_per_s * prof.eff.hbm
-    if _pipeline_nosync(plan):
-        return _pipeline_fsdp(plan, p_gather, p_grad, wb, gb, ag, rs, first_ag, w_fwd, w_bwd, hbm, prof)
+    if pipeline_nosync(plan):
+        return _pipeline_fsdp(plan, p_gather, p_grad, wb, gb, ag, rs, ag_u, w_fwd, w_bwd, hbm, prof)
     t_fwd, t_bwd = ag, (ag if regather else 0.0) + rs
     t = t_fwd + t_bwd
     exposed = max(edge, max(0.0, t_fwd - w_fwd) + max(0.0, t_bwd - w_bwd)) if prof.fsdp_prefetch else t
@@ -466,18 +458,9 @@ def _fsdp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, 
     return _Fsdp(exposed, t - exposed, copy)
 
 
-def _pipeline_nosync(plan: Plan) -> bool:
-    """An FSDP2 pipeline stage under FULL_SHARD (``--zero 0/3``): torch.distributed.pipelining runs
-    every micro-batch's backward with ``set_requires_gradient_sync(False)`` and
-    ``set_reshard_after_backward(False)`` and reduce-scatters once, after the stage's last backward
-    (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, ``perform_reduce_grad``),
-    as the memory model's ``pp_nosync`` holds it."""
-    return plan.runtime.framework == "fsdp2" and plan.layout.pp > 1 and plan.recipe.is_training
-
-
 def _pipeline_fsdp(plan: Plan, p_gather: float, p_grad: float, wb: float, gb: float, ag: float, rs: float,
                    edge: float, w_fwd: float, w_bwd: float, hbm: float, prof: StackProfile) -> _Fsdp:
-    """FSDP2's collectives and copies on a pipeline stage (:func:`_pipeline_nosync`), per step.
+    """FSDP2's collectives and copies on a pipeline stage (``memory.runtimes.pipeline_nosync``), per step.
 
     Gathers: a group gathered stays gathered after its backward, so with
     ``reshard_after_forward=False`` (torchtitan's default under PP) the stage gathers once per step,
@@ -567,13 +550,13 @@ def fsdp_shards(plan: Plan) -> bool:
     (``memory.runtimes.fsdp_sharded``): zero 0 or 3 is FULL_SHARD, 1 or 2 SHARD_GRAD_OP. Except
     FSDP2 stages under torch.distributed.pipelining with zero 1/2: the schedule runs every
     micro-batch but the last without gradient sync and keeps the parameters gathered (the memory
-    model's ``pp_nosync``), so they move once per step, as ZeRO-1/2's data-parallel sync."""
+    model's ``pipeline_nosync``), so they move once per step, as ZeRO-1/2's data-parallel sync."""
     lay = plan.layout
     if lay.zero == 3:
         return True
     if not fsdp_sharded(plan):
         return False
-    return lay.zero == 0 or not (plan.runtime.framework == "fsdp2" and lay.pp > 1)
+    return lay.zero == 0 or not pipeline_nosync(plan)
 
 
 def fsdp_regathers(plan: Plan) -> bool:
