@@ -361,3 +361,21 @@ def test_torchtitan_for_loop_adamw_round_trips(tmp_path):
 def test_trainer_export_refuses_an_optimizer_it_cannot_name():
     with pytest.raises(SpecError, match="adamw-loop"):
         export_plan(PlanInputs(model="llama-3.1-8b", gpus=8, zero=3, optimizer="adamw-loop"), "trainer-args")
+
+
+@pytest.mark.parametrize("pp,policy,want", [(1, None, True), (2, None, False), (2, "default", False),
+                                            (2, "always", True), (1, "never", False), (2, "never", False)])
+def test_torchtitan_reshard_policy_under_pipelining(tmp_path, pp, policy, want):
+    """torchtitan's fsdp_reshard_after_forward "default" frees the gathered parameters after each
+    forward except under PP, where a stage keeps them across its micro-batches (apply_fsdp: "For
+    PP, do not reshard after forward"); "always" / "never" force it. The imported plan resolves
+    the same way, and its export writes the policy back."""
+    from trainledger.runconfig.export_tools import torchtitan_config
+    p = tmp_path / "t.toml"
+    par = f"pipeline_parallel_degree = {pp}\n" + (f'fsdp_reshard_after_forward = "{policy}"\n' if policy else "")
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n' + par)
+    m = import_configs([p]).merged()
+    plan = build_plan(PlanInputs(**{**m, "gpus": 8, "zero": 3, "framework": "fsdp2", "pp": pp}))
+    assert plan.runtime.reshards_after_forward(plan.layout.pp) is want
+    assert torchtitan_config(plan)["parallelism"]["fsdp_reshard_after_forward"] == (
+        "default" if want == (pp == 1) else ("always" if want else "never"))

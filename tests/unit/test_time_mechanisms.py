@@ -264,3 +264,25 @@ def test_distributed_optimizer_bf16_gradient_buffer_halves_the_reduce_scatter():
     traffic = [c.breakdown["comm_dp"] + c.hidden_comm.get("dp", 0.0) for c in (c32, c16)]
     P = f32.model.params.total
     assert traffic[0] - traffic[1] == pytest.approx((n - 1) / n * 2.0 * P / beta, rel=1e-6)
+
+
+def test_fsdp2_pipeline_stage_keeps_its_gathered_weights_by_default():
+    """fsdp2 under PP, reshard_after_forward unstated: the stage keeps its gathered parameters
+    across micro-batches (torchtitan's default policy), so it gathers once per step instead of in
+    every micro-batch's forward and backward. The default equals the stated False, and with m
+    micro-batches a stage that reshards (True) moves more all-gather traffic and holds fewer
+    gathered bytes at its peak; without PP the default is True."""
+    from trainledger.estimate.memory import estimate_memory
+    kw = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=16, zero=3, pp=2, seq_len=4096,
+              framework="fsdp2", micro_batch=1, grad_accum=8)
+    dflt, keep, free = (_plan(**kw), _plan(**kw, reshard_after_forward=False),
+                        _plan(**kw, reshard_after_forward=True))
+    assert dflt.runtime.reshard_after_forward is None
+    t = [estimate_compute(p) for p in (dflt, keep, free)]
+    traffic = [c.breakdown["comm_dp"] + c.hidden_comm.get("dp", 0.0) + c.breakdown.get("fsdp_copy", 0.0)
+               for c in t]
+    assert traffic[0] == traffic[1] and t[0].step_time_s == t[1].step_time_s
+    assert traffic[2] > 2 * traffic[1]  # every micro-batch's backward gathers again
+    m = [estimate_memory(p).peak_allocated_bytes for p in (dflt, keep, free)]
+    assert m[0] == m[1] > m[2]
+    assert _plan(**{**kw, "pp": 1}).runtime.reshards_after_forward(1) is True

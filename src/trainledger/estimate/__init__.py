@@ -42,7 +42,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "intra": c.intra.name, "inter": c.inter.name if c.inter else None,
         "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "sp": lay.sp,
         "vp": lay.vp, "zero": lay.zero, "offload": lay.offload,
-        "framework": plan.runtime.framework, "runtime": plan.runtime.summary(),
+        "framework": plan.runtime.framework, "runtime": plan.runtime.summary(plan.layout.pp),
         "generate_len": r.generate_len,
         "serving": plan.serving.model_dump(mode="json") if r.method == "inference" else None,
     }

@@ -61,7 +61,7 @@ class PlanInputs(Spec):
     power_limit_w: float | None = Field(None, gt=0, le=5000, description="GPU power limit in watts, e.g. 500 for the 500 W H100 parts [the GPU's TDP]")
     # -- the software stack
     framework: Framework = _RUNTIME["framework"]
-    reshard_after_forward: bool = _RUNTIME["reshard_after_forward"]
+    reshard_after_forward: bool | None = _RUNTIME["reshard_after_forward"]
     param_dtype: ParamDtype = _RUNTIME["param_dtype"]
     reduce_dtype: ReduceDtype = _RUNTIME["reduce_dtype"]
     wrap: Wrap = _RUNTIME["wrap"]

@@ -27,6 +27,15 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _titan_reshard(option: bool | None, pp: int) -> str:
+    """torchtitan's ``fsdp_reshard_after_forward`` for our option: "default" (free after forward,
+    keep under PP: the same rule as ``Runtime.reshards_after_forward``) unless the option departs
+    from it ("always" / "never": torchtitan/config/job_config.py ``Parallelism``)."""
+    if option is None or option == (pp == 1):
+        return "default"
+    return "always" if option else "never"
+
+
 def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
     r, lay, c, rt = plan.recipe, plan.layout, plan.cluster, plan.runtime
     flavor = PRESET_FLAVOR.get(plan.model.name)
@@ -64,7 +73,7 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
         training["enable_cpu_offload"] = True
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": rep, "data_parallel_shard_degree": shard,
-        "fsdp_reshard_after_forward": "default" if rt.reshard_after_forward else "never",
+        "fsdp_reshard_after_forward": _titan_reshard(rt.reshard_after_forward, lay.pp),
         "tensor_parallel_degree": lay.tp, "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep,
     }

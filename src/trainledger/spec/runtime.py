@@ -84,8 +84,10 @@ class Runtime(Spec):
     """The software stack of a job and its memory/time-relevant options."""
 
     framework: Framework = Field("hf", description="software stack that runs the job")
-    reshard_after_forward: bool = Field(
-        True, description="fsdp2: free the gathered parameters after forward (re-gather in backward)")
+    reshard_after_forward: bool | None = Field(
+        None, description="fsdp2: free the gathered parameters after forward (re-gather in backward) "
+        "[the stack's default: yes, except fsdp2 with pipeline parallelism, which keeps them between "
+        "micro-batches as torchtitan's 'default' policy does]")
     param_dtype: ParamDtype = Field(
         "bf16", description="fsdp2 MixedPrecisionPolicy.param_dtype: dtype the shards are gathered in")
     reduce_dtype: ReduceDtype = Field(
@@ -129,6 +131,17 @@ class Runtime(Spec):
         None, ge=0, description="deepspeed stage3_max_live_parameters [1e9]")
     ds_overlap_comm: bool | None = Field(None, description="deepspeed overlap_comm [True for stage 3 only]")
 
+    def reshards_after_forward(self, pp: int) -> bool:
+        """Whether the gathered parameters are freed after each forward: the option when stated,
+        else the stack's default. torchtitan (the FSDP2 stack that pipelines) keeps them under PP
+        ("For PP, do not reshard after forward to avoid per-microbatch all-gathers":
+        torchtitan/models/llama/parallelize_llama.py ``apply_fsdp`` @ b5bcd76; its
+        ``fsdp_reshard_after_forward = "default"`` policy later); FSDP1's FULL_SHARD and fsdp2
+        without PP (torchtitan, accelerate's ``fsdp_reshard_after_forward: true``) free them."""
+        if self.reshard_after_forward is not None:
+            return self.reshard_after_forward
+        return not (self.framework == "fsdp2" and pp > 1)
+
     @property
     def is_fsdp(self) -> bool:
         return self.framework in ("pytorch-fsdp", "fsdp2")
@@ -137,13 +150,14 @@ class Runtime(Spec):
     def is_megatron(self) -> bool:
         return self.framework in ("megatron-core", "megatron-deepspeed")
 
-    def summary(self) -> dict[str, object]:
-        """The semantics assumed, for JSON output (only the options the stack reads)."""
+    def summary(self, pp: int = 1) -> dict[str, object]:
+        """The semantics assumed, for JSON output (only the options the stack reads; ``pp``: the
+        plan's pipeline degree, which settles the stack's reshard-after-forward default)."""
         d: dict[str, object] = {"framework": self.framework, "text": FRAMEWORK_TEXT[self.framework]}
         if self.stack_version:
             d["stack_version"] = self.stack_version
         if self.framework == "fsdp2":
-            d.update(reshard_after_forward=self.reshard_after_forward, param_dtype=self.param_dtype,
+            d.update(reshard_after_forward=self.reshards_after_forward(pp), param_dtype=self.param_dtype,
                      reduce_dtype=self.reduce_dtype, wrap=self.wrap, loss_parallel=self.loss_parallel)
         if self.framework in ("hf", "pytorch-fsdp", "fsdp2"):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view

@@ -88,7 +88,7 @@ def check_measurable(plan: Any) -> None:
     if fw == "hf" and lay.tp > 1 and lay.dp_size > 1:
         raise VerifyError("torch TP with DDP is not measured; use --framework fsdp2 for TP + data parallelism, "
                           "or --gpus equal to --tp")
-    if fw == "pytorch-fsdp" and (lay.zero in (1, 2) or not plan.runtime.reshard_after_forward):
+    if fw == "pytorch-fsdp" and (lay.zero in (1, 2) or not plan.runtime.reshards_after_forward(lay.pp)):
         raise VerifyError("FSDP1 SHARD_GRAD_OP does not run on fake tensors (it checks the unsharded flat "
                           "parameter's storage); measure FULL_SHARD (--zero 3) or use --framework fsdp2")
     if fw == "pytorch-fsdp" and lay.tp > 1:
@@ -360,7 +360,7 @@ def _wrap(built: Any, plan: Any, mesh: Any) -> _Setup:
         if lay.tp > 1:
             _real_mesh_concatenate()
 
-        reshard = rt.reshard_after_forward and lay.zero != 2
+        reshard = rt.reshards_after_forward(lay.pp) and lay.zero != 2
         mp = MixedPrecisionPolicy()
         if mixed and rt.param_dtype == "bf16":
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(
@@ -398,7 +398,7 @@ def _wrap(built: Any, plan: Any, mesh: Any) -> _Setup:
         if mixed and rt.param_dtype == "bf16":
             red = {"fp32": torch.float32, "bf16": torch.bfloat16}[rt.reduce_dtype]
             mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=red, buffer_dtype=torch.bfloat16)
-        strategy = ShardingStrategy.SHARD_GRAD_OP if (lay.zero == 2 or not rt.reshard_after_forward) \
+        strategy = ShardingStrategy.SHARD_GRAD_OP if (lay.zero == 2 or not rt.reshards_after_forward(lay.pp)) \
             else ShardingStrategy.FULL_SHARD
         s.model = FSDP(model, process_group=dist_group(), auto_wrap_policy=policy, use_orig_params=True,
                        limit_all_gathers=True, mixed_precision=mp, sharding_strategy=strategy,

@@ -116,7 +116,7 @@ def shard_group(plan: Any) -> int:
 
 
 def reshard_after_forward(plan: Any) -> bool:
-    return plan.runtime.reshard_after_forward and plan.layout.zero not in (1, 2)
+    return plan.runtime.reshards_after_forward(plan.layout.pp) and plan.layout.zero not in (1, 2)
 
 
 # ------------------------------------------------------------------------------- parameter shapes

@@ -152,8 +152,8 @@ def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, w
     elif tp > 1:
         res.set("loss_parallel", True, where)  # torchtitan's default: loss parallel on with TP
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
-    if reshard == "never":
-        res.set("reshard_after_forward", False, where)
+    if reshard in ("never", "always"):  # "default": the stack's own (Runtime.reshards_after_forward)
+        res.set("reshard_after_forward", reshard == "always", where)
     shard = None if shard_raw in (-1, None) else num(shard_raw, where, "data_parallel_shard_degree")
     if shard is None:
         res.notes.append(f"{where}: data_parallel_shard_degree -1 takes the GPUs left over: the world "
