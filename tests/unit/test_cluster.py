@@ -56,7 +56,9 @@ def test_cli_gpus_and_networks_json():
     assert out.returncode == 0, out.stderr
     gpus = {g["name"]: g for g in json.loads(out.stdout)["gpus"]}
     assert len(gpus) >= 22
-    assert gpus["h100-sxm"]["usable_bytes"] == 81559 * 2**20
+    # the CUDA total: nvidia-smi's 81559 MiB less the driver's reserve (79.21 GiB in torch's OOM text)
+    assert gpus["h100-sxm"]["usable_bytes"] == round(79.21 * 2**30)
+    assert gpus["h100-sxm"]["memory_bytes"] == 81559 * 2**20
     assert gpus["h100-sxm"]["bf16_tflops"] == pytest.approx(989.5)
     amd = json.loads(_cli("gpus", "--vendor", "amd", "--json").stdout)["gpus"]
     assert {g["vendor"] for g in amd} == {"amd"}

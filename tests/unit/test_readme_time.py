@@ -26,7 +26,7 @@ def test_readme_plan_any_gpu_count():
     out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
-    assert ("1*  h100-sxm   768  megatron-core dp768 z3 mb1×1 rc-full  16.2/80            4.02      "
+    assert ("1*  h100-sxm   768  megatron-core dp768 z3 mb1×1 rc-full  16.2/79            4.02      "
             "1,020  46%  29.6 days (27.8 days-33.0 days)  544,741  $1,628,776") in out
 
 

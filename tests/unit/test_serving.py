@@ -58,7 +58,8 @@ def test_weight_formats_bytes_per_weight() -> None:
 def test_vllm_pool_identity_and_concurrency() -> None:
     p = plan()
     em = engine_memory(p)
-    total = p.cluster.gpu.memory_bytes
+    total = p.cluster.gpu.usable_bytes  # vLLM's fraction applies to cudaMemGetInfo's total
+    assert total < p.cluster.gpu.memory_bytes
     assert em.kv_pool == pytest.approx(0.9 * total - em.weights - em.activations - em.non_torch - em.cuda_graphs)
     assert em.max_concurrency == pytest.approx(em.num_blocks * 16 / (2048 + 256), rel=1e-9)
     fp8 = engine_memory(plan(kv_cache_dtype="fp8"))

@@ -121,6 +121,11 @@ class GpuSpec(Spec):
     memory_bytes_basis: Literal["reported", "stated"] = Field(
         "stated", description="reported: observed driver total (see memory_source); stated: memory_gb as GiB")
     memory_source: str | None = Field(None, description="where the reported total was observed (URL)")
+    cuda_total_bytes: int | None = Field(
+        None, gt=0, description="device memory CUDA offers a process (cudaMemGetInfo's total, "
+        "torch.cuda.get_device_properties().total_memory, the 'total capacity' of a PyTorch OOM message): "
+        "the driver total less what the driver keeps for itself; None: not observed, the driver total stands in")
+    cuda_total_source: str | None = Field(None, description="where cuda_total_bytes was observed (URL)")
     memory_type: str
     hbm_tb_per_s: float = Field(gt=0, le=50, description="device memory bandwidth, TB/s (decimal)")
     fp32_tflops: float | None = Field(None, gt=0, le=10_000, description="dense FP32 (non-tensor on NVIDIA)")
@@ -177,8 +182,12 @@ class GpuSpec(Spec):
 
     @property
     def usable_bytes(self) -> int:
-        """Device memory the runtime can address (context and workspaces are separate terms)."""
-        return self.memory_bytes
+        """Device memory the runtime can address (context and workspaces are separate terms): what
+        CUDA reports as the device's total, which excludes the memory the driver reserves for
+        itself (0.25-0.75 GiB on the parts observed, catalog/gpus ``cuda_total_bytes``); where that
+        was never observed, the driver's total (optimistic by about that much). The CUDA context
+        term (catalog/runtime/cuda.yaml) is measured against the same CUDA total."""
+        return self.cuda_total_bytes or self.memory_bytes
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -223,6 +232,12 @@ def gpu_problems(g: GpuSpec) -> list[str]:
                         f"(as GB {as_gb:.2f}x, as GiB {as_gib:.2f}x)")
     if g.memory_bytes_basis == "reported" and not g.memory_source:
         problems.append("memory_source: a reported memory_bytes needs the URL where it was observed")
+    if g.cuda_total_bytes is not None:
+        if not g.cuda_total_source:
+            problems.append("cuda_total_source: cuda_total_bytes needs the URL where it was observed")
+        if not 0.95 * g.memory_bytes <= g.cuda_total_bytes <= g.memory_bytes:
+            problems.append(f"cuda_total_bytes: {g.cuda_total_bytes} is not within 5% below memory_bytes "
+                            f"{g.memory_bytes} (the driver reserves well under a GiB)")
     problems += _link_problems(g)
     return problems
 

@@ -207,7 +207,7 @@ def _engine_memory(plan: Plan) -> EngineMemory:
         graphs = forward_working_set(plan, largest) + n_sizes * es.cuda_graph_bytes_per_graph
     rt = runtime_defaults()
     context = float(rt.context_bytes)
-    total = float(gpu.memory_bytes)
+    total = float(gpu.usable_bytes)  # the CUDA total (vLLM: torch.cuda.mem_get_info()[1] x the fraction)
     requested = es.gpu_memory_utilization * total
     if es.kv_budget == "fraction_minus_weights":  # SGLang: activations and graphs live outside the fraction
         pool = requested - w

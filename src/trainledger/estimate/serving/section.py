@@ -47,7 +47,7 @@ _SRC = {
 def memory_estimate(plan: Plan, opts: Any = None):
     """The memory section (a ``MemoryEstimate``) of an inference plan served by an engine."""
     em = engine_memory(plan)
-    total = plan.cluster.gpu.memory_bytes
+    total = plan.cluster.gpu.usable_bytes
     breakdown = {"weights": int(em.weights), "kv_cache": int(em.batch_kv), "activations": int(em.activations),
                  "cuda_graphs": int(em.cuda_graphs), "other": int(em.non_torch)}
     breakdown = {k: v for k, v in breakdown.items() if v > 0}
