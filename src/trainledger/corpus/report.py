@@ -21,7 +21,7 @@ from trainledger.corpus.stats import histogram, sample_interval, summarize, trun
 from trainledger.corpus.tokenizer import TokenCounter
 
 if TYPE_CHECKING:
-    from trainledger.corpus.run import Tally
+    from trainledger.corpus.work import Tally
 
 _MAX_LISTED_SOURCES = 50
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from trainledger.errors import CorpusError
 from trainledger.corpus.options import CorpusOptions
@@ -16,7 +14,7 @@ from trainledger.corpus.streams import open_binary, pyarrow_modules
 from trainledger.corpus.report import build_stats
 from trainledger.corpus.sources import Source, discover
 from trainledger.corpus.tokenizer import TokenCounter, load_counter
-from trainledger.corpus.work import UnitResult, Worker, init_process, run_unit
+from trainledger.corpus.work import Tally, UnitResult, Worker, init_process, run_unit
 
 Progress = Callable[[int, int], None]
 
@@ -112,51 +110,6 @@ def execute(units: list[Unit], counter: TokenCounter, opts: CorpusOptions, rate:
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:  # stop units still running when the caller stopped early
             proc.terminate()
-
-
-@dataclass
-class Tally:
-    """Merged unit results, with error examples placed at file:line."""
-
-    counts: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)
-    records: int = 0
-    samples: int = 0
-    blank: int = 0
-    chat: int = 0
-    replaced: int = 0
-    cpu_s: float = 0.0
-    per_source: Counter = field(default_factory=Counter)
-    line_base: Counter = field(default_factory=Counter)
-
-    def add(self, res: UnitResult, unit: Unit, on_error: str) -> None:
-        base = self.line_base[unit.source_index] if unit.kind == "range" else 0
-        if res.fatal and on_error == "fail":
-            raise CorpusError(f"{locate(unit, base, res.fatal[0])}: {res.fatal[2]} (--on-error fail; "
-                              "--on-error skip counts and skips such records)")
-        for index, _kind, message in res.examples:
-            if len(self.examples) < 10:  # a whole-file message already names its file
-                self.examples.append(message if index < 0 else f"{locate(unit, base, index)}: {message}")
-        if unit.kind == "range":
-            self.line_base[unit.source_index] += res.items
-        self.counts.update(res.counts)
-        self.errors.update(res.errors)
-        self.per_source[unit.source_index] += res.records
-        for name in ("records", "samples", "blank", "chat", "replaced", "cpu_s"):
-            setattr(self, name, getattr(self, name) + getattr(res, name))
-
-
-def locate(unit: Unit, base: int, index: int) -> str:
-    """'file:line 12', 'file: row 7', or the file alone for a whole-file problem."""
-    if index < 0:
-        return unit.source.path
-    if unit.kind == "files":
-        return unit.files[index].path
-    if unit.source.fmt in LINE_FORMATS:
-        return f"{unit.source.path}:{base + index + 1}"
-    noun = "record" if unit.source.fmt in ("json", "csv", "tsv") else "row"
-    return f"{unit.source.path}: {noun} {index + 1}"
 
 
 def analyze(paths: list[str], opts: CorpusOptions | None = None, progress: Progress | None = None) -> dict:

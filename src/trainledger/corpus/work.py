@@ -17,7 +17,7 @@ from typing import Any
 from trainledger.errors import CorpusError
 from trainledger.corpus.fields import TextExtractor
 from trainledger.corpus.options import CorpusOptions
-from trainledger.corpus.readers import Unit, decode_line, iter_raw, parse_json_line
+from trainledger.corpus.readers import LINE_FORMATS, Unit, decode_line, iter_raw, parse_json_line
 from trainledger.corpus.streams import Giant, RecordError
 from trainledger.corpus.tokenizer import TokenCounter
 
@@ -171,3 +171,48 @@ def init_process(counter_state: dict, opts_json: str, sample_rate: float | None)
 def run_unit(job: tuple[int, Unit]) -> UnitResult:
     assert _WORKER is not None, "init_process was not called"
     return _WORKER.run(*job)
+
+
+@dataclass
+class Tally:
+    """Merged unit results, with error examples placed at file:line."""
+
+    counts: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    records: int = 0
+    samples: int = 0
+    blank: int = 0
+    chat: int = 0
+    replaced: int = 0
+    cpu_s: float = 0.0
+    per_source: Counter = field(default_factory=Counter)
+    line_base: Counter = field(default_factory=Counter)
+
+    def add(self, res: UnitResult, unit: Unit, on_error: str) -> None:
+        base = self.line_base[unit.source_index] if unit.kind == "range" else 0
+        if res.fatal and on_error == "fail":
+            raise CorpusError(f"{locate(unit, base, res.fatal[0])}: {res.fatal[2]} (--on-error fail; "
+                              "--on-error skip counts and skips such records)")
+        for index, _kind, message in res.examples:
+            if len(self.examples) < 10:  # a whole-file message already names its file
+                self.examples.append(message if index < 0 else f"{locate(unit, base, index)}: {message}")
+        if unit.kind == "range":
+            self.line_base[unit.source_index] += res.items
+        self.counts.update(res.counts)
+        self.errors.update(res.errors)
+        self.per_source[unit.source_index] += res.records
+        for name in ("records", "samples", "blank", "chat", "replaced", "cpu_s"):
+            setattr(self, name, getattr(self, name) + getattr(res, name))
+
+
+def locate(unit: Unit, base: int, index: int) -> str:
+    """'file:line 12', 'file: row 7', or the file alone for a whole-file problem."""
+    if index < 0:
+        return unit.source.path
+    if unit.kind == "files":
+        return unit.files[index].path
+    if unit.source.fmt in LINE_FORMATS:
+        return f"{unit.source.path}:{base + index + 1}"
+    noun = "record" if unit.source.fmt in ("json", "csv", "tsv") else "row"
+    return f"{unit.source.path}: {noun} {index + 1}"

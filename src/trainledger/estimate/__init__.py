@@ -32,7 +32,7 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "model": plan.model.name,
         "model_source": plan.model.source,
         "params": plan.model.params.total,
-        "method": r.method, "precision": r.precision, "precision_policy": policy_text(plan),
+        "method": r.method, "precision": r.precision, "precision_policy": policy_text(r, plan.model, plan.cluster.gpu),
         "optimizer": r.optimizer,
         "seq_len": r.seq_len, "doc_len": r.doc_len, "micro_batch": r.micro_batch, "grad_accum": r.grad_accum,
         "global_batch": plan.global_batch, "recompute": r.recompute, "attention": r.attention,

@@ -24,7 +24,7 @@ from trainledger.spec.plan import Plan
 from trainledger.units import GIB, SECONDS_PER_DAY
 
 if TYPE_CHECKING:
-    from trainledger.planner.search import Job
+    from trainledger.planner.job import Job
 
 #: thresholds of the risks a recommended plan lists (issue 4)
 RISK_HEADROOM = 0.15

@@ -26,12 +26,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainledger.errors import PlanError
-from trainledger.spec.recipe import BLOCK_SCALED
+from trainledger.spec.recipe import BLOCK_SCALED, Recipe
 
 if TYPE_CHECKING:
     from trainledger.spec.cluster import GpuSpec
     from trainledger.spec.model import ModelSpec
-    from trainledger.spec.plan import Plan
 
 #: checkpoint dtype -> policy that keeps it (LoRA base, inference); an fp32 checkpoint trains under autocast
 _KEEP = {"bf16": "bf16", "fp16": "fp16"}
@@ -84,9 +83,8 @@ def check_recipe_method(precision: str, method: str) -> None:
                         f"for inference keep bf16 and choose --quantization nvfp4 (W4A4) or fp8")
 
 
-def policy_text(plan: "Plan") -> str:
-    """What the plan's precision keeps in which dtype, and whether it was the method's default."""
-    r = plan.recipe
+def policy_text(r: Recipe, model: "ModelSpec", gpu: "GpuSpec") -> str:
+    """What a plan's precision keeps in which dtype, and whether it was the method's default."""
     pol = r.policy
     lora = r.method in ("lora", "qlora")
     if r.method == "inference":
@@ -99,12 +97,12 @@ def policy_text(plan: "Plan") -> str:
         master = "" if pol["master"] == "none" else f", master {pol['master']}"
         comp = pol["compute"]
         if "gemm" in pol:
-            kept = r.bf16_layers(plan.model.num_layers)
-            comp = (f"linear-layer GEMMs {pol['gemm']}" + (f" except {kept} of {plan.model.num_layers} layers in bf16"
+            kept = r.bf16_layers(model.num_layers)
+            comp = (f"linear-layer GEMMs {pol['gemm']}" + (f" except {kept} of {model.num_layers} layers in bf16"
                                                           if kept else "") + ", other ops bf16")
         what = (f"weights {pol['weights']}{master}, grads {pol['grads']}, optimizer states {pol['states']}, "
                 f"compute {comp}")
-    prec, why = default_precision(r.method, plan.model, plan.cluster.gpu)
+    prec, why = default_precision(r.method, model, gpu)
     if prec == r.precision:
         return f"{r.precision} ({what}; {why})"
     return f"{r.precision} ({what}; chosen with --precision, the default for {r.method} here is {prec})"
