@@ -65,8 +65,27 @@ def _driver_overhead() -> dict[str, float]:
            "overhead_mib": (total - free - torch.cuda.memory_reserved()) / mib}
     if ctx_only is not None:
         out["context_only_mib"] = (ctx_only[1] - ctx_only[0]) / mib - 2.0  # less the 2 MiB segment
+        # the capacity the memory model uses (GpuSpec.cuda_total_bytes) and the driver's own view
+        out["cuda_total_mib"] = total / mib
+        out.update(_nvidia_smi())
     print(f"driver overhead: {out}", flush=True)
     return out
+
+
+def _nvidia_smi() -> dict[str, str]:
+    """nvidia-smi's total (and, on drivers that report it, reserved) framebuffer and the driver
+    version (empty when nvidia-smi is absent): with ``cuda_total_mib`` they measure the driver's
+    reserve that the catalog reads from torch's OOM messages."""
+    import subprocess
+
+    for fields in (("memory.total", "memory.reserved", "driver_version"), ("memory.total", "driver_version")):
+        try:
+            line = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+                                   "-i", "0"], capture_output=True, text=True, timeout=20, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return {"nvidia_smi_" + f.replace(".", "_"): v.strip() for f, v in zip(fields, line.strip().split(","))}
+    return {}
 
 
 def main(argv: list[str]) -> int:
