@@ -227,9 +227,10 @@ def test_the_estimate_says_whether_the_recompute_stops_early():
 def test_torchtitan_export_carries_early_stop_and_reads_back(tmp_path):
     from trainledger.runconfig import import_configs
     from trainledger.runconfig.export_tools import torchtitan_config, torchtitan_toml
-    plan = _plan(checkpoint_early_stop=True)
+    titan = dict(wrap="layers+embed+head")  # torchtitan's own FSDP grouping (runconfig/export_tools.py)
+    plan = _plan(checkpoint_early_stop=True, **titan)
     assert torchtitan_config(plan)["activation_checkpoint"] == {"mode": "full", "early_stop": True}
-    assert "early_stop" not in torchtitan_config(_plan())["activation_checkpoint"]  # torchtitan's default
+    assert "early_stop" not in torchtitan_config(_plan(**titan))["activation_checkpoint"]  # torchtitan's default
     p = tmp_path / "t.toml"
     p.write_text(torchtitan_toml(plan, "# test\n"))
     back = build_plan(PlanInputs(**{**import_configs([p]).merged(), "gpus": 8}))

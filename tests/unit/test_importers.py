@@ -244,7 +244,7 @@ def test_nemo_yaml_and_hydra_overrides(tmp_path):
 # ----------------------------------------------------------------------------- round trips
 ROUND = {
     "torchtitan-tp": dict(model="llama-3.1-8b", gpus=16, framework="fsdp2", zero=3, tp=2, seq_len=8192,
-                          micro_batch=2, grad_accum=2, recompute="full"),
+                          micro_batch=2, grad_accum=2, recompute="full", wrap="layers+embed+head"),
     "megatron-tp-pp": dict(model="llama-3.1-8b", gpus=16, framework="megatron-core", tp=4, pp=2, zero=1,
                            seq_len=4096, micro_batch=1, grad_accum=8, recompute="selective",
                            fused_loss=True),
@@ -379,3 +379,28 @@ def test_torchtitan_reshard_policy_under_pipelining(tmp_path, pp, policy, want):
     assert plan.runtime.reshards_after_forward(plan.layout.pp) is want
     assert torchtitan_config(plan)["parallelism"]["fsdp_reshard_after_forward"] == (
         "default" if want == (pp == 1) else ("always" if want else "never"))
+
+
+@pytest.mark.parametrize("flavor,untied", [("8B", True), ("0.6B", False)])
+def test_torchtitan_wraps_embedding_and_head_on_their_own(tmp_path, flavor, untied):
+    """torchtitan's apply_fsdp (since 83e6941, #1094) makes tok_embeddings and [norm, output] FSDP
+    groups of their own: an imported untied model gets --wrap layers+embed+head, which frees the
+    gathered embedding and head outside their own forward and backward (a smaller peak than the
+    root group holding them all step); a tied head (Qwen3 0.6B) stays in the root group."""
+    name = "llama3" if flavor == "8B" else "qwen3"
+    p = tmp_path / "t.toml"
+    p.write_text(f'[model]\nname = "{name}"\nflavor = "{flavor}"\n[training]\nseq_len = 8192\n[parallelism]\n')
+    res = import_configs([p])
+    assert res.merged().get("wrap") == ("layers+embed+head" if untied else None)
+    assert any("--wrap layers" in n for n in res.notes) == untied
+    if untied:
+        m = {**res.merged(), "gpus": 8, "zero": 3}
+        assert _peak(m) < _peak({**m, "wrap": "layers"})
+
+
+def test_torchtitan_export_refuses_a_grouping_it_cannot_run():
+    inputs = PlanInputs(model="llama-3.1-8b", gpus=8, framework="fsdp2", zero=3, seq_len=4096)
+    with pytest.raises(SpecError, match="--wrap layers\\+embed\\+head"):
+        export_plan(inputs, "torchtitan")
+    (f,) = export_plan(inputs.model_copy(update={"wrap": "layers+embed+head"}), "torchtitan")
+    assert "[parallelism]" in f.text

@@ -58,6 +58,10 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
         raise SpecError(f"torchtitan trains bf16 (or fp32, or float8) under FSDP2; {r.precision} is not one")
     if lay.zero == 3 and lay.dp_size == 1:
         raise SpecError("zero 3 over one data-parallel rank shards nothing; plan --zero 0")
+    if lay.zero == 3 and rt.wrap == "layers" and not plan.model.tie_word_embeddings:
+        raise SpecError("torchtitan wraps the embedding, and the final norm with the head, as FSDP groups of "
+                        "their own (apply_fsdp, since 2025-07); the plan keeps them in the root group, which "
+                        "holds them gathered all step — plan --wrap layers+embed+head")
     name, fl = flavor
     rep, shard = (c.nodes, lay.dp_size // c.nodes) if lay.hybrid_shard else (
         (1, lay.dp_size) if lay.zero == 3 else (lay.dp_size, 1))

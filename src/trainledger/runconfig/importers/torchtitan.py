@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainledger.errors import SpecError
+from trainledger.load.hf import load_model
 from trainledger.runconfig.formats import ImportResult
 from trainledger.runconfig.importers._common import num
 
@@ -85,6 +86,15 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
                             f"{', '.join(f'{n} {f}' for n, f in FLAVORS)}. Pass --model with a config.json "
                             "of the same dimensions")
         res.set("model", preset, where)
+        if not load_model(preset).tie_word_embeddings:
+            # torchtitan wraps the embedding, and the final norm with the output head, as FSDP groups
+            # of their own (``apply_fsdp``, torchtitan/models/llama3/infra/parallelize.py, since
+            # 83e6941 "Improve reshard_after_forward logic" #1094, 2025-07-28; before it the two sat
+            # in the root group with the other loose parameters)
+            res.set("wrap", "layers+embed+head", where)
+            res.notes.append(f"{where}: torchtitan (since 2025-07-28) wraps tok_embeddings and [norm, output] "
+                             "as FSDP groups of their own: --wrap layers+embed+head; an older checkout "
+                             "keeps them in the root group (pass --wrap layers)")
     res.set("seq_len", num(tr.get("seq_len"), where, "[training] seq_len"), where)
     local = tr.get("local_batch_size", tr.get("batch_size"))
     mb = num(local, where, "[training] local_batch_size")
