@@ -614,7 +614,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
-    """catalog/efficiency/intervals.yaml from this run's residuals (see estimate/intervals.py)."""
+    """catalog/efficiency/intervals.yaml from this run's residuals (see estimate/time/intervals.py)."""
     from trainledger.estimate.time import intervals
 
     sg = [r["signed_error"] for r in rows if not r["secondary"]]

@@ -1,4 +1,4 @@
-"""Alpha-beta collectives on the topology (estimate/comm.py)."""
+"""Alpha-beta collectives on the topology (estimate/time/comm.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FLOPs per step (estimate/compute.py): counts checked against closed forms, two ways."""
+"""FLOPs per step (estimate/time/compute.py): counts checked against closed forms, two ways."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Step-time cost model (estimate/time.py): breakdown, overlap rules, overrides, time to train."""
+"""Step-time cost model (estimate/time/): breakdown, overlap rules, overrides, time to train."""
 
 from __future__ import annotations
 

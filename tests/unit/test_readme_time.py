@@ -19,7 +19,7 @@ def test_readme_estimate_with_power_limit_and_interval():
                 "--micro-batch", "2", "--recompute", "selective", "--tokens", "1B", "--no-ledger"])
     assert "step 2.80 s: 46,733 tokens/s, 5,842 per GPU, 338 TFLOP/s per GPU, MFU 34.2%, HFU 35.1%" in out
     assert "step time p10-p90: 2.71 s - 3.26 s, MFU 29.4-35.3% (accuracy suite residuals, fsdp2/hopper (n=31))" in out
-    assert "note: power limit 500 W of 700 W TDP: tensor clock x0.863 (DVFS cube law, estimate/stack.py)" in out
+    assert "note: power limit 500 W of 700 W TDP: tensor clock x0.863 (DVFS cube law, estimate/time/stack.py)" in out
 
 
 def test_readme_plan_any_gpu_count():

@@ -8,7 +8,7 @@
   analytical model does not see on this stack (all devices);
 * ``allocator_reserve_fraction`` = median((peak reserved - peak allocated) / peak allocated):
   the caching allocator's reserve on this GPU (CUDA measurements only; the estimator assumes a
-  default, see ``estimate/memory_runtime.py``);
+  default, see ``estimate/memory/device.py``);
 * ``step_time_scale`` = median(measured / predicted step time) and the achievable matmul
   efficiency it implies, ``achieved MFU = predicted MFU / step_time_scale`` (CUDA only: a CPU step
   time says nothing about the plan's GPU).

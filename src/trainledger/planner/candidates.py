@@ -68,7 +68,7 @@ class Candidate:
     usd_per_gpu_hour: float | None
     risks: list[str] = field(default_factory=list)
     pareto: bool = False
-    wall_factor: float | None = None  # T_w / T_s with interruptions (estimate/goodput.py), set by the deadline check
+    wall_factor: float | None = None  # T_w / T_s with interruptions (estimate/run/goodput.py), set by the deadline check
     #: the plan's memory estimate, built when first read (``memory``): a search measures thousands
     #: of candidates, decides and ranks them by their fit figures and step times, and shows a few
     memory_estimate: Any = field(default=None, repr=False)

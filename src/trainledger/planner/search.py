@@ -14,7 +14,7 @@ with the largest micro-batch that fits. Pruning:
 Every infeasible candidate comes back as ``Rejected(plan, reason)``. The GPU count of a job is
 the larger of the memory bound (fewest GPUs that hold it) and the deadline bound (fewest that finish
 the token budget in time, counting the expected interruptions, checkpoints and restarts of
-``estimate/goodput.py``); both are reported. The deadline bound is any whole-node count, not a
+``estimate/run/goodput.py``); both are reported. The deadline bound is any whole-node count, not a
 grid point: between the last grid count that misses and the first that meets, whole-node counts
 are bisected; then every layout family the search met is bisected over the whole-node counts it can
 run below that (``space._by_family``), because a family runs only where its replica divides the

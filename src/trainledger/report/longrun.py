@@ -1,6 +1,6 @@
 """Report sections of a long run: goodput, the facility sheet, and a soak's time series.
 
-Formats and draws what the library computed (``estimate/goodput.py``, ``report/facility.py``,
+Formats and draws what the library computed (``estimate/run/goodput.py``, ``report/facility.py``,
 ``verify/soak.py``); no arithmetic beyond unit display. The soak charts draw every rank's series
 against time with the pass threshold as a dashed line and the injected kill and the recovery as
 vertical markers.

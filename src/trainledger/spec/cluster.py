@@ -158,7 +158,7 @@ class GpuSpec(Spec):
     idle_w: float | None = Field(None, gt=0, description="idle power, watts (None: 20% of TDP)")
     power_limit_w: float | None = Field(
         None, gt=0, le=5000, description="configured board power limit, watts (nvidia-smi -pl); "
-        "below TDP the tensor clock drops (time model: estimate/stack.py clock_scale)")
+        "below TDP the tensor clock drops (time model: estimate/time/stack.py clock_scale)")
     sparsity_note: str | None = Field(None, description="how sparse datasheet figures were made dense")
     source: str = Field(min_length=1, description="datasheet URL (every bundled file has one)")
     checked: _dt.date | None = Field(None, description="date the numbers were checked against source")

@@ -1,6 +1,6 @@
 """Measured vs predicted memory, term by term (``verify memory``).
 
-The estimator (``estimate/memory.py``) names its terms after the formulas; the measurement
+The estimator (``estimate/memory/``) names its terms after the formulas; the measurement
 (``verify/memtrace.py``) names categories after what owns a tensor. This table maps each
 estimator term onto the measured category that holds the same tensors:
 

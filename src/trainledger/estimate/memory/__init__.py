@@ -32,11 +32,11 @@ __all__ = ["MEASURED_CATEGORY", "SOURCES", "MemoryEstimate", "by_measured_catego
 SOURCES: dict[str, tuple[str, str]] = {
     "weights": ("P·bytes(weight dtype); QLoRA NF4 + double-quant constants (Dettmers et al. 2023, §3)",
                 "TP/PP/EP split per Megatron (Shoeybi et al. 2019); ZeRO-3 shards over d; per runtime "
-                "(FSDP dim-0 shards, DeepSpeed 16-bit): estimate/memory_runtimes.py"),
+                "(FSDP dim-0 shards, DeepSpeed 16-bit): estimate/memory/runtimes.py"),
     "master_weights": ("4·P_t fp32 master copy (Micikevicius et al. 2018; ZeRO Fig. 1 '2+2+12')", ""),
     "gradients": ("P_t·bytes(grad dtype); ZeRO-2/3 shard over d (Rajbhandari et al. 2020, Fig. 1)", ""),
     "optimizer_states": ("AdamW 2, SGD-momentum/Lion 1, 8-bit AdamW 2·(1+4/256), Adafactor rows+cols "
-                         "(see estimate/memory_states.py)", "ZeRO-1+ shard over d"),
+                         "(see estimate/memory/states.py)", "ZeRO-1+ shard over d"),
     "optimizer_temporaries": ("foreach AdamW: _foreach_sqrt(exp_avg_sq) = P_t·state bytes; per-tensor AdamW "
                               "(adamw-loop): 2 x the largest tensor (torch/optim/adamw.py; measured on torch 2.13)",
                               "fused AdamW: none"),
@@ -45,7 +45,7 @@ SOURCES: dict[str, tuple[str, str]] = {
                                "rowwise + columnwise copy with block scales, 2·bytes(gemm) per decoder weight",
                                "only when weights are fp32 and compute is 16-bit, or with a block-scaled recipe"),
     "activations": ("saved tensors per layer and token, dtype-traced through the HF decoder layer "
-                    "(estimate/activations.py); cf. Korthikanti et al. 2022 Table 2",
+                    "(estimate/memory/activations.py); cf. Korthikanti et al. 2022 Table 2",
                     "recompute/PP in-flight micro-batches/TP/SP/CP applied"),
     "logits": ("(c + 4 + 4)·V·b·s forward (logits, fp32 upcast, log-softmax), 12·V·b·s in backward "
                "(transformers ForCausalLMLoss)", "all positions, no chunked loss"),
@@ -55,7 +55,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "ddp_buckets": ("DDP bucket copy of all gradients (torch DDP, gradient_as_bucket_view=False)", ""),
     "zero_buffers": ("FSDP/ZeRO-3 all-gather of the current and prefetched unit + reduce-scatter; FSDP2: the "
                      "root group's gathered embedding/head, gathered layers, reduce-dtype reduce-scatter "
-                     "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory_runtimes.py)",
+                     "inputs; DeepSpeed: reduce_bucket_size / stage3 prefetch buckets (estimate/memory/runtimes.py)",
                      "largest wrapped unit = largest decoder layer or the embedding"),
     "other": ("input ids/labels, rotary tables, residual-stream gradients", ""),
     "pipeline_buffers": ("torch.distributed.pipelining's receive buffers, one micro-batch of the residual "

@@ -1,7 +1,7 @@
 """Interconnect sanity: bytes each GPU sends per step for the layout's collectives, the bandwidth
 that would hide them within one step, and the bandwidth the links offer.
 
-A first-order check beside the time model's comm model (``estimate/comm.py``), whose exposed and
+A first-order check beside the time model's comm model (``estimate/time/comm.py``), whose exposed and
 hidden communication seconds are shown next to it when present.
 
 Glossary (per GPU, per optimizer step):
@@ -70,7 +70,7 @@ def _link(plan: Plan, n: int, stride: int) -> tuple[str, float]:
     Inside one node: the GPU link. Across nodes, only the ring's node-boundary hops use the NICs,
     one ring (NCCL channel) per NIC, so the ``k`` ranks a node holds share k NIC-shares:
     β = min(intra, k · NIC bandwidth per GPU) (NCCL ring algorithm; the same rule as
-    ``estimate/comm.py: group``).
+    ``estimate/time/comm.py: group``).
     """
     c = plan.cluster
     g = c.gpus_per_node

@@ -105,7 +105,7 @@ class ComputeEstimate:
     stack: dict[str, Any] = field(default_factory=dict)
 
     def interval(self, calibrated: bool = False) -> dict[str, Any]:
-        """p10/p90 of the step time from the accuracy suite's residuals (estimate/intervals.py)."""
+        """p10/p90 of the step time from the accuracy suite's residuals (estimate/time/intervals.py)."""
         return time_interval(self.step_time_s, str(self.stack.get("framework", "hf")),
                              str(self.stack.get("gpu_family", self.family)), calibrated, self.gpus)
 
@@ -178,7 +178,7 @@ class TimeEstimate:
     total_s: float
     gpus: int
     scaling: list[dict[str, float]] = field(default_factory=list)
-    interval: dict[str, Any] | None = None   # step-time factors p10/p90 (estimate/intervals.py)
+    interval: dict[str, Any] | None = None   # step-time factors p10/p90 (estimate/time/intervals.py)
 
     @property
     def days(self) -> float:
@@ -880,7 +880,7 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
              + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
     if clk < 1.0:
         notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
-                     f"x{clk:.3f} (DVFS cube law, estimate/stack.py)")
+                     f"x{clk:.3f} (DVFS cube law, estimate/time/stack.py)")
     if lay.pp > 1 and m < lay.pp:
         # fewer micro-batches than stages: the pipeline never fills, and each stage idles at least
         # as long as it computes ((p-1)/(m+p-1) >= 1/2 of the step; Narayanan et al. 2021 §2.2.1)
