@@ -406,9 +406,10 @@ def torchtitan_cases() -> list[Case]:
             text += " torch.compile"
         # torchtitan applies loss parallel whenever TP is on (--parallelism.disable_loss_parallel
         # defaults to False: torchtitan/config/job_config.py; train.py ``loss_parallel_enabled``) and,
-        # with PP, keeps the gathered parameters between micro-batches ("For PP, do not reshard after
-        # forward to avoid per-microbatch all-gathers": torchtitan/models/llama/parallelize_llama.py
-        # ``apply_fsdp`` @ b5bcd76, ``reshard_after_forward = False`` when pp_enabled)
+        # with PP, keeps the gathered parameters between micro-batches ("For PP, by default do not
+        # reshard after forward to avoid per-microbatch all-gathers": torchtitan/distributed/fsdp.py
+        # ``get_fsdp_reshard_after_forward_policy`` @ b5bcd76, policy "default"; the same rule as
+        # Runtime.default_reshard_after_forward)
         compiled_loss = "compile" in text and yymm >= TITAN_LOSS_COMPILED_FROM
         p = p.model_copy(update={"runtime": Runtime(
             framework="fsdp2", loss_parallel=tp > 1, reshard_after_forward=pp == 1,

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainledger.errors import SpecError
 from trainledger.spec.plan import Plan
+from trainledger.spec.runtime import Runtime
 from trainledger.runconfig.importers.torchtitan import PRESET_FLAVOR
 
 
@@ -27,13 +28,14 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _titan_reshard(option: bool | None, pp: int) -> str:
-    """torchtitan's ``fsdp_reshard_after_forward`` for our option: "default" (free after forward,
-    keep under PP: the same rule as ``Runtime.reshards_after_forward``) unless the option departs
-    from it ("always" / "never": torchtitan/config/job_config.py ``Parallelism``)."""
-    if option is None or option == (pp == 1):
+def _titan_reshard(rt: Runtime, pp: int) -> str:
+    """torchtitan's ``fsdp_reshard_after_forward`` for the plan: "default" when it resolves as the
+    stack's default does (``Runtime.default_reshard_after_forward``: torchtitan's own rule), else
+    "always" / "never" (torchtitan/config/job_config.py ``Parallelism``)."""
+    keep = rt.reshards_after_forward(pp)
+    if keep == rt.default_reshard_after_forward(pp):
         return "default"
-    return "always" if option else "never"
+    return "always" if keep else "never"
 
 
 def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -77,7 +79,7 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
         training["enable_cpu_offload"] = True
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": rep, "data_parallel_shard_degree": shard,
-        "fsdp_reshard_after_forward": _titan_reshard(rt.reshard_after_forward, lay.pp),
+        "fsdp_reshard_after_forward": _titan_reshard(rt, lay.pp),
         "tensor_parallel_degree": lay.tp, "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp, "expert_parallel_degree": lay.ep,
     }

@@ -131,16 +131,20 @@ class Runtime(Spec):
         None, ge=0, description="deepspeed stage3_max_live_parameters [1e9]")
     ds_overlap_comm: bool | None = Field(None, description="deepspeed overlap_comm [True for stage 3 only]")
 
+    def default_reshard_after_forward(self, pp: int) -> bool:
+        """The stack's own choice: torchtitan (the FSDP2 stack that pipelines) keeps the gathered
+        parameters under PP ("For PP, by default do not reshard after forward to avoid
+        per-microbatch all-gathers": torchtitan/distributed/fsdp.py
+        ``get_fsdp_reshard_after_forward_policy`` @ b5bcd76, policy "default"); FSDP1's FULL_SHARD
+        and fsdp2 without PP (torchtitan, accelerate's ``fsdp_reshard_after_forward: true``) free them."""
+        return not (self.framework == "fsdp2" and pp > 1)
+
     def reshards_after_forward(self, pp: int) -> bool:
         """Whether the gathered parameters are freed after each forward: the option when stated,
-        else the stack's default. torchtitan (the FSDP2 stack that pipelines) keeps them under PP
-        ("For PP, do not reshard after forward to avoid per-microbatch all-gathers":
-        torchtitan/models/llama/parallelize_llama.py ``apply_fsdp`` @ b5bcd76; its
-        ``fsdp_reshard_after_forward = "default"`` policy later); FSDP1's FULL_SHARD and fsdp2
-        without PP (torchtitan, accelerate's ``fsdp_reshard_after_forward: true``) free them."""
+        else the stack's default (``default_reshard_after_forward``)."""
         if self.reshard_after_forward is not None:
             return self.reshard_after_forward
-        return not (self.framework == "fsdp2" and pp > 1)
+        return self.default_reshard_after_forward(pp)
 
     @property
     def is_fsdp(self) -> bool:
