@@ -15,7 +15,9 @@ from trainledger.planner.search import EXAMPLE_JOB, Job, search
 
 JOB_405B = Job(model="llama-3.1-405b", method="pretrain", tokens=15.6e12, seq_len=8192,
                global_batch=2048, max_gpus=16384, deadline_days=120,
-               gpus=("h100-sxm", "h200", "b200", "a100-sxm-80gb", "mi300x"))
+               gpus=("h100-sxm", "h200", "b200", "a100-sxm-80gb", "mi300x"),
+               # Megatron-Core, as NVIDIA's 405B recipes run it (the default hf stack has no pipeline)
+               framework="megatron-core")
 
 
 def run(job: Job, repeat: int) -> dict[str, float]:

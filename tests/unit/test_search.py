@@ -104,7 +104,7 @@ def test_lora_fits_on_one_gpu():
 def test_405b_search_over_five_gpu_types_is_fast():
     job = Job(model="llama-3.1-405b", method="pretrain", tokens=15.6e12, seq_len=8192,
               global_batch=2048, max_gpus=16384, deadline_days=120,
-              gpus=("h100-sxm", "h200", "b200", "a100-sxm-80gb", "mi300x"))
+              gpus=("h100-sxm", "h200", "b200", "a100-sxm-80gb", "mi300x"), framework="megatron-core")
     t = time.process_time()
     res = search(job)
     cpu = time.process_time() - t
@@ -258,12 +258,14 @@ def test_deadline_bound_survives_counts_that_miss_between_counts_that_meet():
 
 
 def test_deadline_met_only_between_grid_counts_is_found():
-    """DeepSpeed, global batch 256: the grid's 1,024 and 2,048 GPUs both miss 26 days (too few
+    """Megatron-Core, global batch 256: the grid's 1,024 and 2,048 GPUs both miss 23 days (too few
     GPUs; a batch too small to spread), while some whole-node count in between meets it — the
     search used to answer "no plan fits"."""
-    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=26, gpus=("h100-sxm",),
-              max_gpus=2048, rank_by="gpus", frameworks=("deepspeed",), global_batch=256)
+    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=23, gpus=("h100-sxm",),
+              max_gpus=2048, rank_by="gpus", frameworks=("megatron-core",), global_batch=256)
     res = search(job)
+    missed = {r.gpus for r in res.rejected if "misses the 23-day deadline" in r.reason}
+    assert {1024, 2048} <= missed
     need = res.gpu_count[0]["deadline_bound_gpus"]
     assert need is not None and 1024 < need < 2048
-    assert res.plans[0].wall_s(res.job.cost_options) <= 26 * 86400
+    assert res.plans[0].wall_s(res.job.cost_options) <= 23 * 86400

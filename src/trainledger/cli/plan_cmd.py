@@ -115,6 +115,10 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
                f"{over(to['tp_comm_overlap'], 'overlapped', 'exposed')}, MoE all-to-all "
                f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
                "(--framework, --search-framework, --runtime, --tp-comm-overlap, --ep-comm-overlap)")
+    limits = [f"{fw} runs no {', '.join(lim)}" for fw, lim in res.get("stack_limits", {}).items() if lim]
+    if limits:
+        click.echo(f"layouts: {'; '.join(limits)} (not searched; --framework or --search-framework "
+                   "for a stack that runs them)")
     click.echo(f"searched {res['evaluated']:,} layouts in {fmt_seconds(res['elapsed_s'])} "
                f"({res['plans_per_s']:,.0f}/s); {len(res['rejected'])} candidates rejected\n")
     if res["plans"]:
@@ -125,6 +129,9 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
                 click.echo(f"  risk #{i}: {r}")
     elif not res.get("unpriced"):
         click.echo("no plan fits within the GPU budget and deadline; see the rejected candidates below")
+        if limits:  # the stack's missing parallelisms may be what keeps the job from spreading further
+            click.echo(f"  {'; '.join(limits)}: a stack that runs them may spread the job over more GPUs "
+                       "(e.g. --framework megatron-core, or compare with --search-framework)")
         for b in res["gpu_count"]:
             if b.get("deadline_beyond_budget_gpus"):
                 n = b["deadline_beyond_budget_gpus"]
@@ -133,11 +140,14 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         click.echo(f"\nnot ranked: no price for {', '.join(res['unpriced_gpus'])} (give --price-per-gpu-hour, "
                    "--provider or a --prices FILE; `trainledger prices`); plans that fit, by GPU count:")
         click.echo(_plans_table(res["unpriced"], ranked=False))
-    rows = [[b["gpu"], b["network"], b["memory_bound_gpus"] or "-",
-             b["deadline_bound_gpus"] or (f"{b['deadline_beyond_budget_gpus']} (over budget)" if b.get("deadline_beyond_budget_gpus") else "-"),
-             b["gpus_needed"] or "-"] for b in res["gpu_count"]]
+    stacks = len({b.get("framework") for b in res["gpu_count"]}) > 1  # one row per GPU and stack
+    rows = [[b["gpu"], b["network"]] + ([b.get("framework") or job["framework"]] if stacks else [])
+            + [b["memory_bound_gpus"] or "-",
+               b["deadline_bound_gpus"] or (f"{b['deadline_beyond_budget_gpus']} (over budget)" if b.get("deadline_beyond_budget_gpus") else "-"),
+               b["gpus_needed"] or "-"] for b in res["gpu_count"]]
     click.echo("\nGPU count = max(memory bound, deadline bound):")
-    click.echo(table(rows, ["gpu", "network", "memory bound", "deadline bound", "needed"], align="llrrr"))
+    click.echo(table(rows, ["gpu", "network"] + (["stack"] if stacks else []) + ["memory bound", "deadline bound", "needed"],
+                     align="ll" + ("l" if stacks else "") + "rrr"))
     shown = _rejected_kinds(res["rejected"])
     click.echo(f"\nrejected (most GPUs tried of each kind; --json lists all {len(res['rejected'])}):")
     for r in shown[:12]:

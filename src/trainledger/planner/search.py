@@ -37,7 +37,7 @@ from trainledger.errors import PlanError
 from trainledger.load.hf import load_model
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import stack_optimizer
+from trainledger.spec.runtime import stack_limits, stack_optimizer
 from trainledger.planner.candidates import Candidate, Rejected
 from trainledger.planner.job import EXAMPLE_JOB, Job, RankBy
 from trainledger.planner.space import Space, run_search
@@ -61,7 +61,9 @@ class SearchResult:
                 "unpriced_gpus": sorted({p.plan.cluster.gpu.name for p in self.unpriced}),
                 "rejected": [r.to_dict() for r in self.rejected], "evaluated": self.evaluated,
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
-                "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None}
+                "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None,
+                # what each searched stack cannot run: layouts with it were not searched
+                "stack_limits": {fw: stack_limits(fw) for fw in (self.job.frameworks or (self.job.framework,))}}
 
     def __repr__(self) -> str:  # notebook views: trainledger.format
         from trainledger.format import search_repr

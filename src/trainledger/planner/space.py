@@ -13,7 +13,10 @@ from trainledger.estimate.memory import fit_bytes, fit_or_misfit
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import Runtime, stack_optimizer
+from trainledger.spec.runtime import (
+    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, PIPELINE_ZERO_MAX, Runtime,
+    stack_optimizer,
+)
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
     KNOBS, Rejected, cluster_for, deadline_s, evaluate, gpu_counts, layout_for, memory_options,
@@ -62,6 +65,23 @@ def _tp_values(space: Space, gpu: GpuSpec, per_node: int, rejected: list, n_gpus
     return out
 
 
+def _stack(space: Space) -> str:
+    """The stack searched: the planner enumerates only the layouts it runs (spec.runtime's table)."""
+    return space.framework or space.job.framework
+
+
+def _knobs(space: Space, pp: int) -> list[tuple[int, str, str]]:
+    """The memory knobs (zero, recompute, offload) tried, cheapest first: under a pipeline, the
+    ZeRO stages the stack's pipeline runs with (DeepSpeed's PipelineEngine: ZeRO-1 at most)."""
+    zmax = PIPELINE_ZERO_MAX.get(_stack(space), 3) if pp > 1 else 3
+    out: list[tuple[int, str, str]] = []
+    for z, rc, off in KNOBS:
+        k = (min(z, zmax), rc, off)
+        if k not in out:
+            out.append(k)
+    return out
+
+
 def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, recompute: str,
                offload: str, mb: int, vp: int = 1, cp: int = 1, ep: int = 1) -> Plan | None:
     gb = _global_batch(space.global_batch, _batch_unit(mb, dp, pp, vp), _tolerance(space))
@@ -104,7 +124,7 @@ def _tolerance(space: "Space") -> float:
 
 def _cp_values(space: Space, room: int) -> list[int]:
     """Context parallelism only for long sequences (>= 32k tokens), where activations dominate."""
-    if space.recipe.seq_len < 32768:
+    if space.recipe.seq_len < 32768 or _stack(space) in NO_CONTEXT_PARALLEL:
         return [1]
     return [c for c in (1, 2, 4, 8) if c <= room and space.recipe.seq_len % c == 0]
 
@@ -112,7 +132,7 @@ def _cp_values(space: Space, room: int) -> list[int]:
 def _ep_values(space: Space, dp_cp: int) -> list[int]:
     """No EP, and the widest power-of-two EP (<= 64) that divides the experts and DP·CP."""
     moe = space.model.moe
-    if moe is None:
+    if moe is None or _stack(space) in NO_EXPERT_PARALLEL:
         return [1]
     wide = [e for e in (2, 4, 8, 16, 32, 64) if moe.num_experts % e == 0 and dp_cp % e == 0]
     return [1] + wide[-1:]
@@ -142,7 +162,8 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
         return []
-    z, rc, off = KNOBS[-1]
+    knobs = _knobs(space, pp)
+    z, rc, off = knobs[-1]
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
@@ -151,7 +172,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         last_fail.append((probe, fit))
         return []
     out = []
-    for zero, recompute, offload in KNOBS:
+    for zero, recompute, offload in knobs:
         zero = zero if dp * cp > 1 else 0
         lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
         if lo_plan is None:
@@ -187,7 +208,7 @@ def _interleaved(space: Space, cand, st: _State):
     lay = p.layout
     L = space.model.num_layers
     best = None
-    if lay.pp == 1:
+    if lay.pp == 1 or p.runtime.framework in NO_INTERLEAVING:
         return None
     stage = math.ceil(L / lay.pp)
     if p.runtime.framework in ("megatron-core", "megatron-deepspeed"):
@@ -235,6 +256,8 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
         for pp in _PP:
             if tp * pp * cp > n or n % (tp * pp * cp) or pp > space.model.num_layers:
                 continue
+            if pp > 1 and _stack(space) in NO_PIPELINE:
+                break
             dp = n // (tp * pp * cp)
             got = []
             for ep in _ep_values(space, dp * cp):

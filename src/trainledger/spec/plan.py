@@ -13,7 +13,7 @@ from trainledger.spec.layout import Layout
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import Runtime
+from trainledger.spec.runtime import Runtime, stack_layout_problem
 from trainledger.spec.serving import Serving
 
 
@@ -23,6 +23,7 @@ _LAYOUT_INPUTS = frozenset({"layout", "cluster", "runtime", "model"})
 _SERVING_INPUTS = frozenset({"serving", "model"})
 _RECIPE_INPUTS = frozenset({"recipe", "cluster", "model"})
 _BATCH_INPUTS = frozenset({"recipe", "layout", "cluster"})
+_STACK_INPUTS = frozenset({"recipe", "layout", "cluster", "runtime"})
 
 
 class Plan(Spec):
@@ -46,6 +47,11 @@ class Plan(Spec):
         a group of checks that reads none of them is not run again."""
         if changed & _LAYOUT_INPUTS:
             self._check_layout()
+        if changed & _STACK_INPUTS and self.recipe.is_training:
+            # a training stack runs only the parallelisms it has (serving engines have their own)
+            problem = stack_layout_problem(self.runtime.framework, self.layout)
+            if problem is not None:
+                raise LayoutError(field=problem[0], message=problem[1])
         m = self.model
         if changed & _SERVING_INPUTS and self.serving.quantization == "mxfp4" and m.moe is None:
             raise PlanError(field="quantization", message=

@@ -80,6 +80,81 @@ DS_DEFAULTS: dict[str, int] = {
 }
 
 
+#: What each stack's usual drivers run besides data parallelism and ZeRO/FSDP sharding, and where
+#: that is written. The planner searches only these layouts (``stack_limits``); an estimate of another
+#: layout is priced with the stack's profile and says that its drivers do not run it
+#: (``stack_layout_note``). What a stack cannot run at all is refused (``stack_layout_problem``).
+#: * hf: the Trainer / accelerate run DDP (their DeepSpeed / FSDP integrations with ``zero`` > 0) and
+#:   DTensor tensor parallelism with autocast (transformers' ``tp_plan``). Pipelining: transformers'
+#:   "Efficient training on multiple GPUs" guide (perf_train_gpu_many): "none of the models supports
+#:   full-PP"; the Trainer has no pipeline schedule (an hf plan with PP is priced as torch's
+#:   ``torch.distributed.pipelining`` under autocast, what ``verify`` runs). Context parallelism in
+#:   accelerate (``ParallelismConfig.cp_size``) composes with FSDP2 only (the fsdp2 stack); the
+#:   Trainer shards no experts.
+#: * pytorch-fsdp: FSDP1 as Trainer / accelerate / Composer drive it: no pipeline schedule and no
+#:   context parallelism (torch's pipelining and ring attention compose with FSDP2, as torchtitan
+#:   uses them); DTensor TP with FSDP1 (Composer's tp_config) and experts sharded by Composer +
+#:   MegaBlocks exist.
+#: * deepspeed, megatron-deepspeed: DeepSpeed's PipelineEngine refuses ZeRO-2/3
+#:   (deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+#:   parallelism") and runs its own 1F1B ``TrainSchedule`` (deepspeed/runtime/pipe/schedule.py): no
+#:   interleaved virtual stages. Both are refused.
+#: * fsdp2 (torchtitan: TP, PP with interleaved schedules, CP, EP) and megatron-core: all of them.
+NO_PIPELINE = ("hf", "pytorch-fsdp")
+NO_CONTEXT_PARALLEL = ("hf", "pytorch-fsdp")
+NO_EXPERT_PARALLEL = ("hf",)
+NO_INTERLEAVING = ("deepspeed", "megatron-deepspeed")
+PIPELINE_ZERO_MAX: dict[str, int] = {"deepspeed": 1, "megatron-deepspeed": 1}
+
+_USE = {
+    "pp": "megatron-core, fsdp2 (torchtitan), deepspeed or megatron-deepspeed",
+    "cp": "fsdp2 (torchtitan, accelerate's ParallelismConfig with FSDP2) or megatron-core",
+    "ep": "megatron-core, fsdp2 (torchtitan) or pytorch-fsdp (Composer + MegaBlocks)",
+}
+_LIMITS = (("pp", "PP", NO_PIPELINE, "no pipeline schedule"),
+           ("cp", "CP", NO_CONTEXT_PARALLEL, "no context parallelism"),
+           ("ep", "EP", NO_EXPERT_PARALLEL, "no expert parallelism"))
+
+
+def stack_limits(framework: str) -> list[str]:
+    """The parallelisms ``framework``'s drivers do not run (the table above), as short phrases: the
+    planner does not search them."""
+    out = [short for _, short, stacks, _ in _LIMITS if framework in stacks]
+    if framework in NO_INTERLEAVING:
+        out.append("interleaved PP")
+    if framework in PIPELINE_ZERO_MAX:
+        out.append(f"ZeRO > {PIPELINE_ZERO_MAX[framework]} with PP")
+    return out
+
+
+def stack_layout_note(framework: str, layout: object) -> str | None:
+    """A note for an estimate whose layout uses a parallelism ``framework``'s drivers do not run
+    (priced with the stack's profile all the same), else None."""
+    used = [(key, what) for key, _, stacks, what in _LIMITS
+            if framework in stacks and int(getattr(layout, key)) > 1]
+    if not used:
+        return None
+    text = "; ".join(f"{key}={int(getattr(layout, key))}: {what} (use --framework {_USE[key]})"
+                     for key, what in used)
+    return (f"{framework} ({FRAMEWORK_TEXT.get(framework, framework)}) runs no such layout — {text}; "
+            f"priced with the {framework} profile as plain PyTorch would run it, and the planner does not "
+            "search it")
+
+
+def stack_layout_problem(framework: str, layout: object) -> tuple[str, str] | None:
+    """(field, reason) when ``framework`` cannot run ``layout`` at all (a Layout: DeepSpeed's
+    pipeline engine, see the table above), else None."""
+    pp, vp, zero = (int(getattr(layout, k)) for k in ("pp", "vp", "zero"))
+    if pp > 1 and framework in NO_INTERLEAVING and (vp > 1 or getattr(layout, "pp_schedule", "") == "interleaved"):
+        return "vp", (f"vp={vp}: {framework} pipelines with DeepSpeed's PipelineEngine, whose 1F1B "
+                      "TrainSchedule has no interleaved virtual stages; use --vp 1 or --framework megatron-core")
+    zmax = PIPELINE_ZERO_MAX.get(framework)
+    if pp > 1 and zmax is not None and zero > zmax:
+        return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
+                        f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
+    return None
+
+
 class Runtime(Spec):
     """The software stack of a job and its memory/time-relevant options."""
 

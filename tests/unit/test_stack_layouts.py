@@ -1,0 +1,115 @@
+"""Which layouts each software stack runs (spec.runtime's table): DeepSpeed's pipeline engine refuses
+ZeRO-2/3 and interleaving; the planner searches only the parallelisms a stack's drivers run, and an
+estimate of another layout says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from trainledger.cli import main
+from trainledger.errors import LayoutError
+from trainledger.estimate.time import estimate_compute
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.planner.search import Job, search
+from trainledger.spec.runtime import stack_layout_note, stack_limits
+
+
+def _plan(**kw):
+    base = dict(model="llama-3.1-70b", gpus=64, tp=8, seq_len=4096)
+    return build_plan(PlanInputs(**{**base, **kw}))
+
+
+@pytest.mark.parametrize("fw", ["deepspeed", "megatron-deepspeed"])
+@pytest.mark.parametrize("zero", [2, 3])
+def test_deepspeed_pipeline_refuses_zero_2_and_3(fw, zero):
+    with pytest.raises(LayoutError) as e:
+        _plan(framework=fw, pp=2, zero=zero)
+    assert e.value.field == "zero"
+    assert "incompatible with pipeline parallelism" in str(e.value)
+    assert _plan(framework=fw, pp=2, zero=1).layout.zero == 1  # ZeRO-1 pipelines
+    assert _plan(framework=fw, pp=1, zero=zero).layout.zero == zero  # no pipeline: any stage
+
+
+@pytest.mark.parametrize("fw", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_pipeline_has_no_interleaving(fw):
+    with pytest.raises(LayoutError) as e:
+        _plan(framework=fw, pp=2, vp=2, zero=1)
+    assert e.value.field == "vp"
+    # the same layout runs interleaved under Megatron-Core
+    assert _plan(framework="megatron-core", pp=2, vp=2, zero=1).layout.vp == 2
+
+
+def test_stack_limits_table():
+    assert stack_limits("hf") == ["PP", "CP", "EP"]
+    assert stack_limits("pytorch-fsdp") == ["PP", "CP"]
+    assert stack_limits("deepspeed") == ["interleaved PP", "ZeRO > 1 with PP"]
+    assert stack_limits("fsdp2") == [] and stack_limits("megatron-core") == []
+
+
+def test_estimate_notes_a_layout_the_stack_does_not_run():
+    hf_pp = _plan(pp=2)  # hf: priced, with a note naming the stacks that pipeline
+    notes = estimate_compute(hf_pp).notes
+    assert any("hf" in n and "pp=2: no pipeline schedule" in n and "megatron-core" in n for n in notes)
+    assert stack_layout_note("hf", _plan().layout) is None  # TP alone: transformers' tp_plan
+    assert stack_layout_note("megatron-core", _plan(framework="megatron-core", pp=2).layout) is None
+    assert "cp=2" in stack_layout_note("pytorch-fsdp", _plan(framework="pytorch-fsdp", tp=1, cp=2).layout)
+
+
+def _built(monkeypatch, **job):
+    """Every plan the planner builds for ``job`` (fitting or not), in order."""
+    import trainledger.planner.space as space
+
+    seen = []
+    make = space._make_plan
+
+    def record(*a, **kw):
+        p = make(*a, **kw)
+        if p is not None:
+            seen.append(p)
+        return p
+
+    monkeypatch.setattr(space, "_make_plan", record)
+    search(Job(**job))
+    monkeypatch.setattr(space, "_make_plan", make)
+    return seen
+
+
+JOB_70B = dict(model="llama-3.1-70b", method="pretrain", tokens=1e11, seq_len=4096, global_batch=512,
+               gpus=("h100-sxm",), max_gpus=64, rank_by="time")
+
+
+def test_planner_searches_only_what_the_stack_runs(monkeypatch):
+    mcore = _built(monkeypatch, framework="megatron-core", **JOB_70B)
+    assert any(p.layout.pp > 1 for p in mcore) and any(p.layout.vp > 1 for p in mcore)
+    hf = _built(monkeypatch, framework="hf", **JOB_70B)
+    assert hf and all(p.layout.pp == 1 for p in hf)
+    assert any(p.layout.tp > 1 for p in hf)  # transformers' tp_plan: TP is searched
+    ds = _built(monkeypatch, framework="deepspeed", **JOB_70B)
+    piped = [p for p in ds if p.layout.pp > 1]
+    assert piped and all(p.layout.zero <= 1 and p.layout.vp == 1 for p in piped)
+    assert any(p.layout.zero == 3 for p in ds if p.layout.pp == 1)
+
+
+def test_planner_shards_no_experts_and_no_sequence_under_hf(monkeypatch):
+    job = dict(model="mixtral-8x7b", method="pretrain", tokens=1e10, seq_len=32768, global_batch=64,
+               gpus=("h100-sxm",), max_gpus=32, rank_by="time")
+    fsdp2 = _built(monkeypatch, framework="fsdp2", **job)
+    assert any(p.layout.ep > 1 for p in fsdp2) and any(p.layout.cp > 1 for p in fsdp2)
+    hf = _built(monkeypatch, framework="hf", **job)
+    assert hf and all(p.layout.ep == 1 and p.layout.cp == 1 and p.layout.pp == 1 for p in hf)
+    fsdp1 = _built(monkeypatch, framework="pytorch-fsdp", **job)
+    assert fsdp1 and all(p.layout.cp == 1 and p.layout.pp == 1 for p in fsdp1)
+    assert any(p.layout.ep > 1 for p in fsdp1)  # Composer + MegaBlocks
+
+
+def test_plan_cli_states_the_stack_limits():
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-gpus", "64"])
+    assert r.exit_code == 0, r.output
+    assert "layouts: hf runs no PP, CP, EP (not searched" in r.output
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-gpus", "64",
+                                  "--framework", "fsdp2", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["stack_limits"] == {"fsdp2": []}
