@@ -167,9 +167,8 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
-    fit = _fit_figures(probe, st)
-    if fit[1] > fit[2]:
-        last_fail.append((probe, fit))
+    if _fits(probe, st) is None:  # its figures are derived only if the count is rejected (below)
+        last_fail.append(probe)
         return []
     out = []
     for zero, recompute, offload in knobs:
@@ -273,7 +272,7 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                     break  # deeper pipelines only add bubble from here on
     if not found:
         if fails:
-            plan, (_, total, budget) = min(fails, key=lambda f: f[1][1])
+            plan, (_, total, budget) = min(((p, _fit_figures(p, st)) for p in fails), key=lambda f: f[1][1])
             rejected.append(Rejected(plan, f"needs {total / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "
                                      f"{budget / GIB:.1f} usable", gpu.name, n, space.framework or space.job.framework))
@@ -438,7 +437,10 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         # of lcm(node, replica) from there
         step = math.lcm(per_node, width)
         start = per_node * (missed.get(key, 0) // per_node + 1)
-        for n in range(math.ceil(start / step) * step, bound, step):
+        # past this DP degree the batch unit exceeds the global batch by more than the rounding
+        # allows (``_global_batch``: no multiple of the unit is near enough): no count above runs it
+        dp_cap = int(space.global_batch * (1 + tol) / _batch_unit(mb, 1, pp, vp) + 1e-9)
+        for n in range(math.ceil(start / step) * step, min(bound, dp_cap * width + 1), step):
             dp = n // width
             if (dp * cp) % ep:
                 continue
