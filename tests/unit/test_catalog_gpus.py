@@ -231,13 +231,18 @@ def test_usable_memory_is_the_cuda_total():
     # What CUDA offers a process excludes the driver's own reserve: PyTorch OOM messages print it
     # as "total capacity" (2 decimals of GiB), below the nvidia-smi totals above: H200 139.80 GiB,
     # H100 HBM3 79.21 GiB, B200 178.36 GiB (prime-rl's benchmark page), A100 80GB 79.25 GiB
-    # (OOTDiffusion#235), T4 14.75 GiB (Open-Sora#697). A part never observed keeps the driver total.
-    expected_gib = {"h200": 139.80, "h100-sxm": 79.21, "b200": 178.36, "a100-sxm-80gb": 79.25, "t4": 14.75}
+    # (OOTDiffusion#235), T4 14.75 GiB (Open-Sora#697), L4 22.03 GiB (evo2#190), L40S 44.39 GiB
+    # (vllm#23230 prints 44.40), RTX A6000 47.54 GiB (vllm#4417), MI300X 191.98 GiB under ROCm
+    # (vllm#7951: HIP keeps no reserve of its own beyond the rocminfo pool). A part never observed
+    # keeps the driver total.
+    expected_gib = {"h200": 139.80, "h100-sxm": 79.21, "b200": 178.36, "a100-sxm-80gb": 79.25, "t4": 14.75,
+                    "l4": 22.03, "l40s": 44.39, "rtx-a6000": 47.54, "mi300x": 191.98}
     for name, gib_ in expected_gib.items():
         g = catalog.load_gpu(name)
         assert g.usable_bytes == pytest.approx(gib_ * 2**30, abs=0.005 * 2**30), name
         assert 0 < g.memory_bytes - g.usable_bytes < 2**30, name  # the driver keeps under a GiB
-    assert catalog.load_gpu("l40s").usable_bytes == 46068 * MIB  # not observed: the nvidia-smi total
+    g = catalog.load_gpu("gaudi3")  # not observed: the driver total
+    assert g.cuda_total_bytes is None and g.usable_bytes == g.memory_bytes
 
 
 def test_cuda_total_needs_its_source_and_sits_just_below_the_driver_total():

@@ -184,7 +184,8 @@ class GpuSpec(Spec):
     def usable_bytes(self) -> int:
         """Device memory the runtime can address (context and workspaces are separate terms): what
         CUDA reports as the device's total, which excludes the memory the driver reserves for
-        itself (0.25-0.75 GiB on the parts observed, catalog/gpus ``cuda_total_bytes``); where that
+        itself (0.25-0.75 GiB on the NVIDIA parts observed, none under ROCm on the MI300X; catalog/gpus
+        ``cuda_total_bytes``); where that
         was never observed, the driver's total (optimistic by about that much). The CUDA context
         term (catalog/runtime/cuda.yaml) is measured against the same CUDA total."""
         return self.cuda_total_bytes or self.memory_bytes
