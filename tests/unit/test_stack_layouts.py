@@ -113,3 +113,33 @@ def test_plan_cli_states_the_stack_limits():
                                   "--framework", "fsdp2", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["stack_limits"] == {"fsdp2": []}
+
+
+JOB_70B_30D = dict(model="llama-3.1-70b", method="full", tokens=2e12, deadline_days=30, gpus=("h100-sxm",),
+                   max_gpus=64, global_batch=256)
+
+
+def test_no_plan_under_a_limited_stack_names_the_stacks_that_spread_further():
+    # hf cannot spread a 256-sample batch past ~256 GPUs (no PP): nothing meets 30 days; the same
+    # job under each stack that pipelines is searched and its own deadline bound reported
+    res = search(Job(framework="hf", **JOB_70B_30D))
+    assert not res.plans and not res.unpriced
+    alts = {a["framework"]: a for a in res.alternatives}
+    assert set(alts) == {"megatron-core", "fsdp2"}
+    for fw, alt in alts.items():
+        direct = search(Job(framework=fw, **JOB_70B_30D), with_alternatives=False)
+        assert alt["gpu_count"] == direct.gpu_count  # the same search, not a guess
+        assert alt["gpu_count"][0]["deadline_beyond_budget_gpus"] > 64
+    # a stack that runs every layout has no alternative to offer
+    assert search(Job(framework="megatron-core", **JOB_70B_30D)).alternatives == []
+
+
+def test_plan_cli_prints_the_alternatives():
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-70b", "--tokens", "2T", "--deadline-days", "30",
+                                  "--gpu", "h100-sxm"])
+    assert r.exit_code == 1, r.output
+    lines = r.output.splitlines()
+    i = lines.index("  hf runs no PP, CP, EP: under a stack that runs them")
+    assert lines[i + 1].startswith("    megatron-core: the deadline needs ")
+    assert "--framework megatron-core --max-gpus " in lines[i + 1]
+    assert lines[i + 2].startswith("    fsdp2: ")

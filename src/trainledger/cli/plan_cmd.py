@@ -130,8 +130,9 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
     elif not res.get("unpriced"):
         click.echo("no plan fits within the GPU budget and deadline; see the rejected candidates below")
         if limits:  # the stack's missing parallelisms may be what keeps the job from spreading further
-            click.echo(f"  {'; '.join(limits)}: a stack that runs them may spread the job over more GPUs "
-                       "(e.g. --framework megatron-core, or compare with --search-framework)")
+            click.echo(f"  {'; '.join(limits)}: under a stack that runs them")
+            for alt in res.get("alternatives", []):
+                click.echo(f"    {alt['framework']}: {_alternative_text(alt)}")
         for b in res["gpu_count"]:
             if b.get("deadline_beyond_budget_gpus"):
                 n = b["deadline_beyond_budget_gpus"]
@@ -156,6 +157,23 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
             and any("deadline" in r["reason"] for r in res["rejected"]):
         click.echo(f"  (the {job['deadline_days']:g}-day deadline is the example job's: give --deadline-days "
                    "for yours, or --max-gpus for more GPUs)")
+
+
+def _alternative_text(alt: dict[str, Any]) -> str:
+    """One line for the same job under another stack (``search.alternatives``)."""
+    fw, p = alt["framework"], alt["plan"]
+    if p is not None:
+        e = p["estimate"]
+        d = e.get("days_with_failures") or e.get("days")
+        days = f", {d:.1f} days with interruptions" if d is not None else ""
+        return (f"{p['gpus']} {p['gpu']} ({_layout_text(p['layout'])}){days} within the budget "
+                f"(--framework {fw})")
+    beyond = [(b["deadline_beyond_budget_gpus"], b["gpu"]) for b in alt["gpu_count"]
+              if b.get("deadline_beyond_budget_gpus")]
+    if beyond:
+        n, gpu = min(beyond)
+        return f"the deadline needs {n:,} {gpu}, past the budget (--framework {fw} --max-gpus {n})"
+    return "no plan either"
 
 
 def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:

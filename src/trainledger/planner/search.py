@@ -54,6 +54,9 @@ class SearchResult:
     gpu_count: list[dict[str, Any]]
     #: ranking by cost: plans on GPUs without a price, listed (by GPU and count), never ranked
     unpriced: list[Candidate] = field(default_factory=list)
+    #: no plan fits under the searched stacks and their missing parallelisms may be why: the same
+    #: job searched under each stack that runs every layout (``alternatives``)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job.model_dump(mode="json"), "plans": [p.to_dict() for p in self.plans],
@@ -63,7 +66,8 @@ class SearchResult:
                 "elapsed_s": self.elapsed_s, "gpu_count": self.gpu_count,
                 "plans_per_s": self.evaluated / self.elapsed_s if self.elapsed_s else None,
                 # what each searched stack cannot run: layouts with it were not searched
-                "stack_limits": {fw: stack_limits(fw) for fw in (self.job.frameworks or (self.job.framework,))}}
+                "stack_limits": {fw: stack_limits(fw) for fw in (self.job.frameworks or (self.job.framework,))},
+                "alternatives": self.alternatives}
 
     def __repr__(self) -> str:  # notebook views: trainledger.format
         from trainledger.format import search_repr
@@ -103,12 +107,15 @@ __all__ = ["Job", "EXAMPLE_JOB", "Rejected", "Candidate", "SearchResult", "searc
 
 
 def search(job: Job, progress: Callable[[int, int], None] | None = None,
-           model: ModelSpec | None = None) -> SearchResult:
+           model: ModelSpec | None = None, with_alternatives: bool = True) -> SearchResult:
     """Plan ``job``: enumerate, prune, estimate, rank (see the module docstring).
 
     ``model`` replaces ``job.model`` (e.g. a config.json the web app parsed from a request body).
+    ``with_alternatives``: when nothing fits, also search the stacks that run every layout
+    (``alternatives``).
     """
     t0 = time.perf_counter()
+    asked_job = job  # as given (its precision and optimizer unresolved): the alternatives' job
     model = model or load_model(job.model)
     gb = job.global_batch or default_global_batch(job)
     try:
@@ -141,8 +148,35 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
                           key=lambda c: (c.plan.cluster.gpu.name, c.plan.cluster.world_size))
         cands = [c for c in cands if c.cost_usd is not None]
     ranked = rank(cands, job)
+    elapsed = time.perf_counter() - t0  # of this search (the alternatives' own searches excluded)
+    alts = alternatives(asked_job, model) if not ranked and not unpriced and with_alternatives else []
     return SearchResult(job=job, plans=ranked[: job.top], rejected=rejected, evaluated=evaluated,
-                        elapsed_s=time.perf_counter() - t0, gpu_count=counts, unpriced=unpriced[: job.top])
+                        elapsed_s=elapsed, gpu_count=counts, unpriced=unpriced[: job.top],
+                        alternatives=alts)
+
+
+#: the stacks that run every layout the planner searches (spec.runtime: no stack limits)
+FULL_STACKS = ("megatron-core", "fsdp2")
+
+
+def alternatives(job: Job, model: ModelSpec) -> list[dict[str, Any]]:
+    """When no plan fits under the job's stacks and some of them lack a parallelism (hf: no PP ...):
+    the same job under each stack that runs them all, as the fastest plan found within the budget
+    and the GPU count bounds (a deadline past the budget included). Empty when every searched
+    stack runs every layout (another stack would not spread the job further)."""
+    searched = job.frameworks or (job.framework,)
+    if not any(stack_limits(fw) for fw in searched):
+        return []
+    out = []
+    for fw in FULL_STACKS:
+        if fw in searched:
+            continue
+        res = search(job.model_copy(update={"framework": fw, "frameworks": ()}), model=model,
+                     with_alternatives=False)
+        best = (res.plans or res.unpriced or [None])[0]
+        out.append({"framework": fw, "plan": best.to_dict() if best is not None else None,
+                    "gpu_count": res.gpu_count})
+    return out
 
 
 def _key(c: Candidate, by: RankBy) -> tuple:
