@@ -26,8 +26,8 @@ def test_readme_plan_any_gpu_count():
     out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
-    assert ("1*  h100-sxm   768  megatron-core dp768 z3 mb1×1 rc-full  16.2/79            4.02      "
-            "1,020  46%  29.6 days (27.8 days-33.0 days)  544,741  $1,628,776") in out
+    assert ('1*  h100-sxm   656  megatron-core dp41·tp4·pp4·v5 z1 mb1×24 '
+            ' 54.5/79            5.07      1,211  54%  29.1 days (27.4 days-32.6 days)  458,763  $1,371,701') in out
 
 
 def test_readme_calibrate_then_estimate(tmp_path):

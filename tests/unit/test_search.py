@@ -258,14 +258,14 @@ def test_deadline_bound_survives_counts_that_miss_between_counts_that_meet():
 
 
 def test_deadline_met_only_between_grid_counts_is_found():
-    """Megatron-Core, global batch 256: the grid's 1,024 and 2,048 GPUs both miss 23 days (too few
-    GPUs; a batch too small to spread), while some whole-node count in between meets it — the
-    search used to answer "no plan fits"."""
-    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=23, gpus=("h100-sxm",),
-              max_gpus=2048, rank_by="gpus", frameworks=("megatron-core",), global_batch=256)
+    """Megatron-Core, global batch 192: the grid's 1,024 and 2,048 GPUs both miss 20 days (too few
+    GPUs; a batch that does not divide over 2,048 as well), while some whole-node count in between
+    meets it — the search used to answer "no plan fits"."""
+    job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=20, gpus=("h100-sxm",),
+              max_gpus=2048, rank_by="gpus", frameworks=("megatron-core",), global_batch=192)
     res = search(job)
-    missed = {r.gpus for r in res.rejected if "misses the 23-day deadline" in r.reason}
+    missed = {r.gpus for r in res.rejected if "misses the 20-day deadline" in r.reason}
     assert {1024, 2048} <= missed
     need = res.gpu_count[0]["deadline_bound_gpus"]
     assert need is not None and 1024 < need < 2048
-    assert res.plans[0].wall_s(res.job.cost_options) <= 23 * 86400
+    assert res.plans[0].wall_s(res.job.cost_options) <= 20 * 86400

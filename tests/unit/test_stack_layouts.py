@@ -143,3 +143,16 @@ def test_plan_cli_prints_the_alternatives():
     assert lines[i + 1].startswith("    megatron-core: the deadline needs ")
     assert "--framework megatron-core --max-gpus " in lines[i + 1]
     assert lines[i + 2].startswith("    fsdp2: ")
+
+
+def test_planner_pipelines_deeper_while_it_pays():
+    # fsdp2 fits the 70B at TP 4 without a pipeline (ZeRO-1, full recomputation), but with 256
+    # samples over ~1k GPUs its step is the data-parallel and TP traffic of a whole replica; PP 4
+    # splits that replica and is faster despite its bubble. The search used to stop at the first
+    # depth without ZeRO-3 or offload and answered 3,152 GPUs for 30 days.
+    job = Job(framework="fsdp2", **{**JOB_70B_30D, "max_gpus": 1280})
+    res = search(job, with_alternatives=False)
+    need = res.gpu_count[0]["deadline_bound_gpus"]
+    assert need is not None and need <= 1280
+    meets = [c for c in res.plans if c.plan.cluster.world_size == need]
+    assert meets and meets[0].plan.layout.pp > 1

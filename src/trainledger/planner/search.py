@@ -2,7 +2,9 @@
 
 For every candidate GPU type × node size × network and every GPU count (1, 2, 4 ... a node,
 then whole nodes doubling up to ``max_gpus``) the search walks tensor-parallel degrees (within a
-node) and pipeline degrees (ascending, stopping at the first that fits), and for each tries the
+node) and pipeline degrees (ascending; once a depth fits without ZeRO-3 or offload, deeper ones
+only while each is faster than the one before: a deeper pipeline adds bubble but splits the
+replica's parameters, and with them its data-parallel traffic), and for each tries the
 memory-saving knobs in order of cost — ZeRO-1, full recomputation, ZeRO-3, optimizer offload —
 with the largest micro-batch that fits. Pruning:
 

@@ -252,6 +252,8 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
               for cp in _cp_values(space, n // tp)]
     for tp, cp in shapes:
         fitted = 0
+        prev_best = None  # step time of the fastest plan of the previous pipeline depth
+        cheap_seen = False
         for pp in _PP:
             if tp * pp * cp > n or n % (tp * pp * cp) or pp > space.model.num_layers:
                 continue
@@ -267,9 +269,15 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                 inter = _interleaved(space, best, st) if pp > 1 else None
                 if inter is not None:
                     found.append(inter)
+                step = min(best.compute.step_time_s, inter.compute.step_time_s if inter is not None else math.inf)
                 fitted += 1
-                if cheapest(got) or fitted >= 5:
-                    break  # deeper pipelines only add bubble from here on
+                # a depth whose plans need neither ZeRO-3 nor offload: deeper pipelines add bubble,
+                # but they also split the replica's parameters, so the data-parallel traffic per GPU
+                # (and the TP traffic) shrinks; go on while a depth is faster than the one before
+                if fitted >= 5 or (cheap_seen and prev_best is not None and step >= prev_best):
+                    break
+                cheap_seen = cheap_seen or cheapest(got)
+                prev_best = step
     if not found:
         if fails:
             plan, (_, total, budget) = min(((p, _fit_figures(p, st)) for p in fails), key=lambda f: f[1][1])
