@@ -242,16 +242,17 @@ def _misses_everywhere_below(res, job, upto: int) -> bool:
 
 
 def test_deadline_bound_survives_counts_that_miss_between_counts_that_meet():
-    """Time is not monotone in the GPU count: Llama-2-70B on HF/FSDP with a global batch of 512
-    (rounded by up to 25%) meets 26 days on 149 nodes with one micro-batch per TP-2 replica (batch
-    596), and misses on many larger counts, where the batch cannot round up that far and slower
-    layouts remain. The bisection between the grid's 128 and 256 nodes answered 1,952 GPUs; the
-    smallest count is 1,192 (1,240 before the hf stack's recompute stopped early)."""
+    """Time is not monotone in the GPU count: Llama-2-70B under the hf stack with a global batch of
+    512 (rounded by up to 25%) runs only where micro-batch × DP rounds to it, so counts that meet and
+    counts that miss alternate. The bisection between the grid's 128 and 256 nodes used to answer
+    1,952 GPUs; the answer must be the smallest count that meets, which the brute-force oracle
+    below checks (1,192 while the planner still gave hf TP with ZeRO-3, which DeepSpeed's AutoTP
+    does not run; 1,536 with ZeRO-2 under TP)."""
     job = Job(model="llama-2-70b", method="pretrain", tokens=2e12, deadline_days=26, gpus=("h100-sxm",),
               max_gpus=2048, rank_by="gpus", frameworks=("hf",), global_batch=512)
     res = search(job)
     need = res.gpu_count[0]["deadline_bound_gpus"]
-    assert need == 1192
+    assert need is not None and need % 8 == 0 and need not in (1024, 2048)  # between the grid's counts
     best = res.plans[0]
     assert best.plan.cluster.world_size == need and best.wall_s(res.job.cost_options) <= 26 * 86400
     assert _misses_everywhere_below(res, job, need)

@@ -30,7 +30,7 @@ def test_deepspeed_pipeline_refuses_zero_2_and_3(fw, zero):
     assert e.value.field == "zero"
     assert "incompatible with pipeline parallelism" in str(e.value)
     assert _plan(framework=fw, pp=2, zero=1).layout.zero == 1  # ZeRO-1 pipelines
-    assert _plan(framework=fw, pp=1, zero=zero).layout.zero == zero  # no pipeline: any stage
+    assert _plan(framework=fw, pp=1, tp=1, zero=zero).layout.zero == zero  # no pipeline, no TP: any stage
 
 
 @pytest.mark.parametrize("fw", ["deepspeed", "megatron-deepspeed"])
@@ -43,9 +43,9 @@ def test_deepspeed_pipeline_has_no_interleaving(fw):
 
 
 def test_stack_limits_table():
-    assert stack_limits("hf") == ["PP", "CP", "EP"]
+    assert stack_limits("hf") == ["PP", "CP", "EP", "ZeRO > 2 with TP"]
     assert stack_limits("pytorch-fsdp") == ["PP", "CP"]
-    assert stack_limits("deepspeed") == ["interleaved PP", "ZeRO > 1 with PP"]
+    assert stack_limits("deepspeed") == ["interleaved PP", "ZeRO > 1 with PP", "ZeRO > 2 with TP"]
     assert stack_limits("fsdp2") == [] and stack_limits("megatron-core") == []
 
 
@@ -108,7 +108,7 @@ def test_planner_shards_no_experts_and_no_sequence_under_hf(monkeypatch):
 def test_plan_cli_states_the_stack_limits():
     r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-gpus", "64"])
     assert r.exit_code == 0, r.output
-    assert "layouts: hf runs no PP, CP, EP (not searched" in r.output
+    assert "layouts: hf runs no PP, CP, EP, ZeRO > 2 with TP (not searched" in r.output
     r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--max-gpus", "64",
                                   "--framework", "fsdp2", "--json"])
     assert r.exit_code == 0, r.output
@@ -139,7 +139,7 @@ def test_plan_cli_prints_the_alternatives():
                                   "--gpu", "h100-sxm"])
     assert r.exit_code == 1, r.output
     lines = r.output.splitlines()
-    i = lines.index("  hf runs no PP, CP, EP: under a stack that runs them")
+    i = lines.index("  hf runs no PP, CP, EP, ZeRO > 2 with TP: under a stack that runs them")
     assert lines[i + 1].startswith("    megatron-core: the deadline needs ")
     assert "--framework megatron-core --max-gpus " in lines[i + 1]
     assert lines[i + 2].startswith("    fsdp2: ")
@@ -156,3 +156,23 @@ def test_planner_pipelines_deeper_while_it_pays():
     assert need is not None and need <= 1280
     meets = [c for c in res.plans if c.plan.cluster.world_size == need]
     assert meets and meets[0].plan.layout.pp > 1
+
+
+def test_deepspeed_autotp_runs_with_zero_up_to_2():
+    # deepspeed.ai/tutorials/autotp-training: TP with ZeRO stage 0, 1 or 2
+    with pytest.raises(LayoutError) as e:
+        _plan(framework="deepspeed", zero=3)
+    assert e.value.field == "zero" and "AutoTP" in str(e.value)
+    assert _plan(framework="deepspeed", zero=2).layout.zero == 2
+    assert _plan(framework="megatron-deepspeed", zero=3).layout.zero == 3  # Megatron's TP, not AutoTP
+    hf = _plan(zero=3)  # hf: priced, with a note; the planner does not search it
+    assert "tp=8 with --zero 3" in stack_layout_note("hf", hf.layout)
+    assert stack_layout_note("hf", _plan(zero=2).layout) is None
+
+
+def test_planner_clamps_zero_under_tp_for_autotp_stacks(monkeypatch):
+    for fw in ("hf", "deepspeed"):
+        built = _built(monkeypatch, framework=fw, **JOB_70B)
+        assert all(p.layout.zero <= 2 for p in built if p.layout.tp > 1)
+        assert any(p.layout.zero == 2 for p in built if p.layout.tp > 1)  # clamped, not dropped
+        assert any(p.layout.zero == 3 for p in built if p.layout.tp == 1)

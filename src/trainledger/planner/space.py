@@ -14,8 +14,8 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import (
-    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, PIPELINE_ZERO_MAX, Runtime,
-    stack_optimizer,
+    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, Runtime, stack_optimizer,
+    stack_zero_max,
 )
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
@@ -70,10 +70,11 @@ def _stack(space: Space) -> str:
     return space.framework or space.job.framework
 
 
-def _knobs(space: Space, pp: int) -> list[tuple[int, str, str]]:
-    """The memory knobs (zero, recompute, offload) tried, cheapest first: under a pipeline, the
-    ZeRO stages the stack's pipeline runs with (DeepSpeed's PipelineEngine: ZeRO-1 at most)."""
-    zmax = PIPELINE_ZERO_MAX.get(_stack(space), 3) if pp > 1 else 3
+def _knobs(space: Space, pp: int, tp: int) -> list[tuple[int, str, str]]:
+    """The memory knobs (zero, recompute, offload) tried, cheapest first, with the ZeRO stages the
+    stack runs at this depth and TP degree (DeepSpeed's PipelineEngine: ZeRO-1 at most; its AutoTP:
+    ZeRO-2; spec.runtime.stack_zero_max)."""
+    zmax = stack_zero_max(_stack(space), pp, tp)
     out: list[tuple[int, str, str]] = []
     for z, rc, off in KNOBS:
         k = (min(z, zmax), rc, off)
@@ -162,7 +163,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
         return []
-    knobs = _knobs(space, pp)
+    knobs = _knobs(space, pp, tp)
     z, rc, off = knobs[-1]
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:

@@ -198,9 +198,12 @@ def deepspeed_config(plan: Plan) -> dict[str, Any]:
     return cfg
 
 
+DEEPSPEED_LAYOUTS = "DeepSpeed ZeRO export covers DP/ZeRO layouts; tp/pp need Megatron-DeepSpeed"
+
+
 def _export_deepspeed(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[ExportedFile]:
     if plan.layout.tp > 1 or plan.layout.pp > 1 or plan.layout.cp > 1:
-        raise SpecError("DeepSpeed ZeRO export covers DP/ZeRO layouts; tp/pp need Megatron-DeepSpeed")
+        raise SpecError(DEEPSPEED_LAYOUTS)
     cfg = {"_trainledger": _json_header(plan, inputs, pred), **deepspeed_config(plan)}
     return [ExportedFile("deepspeed.json", json.dumps(cfg, indent=2) + "\n", "deepspeed")]
 
@@ -434,6 +437,9 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
     if fmt not in known:
         raise SpecError(f"unknown export format {fmt!r}.{did_you_mean(fmt, known)} "
                         f"Formats: {', '.join(known)}")
+    if fmt == "deepspeed" and max(inputs.tp, inputs.pp, inputs.cp) > 1:
+        # before the plan is judged under DeepSpeed (which would refuse, e.g., its AutoTP with ZeRO-3)
+        raise SpecError(DEEPSPEED_LAYOUTS)
     if fmt == "deepspeed" and inputs.framework not in ("deepspeed", "megatron-deepspeed"):
         # a DeepSpeed config runs under DeepSpeed's memory semantics: judge the plan under them
         inputs = inputs.model_copy(update={"framework": "deepspeed"})

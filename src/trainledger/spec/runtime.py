@@ -22,7 +22,7 @@ assumed is stated in its JSON (``plan.runtime``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -98,13 +98,28 @@ DS_DEFAULTS: dict[str, int] = {
 #: * deepspeed, megatron-deepspeed: DeepSpeed's PipelineEngine refuses ZeRO-2/3
 #:   (deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 #:   parallelism") and runs its own 1F1B ``TrainSchedule`` (deepspeed/runtime/pipe/schedule.py): no
-#:   interleaved virtual stages. Both are refused.
+#:   interleaved virtual stages. Both are refused. DeepSpeed's own tensor parallelism (AutoTP
+#:   training, deepspeed.ai/tutorials/autotp-training) combines with ZeRO stage 0, 1 or 2, not 3:
+#:   refused too. The Trainer runs TP through AutoTP (ZeRO <= 2) or as DTensor TP under FSDP2
+#:   (accelerate's ParallelismConfig: the fsdp2 stack), so hf TP with ZeRO-3 is not searched either.
 #: * fsdp2 (torchtitan: TP, PP with interleaved schedules, CP, EP) and megatron-core: all of them.
 NO_PIPELINE = ("hf", "pytorch-fsdp")
 NO_CONTEXT_PARALLEL = ("hf", "pytorch-fsdp")
 NO_EXPERT_PARALLEL = ("hf",)
 NO_INTERLEAVING = ("deepspeed", "megatron-deepspeed")
 PIPELINE_ZERO_MAX: dict[str, int] = {"deepspeed": 1, "megatron-deepspeed": 1}
+TP_ZERO_MAX: dict[str, int] = {"deepspeed": 2, "hf": 2}
+_TP_ZERO_REFUSED = ("deepspeed",)  # hf: priced, with a note
+
+
+def stack_zero_max(framework: str, pp: int, tp: int) -> int:
+    """The deepest ZeRO stage ``framework`` runs with this pipeline and tensor-parallel degree."""
+    z = 3
+    if pp > 1:
+        z = min(z, PIPELINE_ZERO_MAX.get(framework, 3))
+    if tp > 1:
+        z = min(z, TP_ZERO_MAX.get(framework, 3))
+    return z
 
 _USE = {
     "pp": "megatron-core, fsdp2 (torchtitan), deepspeed or megatron-deepspeed",
@@ -124,24 +139,30 @@ def stack_limits(framework: str) -> list[str]:
         out.append("interleaved PP")
     if framework in PIPELINE_ZERO_MAX:
         out.append(f"ZeRO > {PIPELINE_ZERO_MAX[framework]} with PP")
+    if framework in TP_ZERO_MAX:
+        out.append(f"ZeRO > {TP_ZERO_MAX[framework]} with TP")
     return out
 
 
-def stack_layout_note(framework: str, layout: object) -> str | None:
+def stack_layout_note(framework: str, layout: Any) -> str | None:
     """A note for an estimate whose layout uses a parallelism ``framework``'s drivers do not run
     (priced with the stack's profile all the same), else None."""
-    used = [(key, what) for key, _, stacks, what in _LIMITS
-            if framework in stacks and int(getattr(layout, key)) > 1]
-    if not used:
+    parts = [f"{key}={int(getattr(layout, key))}: {what} (use --framework {_USE[key]})"
+             for key, _, stacks, what in _LIMITS if framework in stacks and int(getattr(layout, key)) > 1]
+    tp, zero = int(layout.tp), int(layout.zero)
+    if tp > 1 and zero > TP_ZERO_MAX.get(framework, 3):
+        parts.append(f"tp={tp} with --zero {zero}: its TP is DeepSpeed's AutoTP, which runs with ZeRO "
+                     f"<= {TP_ZERO_MAX[framework]} (use --zero {TP_ZERO_MAX[framework]}, or --framework fsdp2 "
+                     "for DTensor TP under FSDP2)")
+    if not parts:
         return None
-    text = "; ".join(f"{key}={int(getattr(layout, key))}: {what} (use --framework {_USE[key]})"
-                     for key, what in used)
+    text = "; ".join(parts)
     return (f"{framework} ({FRAMEWORK_TEXT.get(framework, framework)}) runs no such layout — {text}; "
             f"priced with the {framework} profile as plain PyTorch would run it, and the planner does not "
             "search it")
 
 
-def stack_layout_problem(framework: str, layout: object) -> tuple[str, str] | None:
+def stack_layout_problem(framework: str, layout: Any) -> tuple[str, str] | None:
     """(field, reason) when ``framework`` cannot run ``layout`` at all (a Layout: DeepSpeed's
     pipeline engine, see the table above), else None."""
     pp, vp, zero = (int(getattr(layout, k)) for k in ("pp", "vp", "zero"))
@@ -152,6 +173,11 @@ def stack_layout_problem(framework: str, layout: object) -> tuple[str, str] | No
     if pp > 1 and zmax is not None and zero > zmax:
         return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
                         f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
+    tp = int(layout.tp)
+    if tp > 1 and framework in _TP_ZERO_REFUSED and zero > TP_ZERO_MAX[framework]:
+        return "zero", (f"--zero {zero} with tp={tp}: DeepSpeed's tensor parallelism (AutoTP training) runs "
+                        f"with ZeRO stage 0, 1 or 2; use --zero {TP_ZERO_MAX[framework]}, or --framework "
+                        "megatron-deepspeed / megatron-core for Megatron's TP")
     return None
 
 
