@@ -176,3 +176,15 @@ def test_planner_clamps_zero_under_tp_for_autotp_stacks(monkeypatch):
         assert all(p.layout.zero <= 2 for p in built if p.layout.tp > 1)
         assert any(p.layout.zero == 2 for p in built if p.layout.tp > 1)  # clamped, not dropped
         assert any(p.layout.zero == 3 for p in built if p.layout.tp == 1)
+
+
+def test_report_and_web_blocks_show_the_limits_and_the_alternatives():
+    from trainledger.report.document import plans_blocks
+
+    res = search(Job(framework="hf", **JOB_70B_30D)).to_dict()
+    blocks = plans_blocks(res)
+    assert ("p", "Layouts not searched: hf runs no PP, CP, EP, ZeRO > 2 with TP.") in blocks
+    (alt,) = [b for b in blocks if b[0] == "table" and b[1] == ["under another stack", "answer"]]
+    assert [r[0] for r in alt[2]] == ["megatron-core", "fsdp2"]
+    n = res["alternatives"][0]["gpu_count"][0]["deadline_beyond_budget_gpus"]
+    assert alt[2][0][1] == f"the deadline needs {n:,} h100-sxm, past the budget (--framework megatron-core --max-gpus {n})"

@@ -15,6 +15,7 @@ from trainledger.spec.runtime import FRAMEWORKS
 from trainledger.units import fmt_params, fmt_seconds
 from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
 from trainledger.cli.output import echo_json, table
+from trainledger.report.document import alternative_text
 
 _RANKS = ("time", "cost", "gpus")
 
@@ -132,7 +133,7 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         if limits:  # the stack's missing parallelisms may be what keeps the job from spreading further
             click.echo(f"  {'; '.join(limits)}: under a stack that runs them")
             for alt in res.get("alternatives", []):
-                click.echo(f"    {alt['framework']}: {_alternative_text(alt)}")
+                click.echo(f"    {alt['framework']}: {alternative_text(alt, _layout_text)}")
         for b in res["gpu_count"]:
             if b.get("deadline_beyond_budget_gpus"):
                 n = b["deadline_beyond_budget_gpus"]
@@ -157,23 +158,6 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
             and any("deadline" in r["reason"] for r in res["rejected"]):
         click.echo(f"  (the {job['deadline_days']:g}-day deadline is the example job's: give --deadline-days "
                    "for yours, or --max-gpus for more GPUs)")
-
-
-def _alternative_text(alt: dict[str, Any]) -> str:
-    """One line for the same job under another stack (``search.alternatives``)."""
-    fw, p = alt["framework"], alt["plan"]
-    if p is not None:
-        e = p["estimate"]
-        d = e.get("days_with_failures") or e.get("days")
-        days = f", {d:.1f} days with interruptions" if d is not None else ""
-        return (f"{p['gpus']} {p['gpu']} ({_layout_text(p['layout'])}){days} within the budget "
-                f"(--framework {fw})")
-    beyond = [(b["deadline_beyond_budget_gpus"], b["gpu"]) for b in alt["gpu_count"]
-              if b.get("deadline_beyond_budget_gpus")]
-    if beyond:
-        n, gpu = min(beyond)
-        return f"the deadline needs {n:,} {gpu}, past the budget (--framework {fw} --max-gpus {n})"
-    return "no plan either"
 
 
 def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:

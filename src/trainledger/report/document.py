@@ -244,17 +244,45 @@ def count_table(cs: dict[str, Any]) -> Block:
     return ("table", ["GPUs", "time", "cloud cost", "GPU-hours", "memory", "Pareto", "layout"], rows)
 
 
+def _layout_words(lay: dict[str, Any]) -> str:
+    return (f"dp {lay.get('dp')} tp {lay.get('tp')} pp {lay.get('pp')} ZeRO {lay.get('zero')} "
+            f"mb {lay.get('micro_batch')} ga {lay.get('grad_accum')} rc {lay.get('recompute')}")
+
+
+def alternative_text(alt: dict[str, Any], layout_text: Any = _layout_words) -> str:
+    """The same job under another stack (``planner.search.alternatives``), in one line: its fastest
+    plan within the budget, else the deadline bound past it (``layout_text``: how a layout reads)."""
+    fw, p = alt["framework"], alt["plan"]
+    if p is not None:
+        e = p["estimate"]
+        d = e.get("days_with_failures") or e.get("days")
+        days = f", {d:.1f} days with interruptions" if d is not None else ""
+        return (f"{p['gpus']} {p['gpu']} ({layout_text(p['layout'])}){days} within the budget "
+                f"(--framework {fw})")
+    beyond = [(b["deadline_beyond_budget_gpus"], b["gpu"]) for b in alt["gpu_count"]
+              if b.get("deadline_beyond_budget_gpus")]
+    if beyond:
+        n, gpu = min(beyond)
+        return f"the deadline needs {n:,} {gpu}, past the budget (--framework {fw} --max-gpus {n})"
+    return "no plan either"
+
+
 def plans_blocks(pr: dict[str, Any]) -> list[Block]:
     plans, rej = pr.get("plans") or [], pr.get("rejected") or []
     rows = []
     for i, p in enumerate(plans, 1):
         e, lay = p.get("estimate") or {}, p.get("layout") or {}
-        rows.append([str(i), f"{p['gpus']} x {p['gpu']}", f"dp {lay.get('dp')} tp {lay.get('tp')} pp {lay.get('pp')} "
-                     f"ZeRO {lay.get('zero')} mb {lay.get('micro_batch')} ga {lay.get('grad_accum')} rc {lay.get('recompute')}",
+        rows.append([str(i), f"{p['gpus']} x {p['gpu']}", _layout_words(lay),
                      f"{e.get('memory_gib', 0):.1f} / {e.get('usable_gib', 0):.1f} GiB", days(e.get("total_s")),
                      usd(e.get("cost_usd")), "yes" if p.get("pareto") else "", "; ".join(p.get("risks") or [])])
     out: list[Block] = [("p", f"{pr.get('evaluated', 0):,} candidates evaluated in {pr.get('elapsed_s') or 0:.2f} s; "
                               f"{len(plans)} ranked, {len(rej)} rejected.")]
+    limits = [f"{fw} runs no {', '.join(lim)}" for fw, lim in (pr.get("stack_limits") or {}).items() if lim]
+    if limits:
+        out.append(("p", f"Layouts not searched: {'; '.join(limits)}."))
+    if pr.get("alternatives"):
+        out.append(("table", ["under another stack", "answer"],
+                    [[a["framework"], alternative_text(a)] for a in pr["alternatives"]]))
     pts = [{"x": (p["estimate"].get("total_s") or 0) / 86400, "y": p["estimate"].get("cost_usd"),
             "label": f"#{i} {p['gpus']}x{p['gpu']}", "front": p.get("pareto")}
            for i, p in enumerate(plans, 1) if (p.get("estimate") or {}).get("cost_usd") is not None
