@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from trainledger.cli import main
 from trainledger.errors import LayoutError
-from trainledger.estimate.time import estimate_compute
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.planner.search import Job, search
 from trainledger.spec.runtime import stack_layout_note, stack_limits
@@ -51,8 +50,13 @@ def test_stack_limits_table():
 
 def test_estimate_notes_a_layout_the_stack_does_not_run():
     hf_pp = _plan(pp=2)  # hf: priced, with a note naming the stacks that pipeline
-    notes = estimate_compute(hf_pp).notes
-    assert any("hf" in n and "pp=2: no pipeline schedule" in n and "megatron-core" in n for n in notes)
+    from trainledger.estimate import estimate
+
+    note = estimate(hf_pp).to_dict()["plan"]["stack_note"]
+    assert note.startswith("hf ") and "pp=2: no pipeline schedule" in note and "megatron-core" in note
+    assert estimate(_plan()).to_dict()["plan"]["stack_note"] is None
+    r = CliRunner().invoke(main, ["estimate", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "8", "--pp", "2"])
+    assert r.exit_code == 0 and r.output.splitlines()[2] == f"stack     {note}"
     assert stack_layout_note("hf", _plan().layout) is None  # TP alone: transformers' tp_plan
     assert stack_layout_note("megatron-core", _plan(framework="megatron-core", pp=2).layout) is None
     assert "cp=2" in stack_layout_note("pytorch-fsdp", _plan(framework="pytorch-fsdp", tp=1, cp=2).layout)

@@ -95,7 +95,8 @@ def _header(p: dict[str, Any]) -> str:
 def memory_lines(p: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """The memory section as text: term table, runtime terms, verdict, timeline, suggestions."""
     peak = m["peak_allocated_bytes"]
-    out = [_header(p)] + ([f"precision {p['precision_policy']}"] if p.get("precision_policy") else []) + [
+    out = [_header(p)] + ([f"precision {p['precision_policy']}"] if p.get("precision_policy") else []) + (
+        [f"stack     {p['stack_note']}"] if p.get("stack_note") else []) + [
         "", f"memory per GPU — peak of a steady-state step, in {m['peak_phase']}"]
     src = {t["name"]: t["source"] for t in m["terms"]}
     rows = [[k, f"{gib(v):.2f}", f"{100 * v / peak:.1f}%" if peak else "-", _short(src.get(k, ""))]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import policy_text
+from trainledger.spec.runtime import stack_layout_note
 from trainledger.estimate.options import EstimateOptions
 from trainledger.estimate.stage import Stage
 from trainledger.estimate.terms import Term
@@ -43,6 +44,8 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
         "dp": lay.dp_size, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "sp": lay.sp,
         "vp": lay.vp, "zero": lay.zero, "offload": lay.offload,
         "framework": plan.runtime.framework, "runtime": plan.runtime.summary(plan.layout.pp),
+        # a layout the stack's drivers do not run (priced all the same): spec.runtime's table
+        "stack_note": stack_layout_note(plan.runtime.framework, lay) if r.is_training else None,
         "generate_len": r.generate_len,
         "serving": plan.serving.model_dump(mode="json") if r.method == "inference" else None,
     }

@@ -33,7 +33,6 @@ from typing import Any, NamedTuple
 
 from trainledger.spec.layers import stage_tensors
 from trainledger.spec.plan import Plan
-from trainledger.spec.runtime import stack_layout_note
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
 from trainledger.estimate.time.compute import (FlopCount, checkpoint_stops_early, early_stop_flops_per_token,
@@ -879,9 +878,6 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
              f"{'fused' if prof.kernels == 'megatron' else 'unfused'}, TP comm "
              f"{100 * prof.tp_overlap:.0f}% overlapped"
              + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
-    unrun = stack_layout_note(plan.runtime.framework, lay) if plan.recipe.is_training else None
-    if unrun:
-        notes.append(unrun)
     if clk < 1.0:
         notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
                      f"x{clk:.3f} (DVFS cube law, estimate/time/stack.py)")
