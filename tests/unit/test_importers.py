@@ -337,6 +337,24 @@ def test_torchtitan_export_is_valid_toml_with_the_layout():
     assert d["training"]["seq_len"] == 8192 and d["training"]["global_batch_size"] == 32
 
 
+def test_torchtitan_export_shards_what_the_estimate_prices_as_sharded(tmp_path):
+    """fsdp2 --zero 0 is priced as full sharding (an FSDP stack always shards): the exported toml
+    shards over the data-parallel ranks; it used to replicate (shard degree 1), which holds every
+    state on each rank. A replicate-only toml imports with a note saying what the estimate misses."""
+    import tomllib
+
+    inputs = PlanInputs(model="llama-3.1-8b", gpus=8, framework="fsdp2", seq_len=4096)
+    (f,) = export_plan(inputs, "torchtitan")
+    par = tomllib.loads(f.text)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 8)
+    p = tmp_path / "t.toml"
+    p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n'
+                 "data_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1\n")
+    res = import_configs([p])
+    assert res.merged()["zero"] == 0
+    assert any("replicates every state" in n and "up to 8x" in n for n in res.notes)
+
+
 def test_megatron_export_is_valid_bash(tmp_path):
     import subprocess
 

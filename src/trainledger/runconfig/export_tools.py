@@ -65,8 +65,9 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
                         "their own (apply_fsdp, since 2025-07); the plan keeps them in the root group, which "
                         "holds them gathered all step — plan --wrap layers+embed+head")
     name, fl = flavor
-    rep, shard = (c.nodes, lay.dp_size // c.nodes) if lay.hybrid_shard else (
-        (1, lay.dp_size) if lay.zero == 3 else (lay.dp_size, 1))
+    # --zero 0 under fsdp2 is priced as FULL_SHARD like 3 (memory.runtimes.fsdp_sharded: an FSDP
+    # stack always shards), so it is written as sharded; replicate-only would hold every rank's states
+    rep, shard = (c.nodes, lay.dp_size // c.nodes) if lay.hybrid_shard else (1, lay.dp_size)
     training: dict[str, Any] = {
         "local_batch_size": r.micro_batch, "global_batch_size": plan.global_batch, "seq_len": r.seq_len,
         "max_norm": r.grad_clip or 0.0,

@@ -178,6 +178,12 @@ def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, w
             res.set("hybrid_shard", True, where)
     else:
         res.set("zero", 0, where)
+        if rep > 1 and cp == 1:
+            res.notes.append(
+                f"{where}: data_parallel_replicate_degree {rep} with shard degree 1 replicates every state "
+                f"on each rank, while --framework fsdp2 prices --zero 0 as full sharding over the data-parallel "
+                f"ranks (an FSDP stack always shards): the estimate understates the weights, gradients and "
+                f"optimizer states up to {rep}x")
     gb, mb = tr.get("global_batch_size"), tr.get("local_batch_size", tr.get("batch_size"))
     if gb not in (None, -1) and mb and shard is not None:
         dp = rep * shard
