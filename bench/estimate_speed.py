@@ -30,9 +30,11 @@ from trainledger.load.plan import PlanInputs, build_plan
 PLANS = {
     "8B full, 1 GPU": dict(model="llama-3.1-8b", seq_len=4096),
     "8B LoRA, eager": dict(model="llama-3.1-8b", seq_len=4096, method="lora", attention="eager"),
+    # the stacks that run these layouts (spec.runtime: hf has no pipeline schedule and shards no experts)
     "70B, 64 GPUs tp8 pp2 ZeRO-1": dict(model="llama-3.1-70b", seq_len=8192, gpus=64, tp=8, pp=2,
-                                        zero=1, grad_accum=8),
-    "Mixtral 8x7B, 16 GPUs ep8 ZeRO-3": dict(model="mixtral-8x7b", seq_len=4096, gpus=16, ep=8, zero=3),
+                                        zero=1, grad_accum=8, framework="megatron-core"),
+    "Mixtral 8x7B, 16 GPUs ep8 ZeRO-3": dict(model="mixtral-8x7b", seq_len=4096, gpus=16, ep=8, zero=3,
+                                             framework="fsdp2"),
     # bf16 weights stated: the checkpoint's own fp8 (--quantization auto, the default since
     # session 7) fits and has no suggestions, a lighter plan than the one timed before
     "DeepSeek-V3 inference": dict(model="deepseek-v3", method="inference", precision="bf16", gpus=16,
