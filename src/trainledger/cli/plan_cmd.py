@@ -15,7 +15,7 @@ from trainledger.spec.runtime import FRAMEWORKS
 from trainledger.units import fmt_params, fmt_seconds
 from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
 from trainledger.cli.output import echo_json, table
-from trainledger.report.document import alternative_text
+from trainledger.report.document import alternative_text, limits_phrases
 
 _RANKS = ("time", "cost", "gpus")
 
@@ -116,7 +116,7 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
                f"{over(to['tp_comm_overlap'], 'overlapped', 'exposed')}, MoE all-to-all "
                f"{'overlapped' if to['ep_comm_overlap'] else 'exposed'} "
                "(--framework, --search-framework, --runtime, --tp-comm-overlap, --ep-comm-overlap)")
-    limits = [f"{fw} runs no {', '.join(lim)}" for fw, lim in res.get("stack_limits", {}).items() if lim]
+    limits = limits_phrases(res.get("stack_limits") or {})
     if limits:
         click.echo(f"layouts: {'; '.join(limits)} (not searched; --framework or --search-framework "
                    "for a stack that runs them)")

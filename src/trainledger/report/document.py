@@ -249,6 +249,12 @@ def _layout_words(lay: dict[str, Any]) -> str:
             f"mb {lay.get('micro_batch')} ga {lay.get('grad_accum')} rc {lay.get('recompute')}")
 
 
+def limits_phrases(stack_limits: dict[str, list[str]]) -> list[str]:
+    """"hf runs no PP, CP, ..." for each searched stack that lacks a parallelism (search's
+    ``stack_limits``)."""
+    return [f"{fw} runs no {', '.join(lim)}" for fw, lim in stack_limits.items() if lim]
+
+
 def alternative_text(alt: dict[str, Any], layout_text: Any = _layout_words) -> str:
     """The same job under another stack (``planner.search.alternatives``), in one line: its fastest
     plan within the budget, else the deadline bound past it (``layout_text``: how a layout reads)."""
@@ -277,7 +283,7 @@ def plans_blocks(pr: dict[str, Any]) -> list[Block]:
                      usd(e.get("cost_usd")), "yes" if p.get("pareto") else "", "; ".join(p.get("risks") or [])])
     out: list[Block] = [("p", f"{pr.get('evaluated', 0):,} candidates evaluated in {pr.get('elapsed_s') or 0:.2f} s; "
                               f"{len(plans)} ranked, {len(rej)} rejected.")]
-    limits = [f"{fw} runs no {', '.join(lim)}" for fw, lim in (pr.get("stack_limits") or {}).items() if lim]
+    limits = limits_phrases(pr.get("stack_limits") or {})
     if limits:
         out.append(("p", f"Layouts not searched: {'; '.join(limits)}."))
     if pr.get("alternatives"):

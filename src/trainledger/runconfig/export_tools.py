@@ -45,8 +45,8 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
         raise SpecError(f"torchtitan has no model flavor for {plan.model.name} (flavors here: "
                         f"{', '.join(sorted(PRESET_FLAVOR))})")
     if lay.zero in (1, 2):
-        raise SpecError("torchtitan shards with FSDP2 (ZeRO-3) or replicates (ZeRO-0); it has no ZeRO-1/2 "
-                        "— plan --zero 3 (or 0), or export deepspeed")
+        raise SpecError("torchtitan shards with FSDP2 (--zero 3, or 0: an FSDP stack always shards); it has "
+                        "no ZeRO-1/2 — plan --zero 3, or export deepspeed")
     if lay.offload == "optimizer":
         raise SpecError("torchtitan offloads parameters with their optimizer state (enable_cpu_offload), "
                         "not the optimizer alone — plan --offload params")

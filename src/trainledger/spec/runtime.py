@@ -121,6 +121,7 @@ def stack_zero_max(framework: str, pp: int, tp: int) -> int:
         z = min(z, TP_ZERO_MAX.get(framework, 3))
     return z
 
+
 _USE = {
     "pp": "megatron-core, fsdp2 (torchtitan), deepspeed or megatron-deepspeed",
     "cp": "fsdp2 (torchtitan, accelerate's ParallelismConfig with FSDP2) or megatron-core",
@@ -165,15 +166,14 @@ def stack_layout_note(framework: str, layout: Any) -> str | None:
 def stack_layout_problem(framework: str, layout: Any) -> tuple[str, str] | None:
     """(field, reason) when ``framework`` cannot run ``layout`` at all (a Layout: DeepSpeed's
     pipeline engine, see the table above), else None."""
-    pp, vp, zero = (int(getattr(layout, k)) for k in ("pp", "vp", "zero"))
-    if pp > 1 and framework in NO_INTERLEAVING and (vp > 1 or getattr(layout, "pp_schedule", "") == "interleaved"):
+    pp, vp, zero, tp = int(layout.pp), int(layout.vp), int(layout.zero), int(layout.tp)
+    if pp > 1 and framework in NO_INTERLEAVING and (vp > 1 or layout.pp_schedule == "interleaved"):
         return "vp", (f"vp={vp}: {framework} pipelines with DeepSpeed's PipelineEngine, whose 1F1B "
                       "TrainSchedule has no interleaved virtual stages; use --vp 1 or --framework megatron-core")
     zmax = PIPELINE_ZERO_MAX.get(framework)
     if pp > 1 and zmax is not None and zero > zmax:
         return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
                         f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
-    tp = int(layout.tp)
     if tp > 1 and framework in _TP_ZERO_REFUSED and zero > TP_ZERO_MAX[framework]:
         return "zero", (f"--zero {zero} with tp={tp}: DeepSpeed's tensor parallelism (AutoTP training) runs "
                         f"with ZeRO stage 0, 1 or 2; use --zero {TP_ZERO_MAX[framework]}, or --framework "
