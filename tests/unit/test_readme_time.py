@@ -26,7 +26,7 @@ def test_readme_plan_any_gpu_count():
     out = _run(["plan", "-m", "llama-2-70b", "--method", "pretrain", "--tokens", "2T", "--global-batch", "1024", "--deadline-days",
                 "30", "--gpu", "h100-sxm", "--max-gpus", "800", "--rank-by", "gpus", "--framework",
                 "megatron-core", "--top", "2"])
-    assert ('1*  h100-sxm   656  megatron-core dp41·tp4·pp4·v5 z1 mb1×24 '
+    assert ('1*  h100-sxm   656  megatron-core dp41·tp4·pp4·v5 z1 mb1×24  '
             ' 54.5/79            5.07      1,211  54%  29.1 days (27.4 days-32.6 days)  458,763  $1,371,701') in out
 
 

@@ -14,8 +14,8 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import (
-    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, Runtime, stack_optimizer,
-    stack_zero_max,
+    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH, Runtime,
+    stack_optimizer, stack_zero_max,
 )
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
@@ -77,6 +77,8 @@ def _knobs(space: Space, pp: int, tp: int) -> list[tuple[int, str, str]]:
     zmax = stack_zero_max(_stack(space), pp, tp)
     out: list[tuple[int, str, str]] = []
     for z, rc, off in KNOBS:
+        if z == 2 and _stack(space) in NO_ZERO2_SEARCH:
+            continue
         k = (min(z, zmax), rc, off)
         if k not in out:
             out.append(k)
@@ -172,29 +174,54 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         last_fail.append(probe)
         return []
     out = []
-    for zero, recompute, offload in knobs:
+    reached: list[tuple[tuple[int, str, str], int, bool]] = []  # (knob, top mb index, capped)
+    for knob in knobs:
+        zero, recompute, offload = knob
         zero = zero if dp * cp > 1 else 0
-        lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, 1, 1, cp, ep)
+        # a knob that saves memory at a cost over one already fitted (more ZeRO, recomputation,
+        # offload: _costlier) can only beat it with a larger micro-batch: it starts above the
+        # largest micro-batch that one reached, and is not tried at all when that one was not
+        # capped by memory
+        below = [(top, capped) for k, top, capped in reached if _costlier(knob, k)]
+        if any(not capped for _, capped in below):
+            continue
+        floor = max((top + 1 for top, _ in below), default=0)
+        lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, mbs[floor], 1, cp, ep)
         if lo_plan is None:
             continue
         lo_total = _fits(lo_plan, st)
         if lo_total is None:
             continue
-        best_plan, best_total = lo_plan, lo_total
-        for b in mbs[1:]:
-            p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, b, 1, cp, ep)
+        best_plan, best_total, top = lo_plan, lo_total, floor
+        capped = False  # memory stopped the micro-batch below the largest one the batch allows
+        for i in range(floor + 1, len(mbs)):
+            p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, mbs[i], 1, cp, ep)
             if p is None:
                 break
             total = _fits(p, st)
             if total is None:
+                capped = True
                 break
-            best_plan, best_total = p, total
+            best_plan, best_total, top = p, total, i
+        reached.append((knob, top, capped))
         out.append(evaluate(best_plan, space.job, best_total))
         if pp > 1 and best_plan is not lo_plan:  # more, smaller micro-batches shrink the bubble
             out.append(evaluate(lo_plan, space.job, lo_total))
-        if recompute == "none" and offload == "none":
-            break  # the cheapest knobs fit: the costlier ones only add time
     return out
+
+
+_RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
+_OFFLOAD_RANK = {"none": 0, "optimizer": 1, "params": 2}
+
+
+def _costlier(knob: tuple[int, str, str], than: tuple[int, str, str]) -> bool:
+    """Whether memory knob ``knob`` saves memory at a cost over ``than``: at least as much ZeRO
+    sharding, recomputation and offload, and not the same knob. At one micro-batch such a knob
+    adds communication, recomputed FLOPs or host traffic, so it only pays through the larger
+    micro-batch the memory it frees allows."""
+    (z, rc, off), (z0, rc0, off0) = knob, than
+    return (knob != than and z >= z0 and _RECOMPUTE_RANK[rc] >= _RECOMPUTE_RANK[rc0]
+            and _OFFLOAD_RANK[off] >= _OFFLOAD_RANK[off0])
 
 
 def cheapest(cands: list) -> bool:

@@ -109,6 +109,14 @@ NO_EXPERT_PARALLEL = ("hf",)
 NO_INTERLEAVING = ("deepspeed", "megatron-deepspeed")
 PIPELINE_ZERO_MAX: dict[str, int] = {"deepspeed": 1, "megatron-deepspeed": 1}
 TP_ZERO_MAX: dict[str, int] = {"deepspeed": 2, "hf": 2}
+#: Stacks whose planner search leaves out ZeRO-2 (``estimate`` still prices it). Megatron-Core's
+#: data parallelism is the distributed optimizer (ZeRO-1: the gradient buffer stays whole and is
+#: reduce-scattered in place); its ZeRO-2 is Megatron-FSDP's ``optim_grads``, a strategy its user
+#: guide does not recommend (docs/discussions/megatron-fsdp-user-guide: ``--data-parallel-sharding-
+#: strategy optim_grads_params`` is the required setting), so plans stay on what NVIDIA's recipes run.
+#: Everywhere else ZeRO-2 is a standard setting: DeepSpeed ZeRO-2 (also through the Trainer), FSDP1
+#: SHARD_GRAD_OP, FSDP2 ``reshard_after_forward=False``.
+NO_ZERO2_SEARCH = ("megatron-core",)
 _TP_ZERO_REFUSED = ("deepspeed",)  # hf: priced, with a note
 
 
