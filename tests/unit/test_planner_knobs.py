@@ -13,6 +13,7 @@ was not among the knobs at all; with it the best plan of that count is ZeRO-2 wi
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,20 +23,21 @@ from trainledger.errors import TrainledgerError
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.planner.candidates import memory_options
 from trainledger.planner.search import Job, search
-from trainledger.planner.space import _costlier
+from trainledger.planner.space import _costlier, _knobs
 
 
-def _fastest_by_hand(gpu: str, n: int, gb: int) -> tuple[float, tuple]:
+def _fastest_by_hand(gpu: str, n: int, gb: int, framework: str, seq: int,
+                     recompute: tuple[str, ...]) -> tuple[float, tuple]:
     """The fastest fitting data-/tensor-parallel layout of ``n`` GPUs over every knob and
     micro-batch, each estimated on its own (no planner code)."""
     best = (float("inf"), ())
-    for tp, zero, rc, mb in itertools.product((1, 2), (1, 2, 3), ("none", "full"), (1, 2, 4, 8, 16)):
+    for tp, zero, rc, mb in itertools.product((1, 2), (1, 2, 3), recompute, (1, 2, 4, 8, 16)):
         if gb % (mb * n // tp):
             continue
         try:
             p = build_plan(PlanInputs(model="llama-3.1-8b", method="full", gpu=gpu, gpus=n, tp=tp,
                                       zero=zero, recompute=rc, micro_batch=mb, global_batch=gb,
-                                      seq_len=4096))
+                                      seq_len=seq, framework=framework))
         except TrainledgerError:
             continue
         fit = fit_or_misfit(p, memory_options())
@@ -45,12 +47,29 @@ def _fastest_by_hand(gpu: str, n: int, gb: int) -> tuple[float, tuple]:
     return best
 
 
-@pytest.mark.parametrize("gpu", ["a100-pcie-80gb", "h100-sxm"])
-def test_planner_plan_is_as_fast_as_any_fitting_knob(gpu):
-    res = search(Job(gpus=(gpu,), max_gpus=16, rank_by="time", deadline_days=None))
+@pytest.mark.parametrize("gpu,framework,seq,recompute", [
+    ("a100-pcie-80gb", "hf", 4096, ("none", "full")),
+    ("h100-sxm", "hf", 4096, ("none", "full")),
+    # torchtitan's stack: its per-op SAC (selective) is a third recomputation knob
+    ("h100-sxm", "fsdp2", 8192, ("none", "selective", "full")),
+])
+def test_planner_plan_is_as_fast_as_any_fitting_knob(gpu, framework, seq, recompute):
+    res = search(Job(gpus=(gpu,), max_gpus=16, rank_by="time", deadline_days=None,
+                     framework=framework, seq_len=seq))
     (cand,) = [c for c in res.plans + res.unpriced if c.plan.cluster.world_size == 16]
-    hand, knobs = _fastest_by_hand(gpu, 16, cand.plan.recipe.global_batch)
+    hand, knobs = _fastest_by_hand(gpu, 16, cand.plan.recipe.global_batch, framework, seq, recompute)
     assert cand.compute.step_time_s <= hand * 1.0001, (cand.plan.layout, knobs)
+
+
+def test_selective_recompute_is_searched_where_it_is_a_trade():
+    # fsdp2's selective (per-op SAC) is between none and full in memory and time; Megatron's
+    # selective frees only the softmax statistics under a fused attention kernel, and the Trainer
+    # checkpoints whole layers: the search leaves it out there
+    def recomputes(framework):
+        space = SimpleNamespace(framework=framework, job=None)  # _knobs reads the stack searched
+        return {rc for _, rc, _ in _knobs(space, 1, 1)}
+    assert recomputes("fsdp2") == {"none", "selective", "full"}
+    assert recomputes("megatron-core") == recomputes("hf") == {"none", "full"}
 
 
 def test_pcie_80gb_picks_recomputation_for_a_larger_micro_batch():

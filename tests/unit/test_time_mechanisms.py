@@ -63,6 +63,25 @@ def test_op_level_sac_regathers_the_sequence_parallel_activations():
     assert mc_sel.breakdown["comm_tp"] == pytest.approx(mc_none.breakdown["comm_tp"])
 
 
+def test_megatron_selective_recompute_reruns_the_flash_attention_forward():
+    # Megatron-Core checkpoints core_attention under recompute_granularity=selective whatever
+    # kernel computes it (attention.py _checkpointed_attention_forward): the flash/cuDNN forward
+    # runs again in the backward. Per layer and token a causal forward is 2·heads·(d_qk + d_v)
+    # FLOPs per attended key, (s + 1) / 2 keys on average: 32 layers, 32 heads, d 128, s 8192.
+    mc = {rc: estimate_compute(_plan(framework="megatron-core", zero=1, recompute=rc))
+          for rc in ("none", "selective")}
+    tokens = mc["none"].tokens_per_step
+    extra = (mc["selective"].flops.hardware - mc["none"].flops.hardware) / tokens
+    assert extra == pytest.approx(32 * 2 * 32 * 256 * 8192 / 2, rel=1e-3)
+    # the attention kernel time: forward 1 + backward 2.5 (the flash backward's recomputed QKᵀ),
+    # plus the re-run forward
+    att = {rc: e.compute_parts["attention"] for rc, e in mc.items()}
+    assert att["selective"] / att["none"] == pytest.approx(4.5 / 3.5)
+    # torchtitan's op-level SAC keeps the SDPA output: the kernel does not run again
+    tt = {rc: estimate_compute(_plan(recompute=rc)).compute_parts["attention"] for rc in ("none", "selective")}
+    assert tt["selective"] == pytest.approx(tt["none"])
+
+
 def test_context_parallel_merge_grows_with_the_ring_steps():
     # same tokens per rank (s/c = 16384), c = 2 vs 4: the merge per layer runs c steps over the
     # same output, so it doubles

@@ -14,8 +14,8 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import (
-    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH, Runtime,
-    stack_optimizer, stack_zero_max,
+    NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH,
+    SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
 )
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
@@ -78,6 +78,8 @@ def _knobs(space: Space, pp: int, tp: int) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     for z, rc, off in KNOBS:
         if z == 2 and _stack(space) in NO_ZERO2_SEARCH:
+            continue
+        if rc == "selective" and _stack(space) not in SELECTIVE_SEARCH:
             continue
         k = (min(z, zmax), rc, off)
         if k not in out:

@@ -117,6 +117,15 @@ TP_ZERO_MAX: dict[str, int] = {"deepspeed": 2, "hf": 2}
 #: Everywhere else ZeRO-2 is a standard setting: DeepSpeed ZeRO-2 (also through the Trainer), FSDP1
 #: SHARD_GRAD_OP, FSDP2 ``reshard_after_forward=False``.
 NO_ZERO2_SEARCH = ("megatron-core",)
+#: Stacks whose planner search tries ``recompute=selective`` between none and full. fsdp2: its
+#: selective is torchtitan's per-op SAC (the default of its configs: ``activation_checkpoint.mode =
+#: "selective"``, ``selective_ac_option = "op"``), which keeps every other matmul output and so
+#: trades half of full recomputation's memory saving for half its GEMM time
+#: (memory.activations.OP_SAC_SOURCE). Elsewhere it is left out: Megatron's selective recomputes
+#: the attention core, which under a flash or cuDNN kernel frees only the softmax statistics for
+#: a second kernel forward (time.compute.attention_core_recomputed), and the Trainer and DeepSpeed
+#: checkpoint whole layers. ``estimate`` prices it on every stack.
+SELECTIVE_SEARCH = ("fsdp2",)
 _TP_ZERO_REFUSED = ("deepspeed",)  # hf: priced, with a note
 
 

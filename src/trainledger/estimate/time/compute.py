@@ -373,20 +373,36 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
 
     full: every checkpointed layer's forward runs again (lm_head is not recomputed, as in
     Narayanan eq. 3), but for the GEMMs an early-stopping checkpoint skips
-    (:func:`early_stop_skips`). selective: only the attention core (QKᵀ, softmax, ·V) runs again — free with
-    a flash kernel, which keeps no scores to begin with — plus the share of GEMM forwards the
+    (:func:`early_stop_skips`). selective: the attention core (QKᵀ, softmax, ·V) where the stack
+    checkpoints it (:func:`attention_core_recomputed`), plus the share of GEMM forwards the
     stack's selective policy recomputes (torchtitan's op-level SAC: every second matmul).
     """
     r = plan.recipe
     if r.recompute == "full":
         return recompute_fraction(plan) * (layers_fwd - early_stop_flops_per_token(plan)
                                            + attn_executed + adapters)
-    out = 0.0
-    if r.recompute == "selective" and not uses_flash(r.attention):
-        out += attn_executed
-    if r.recompute == "selective":
-        out += _selective_gemm_share(plan) * layers_fwd  # the stack's op-level SAC (stacks/*.yaml)
-    return out
+    if r.recompute != "selective":
+        return 0.0
+    share = _selective_gemm_share(plan)
+    core = attention_core_recomputed(r.attention, share)
+    return core * attn_executed + share * layers_fwd  # the stack's op-level SAC (stacks/*.yaml)
+
+
+def attention_core_recomputed(attention: str, selective_gemms: float) -> float:
+    """Forward passes of the attention core that ``recompute=selective`` runs again in the backward
+    (1 or 0), given the stack's share of recomputed GEMM forwards (``selective_recompute_gemms``).
+
+    Megatron's meaning (share 0): the core is checkpointed whatever kernel computes it. Megatron-LM
+    and Megatron-Core wrap ``core_attention`` in ``tensor_parallel.checkpoint`` when
+    ``recompute_granularity == "selective"`` (megatron/core/transformer/attention.py
+    ``_checkpointed_attention_forward``; Transformer Engine's ``DotProductAttention`` does the same
+    with ``checkpoint_core_attention``), flash and fused kernels included: with them it saves only
+    the softmax statistics, and the kernel's forward runs again. torchtitan's op-level SAC (share
+    > 0) keeps the SDPA kernels' outputs, so a flash kernel is not re-run, while eager attention's
+    bmm and softmax are not on its save list and are."""
+    if selective_gemms == 0 or not uses_flash(attention):
+        return 1.0
+    return 0.0
 
 
 def _selective_gemm_share(plan: Plan) -> float:

@@ -35,7 +35,8 @@ from trainledger.spec.layers import stage_tensors
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
-from trainledger.estimate.time.compute import (FlopCount, checkpoint_stops_early, early_stop_flops_per_token,
+from trainledger.estimate.time.compute import (FlopCount, attention_core_recomputed, checkpoint_stops_early,
+                                              early_stop_flops_per_token,
                                               layer_kinds, lora_gemms, recompute_fraction, step_flops)
 from trainledger.estimate.time.efficiency import (GpuEfficiency, LinkEfficiency, gemm_time_s,
                                                  link_efficiency, wave_efficiency)
@@ -314,7 +315,9 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     width = (m.q_dim if prof.cp_kv_expanded else m.kv_dim) / lay.tp
     kv = tokens * 2 * width * act                      # this rank's K/V chunk
     layers = work.layers
-    fwd_passes = (1.0 + rc) if training else 1.0
+    core_rc = (attention_core_recomputed(plan.recipe.attention, prof.selective_gemms)
+               if training and plan.recipe.recompute == "selective" else 0.0)
+    fwd_passes = (1.0 + rc + core_rc) if training else 1.0  # the ring runs again with the core
     fused = prof.kernels == "megatron"
     mb_f, mb_b = prof.cp_merge_bytes_fused if (fused and prof.cp_merge_bytes_fused) else prof.cp_merge_bytes
     out_el = tokens * m.q_dim / lay.tp   # elements of this rank's attention output

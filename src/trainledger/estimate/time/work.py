@@ -27,8 +27,9 @@ from functools import lru_cache
 
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
-from trainledger.estimate.time.compute import (Gemm, early_stop_skips, layer_kinds, lm_head_gemm, lora_gemms,
-                                              recompute_fraction, skips_masked_blocks, uses_flash)
+from trainledger.estimate.time.compute import (Gemm, attention_core_recomputed, early_stop_skips, layer_kinds,
+                                              lm_head_gemm, lora_gemms, recompute_fraction,
+                                              skips_masked_blocks, uses_flash)
 from trainledger.estimate.time.efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
 
 #: Streaming bytes per element of the layer's small ops, (forward, backward), by runtime.
@@ -220,6 +221,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     bwd_w = (1.0 if frozen else 2.0) if training else 0.0
     rc = recompute_fraction(plan) if training else 0.0
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
+    core_rc = (attention_core_recomputed(r.attention, selective_gemms)
+               if (training and r.recompute == "selective") else 0.0)
     flash = uses_flash(r.attention)
     peft_adapters = frozen and lora_fp32_adapters and r.precision in ("bf16", "fp16", "bf16-mixed", "fp16-mixed")
     autocast = r.precision.endswith("-mixed")
@@ -259,7 +262,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
             t_main += nparams * 2.5 / (hbm * eff.hbm)
         mm += nl * (t_main * (1 + bwd_w + rc + sel) - rc * t_skip
                     + t_lora * ((3.0 + rc) if training else 1.0))
-        att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc)
+        att += nl * _attention_s(plan, kind, tokens, peak16, hbm, eff, flash, training, rc + core_rc)
         moe_k = float(m.moe.top_k) if kind.is_moe and m.moe else 1.0
         ffn = m.moe.expert_intermediate_size if moe_k > 1 and m.moe else m.intermediate_size
         fwd_b, bwd_b = _elementwise_bytes(plan, ffn, moe_k, runtime)
@@ -277,7 +280,8 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
 
 def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff: GpuEfficiency,
                  flash: bool, training: bool, rc: float) -> float:
-    """Seconds of the attention core (scores, softmax, ·V) of one layer, fwd + bwd + recompute."""
+    """Seconds of the attention core (scores, softmax, ·V) of one layer, fwd + bwd + recompute
+    (``rc``: forward passes run again, full recomputation's and selective's of the core)."""
     r, lay = plan.recipe, plan.layout
     s = r.seq_len
     heads = kind.heads / lay.tp
