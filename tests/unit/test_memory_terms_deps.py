@@ -24,7 +24,7 @@ from trainledger.estimate.memory.model import (
 from trainledger.estimate.memory.device import runtime_defaults
 from trainledger.estimate.memory.runtimes import fsdp_sharded
 from trainledger.estimate.memory.phases import (
-    _FORWARD_END_SLACK, ACT_FIELDS, _acts_values, _forward_end_bytes, _states_values, _step_points,
+    _FORWARD_END_SLACK, ACT_FIELDS, _acts_values, _forward_end_floor, _states_values, _step_points,
     _training_parts, acts_key, clear_memos, fit_bytes, fit_or_misfit, states_key,
 )
 from trainledger.estimate.options import MemoryOptions
@@ -209,7 +209,7 @@ def test_resident_states_bound_every_peak(name):
     alone (resident at every moment of a training step): that must never exceed the walked peak, and
     a plan it calls misfit must not fit by the full walk."""
     base = build_plan(PlanInputs(**BASES[name]))
-    seen = 0
+    seen = floors = 0
     for _, p in [("base", base), *_perturbed(base)]:
         if p is None or not p.recipe.is_training:
             continue
@@ -221,11 +221,13 @@ def test_resident_states_bound_every_peak(name):
                 low = sum(int(v) for v in (x.weights, x.master, x.states) if v > 0)
                 assert low <= fit_bytes(p, OPTS)[0], f"{name}: resident states above the peak ({role})"
                 parts = _training_parts(p, OPTS)
-                # the forward-end moment, less its slack, bounds the peak too (where ``_fit`` uses it)
-                if not fsdp_sharded(p) and not (p.runtime.gradient_as_bucket_view and parts.ddp):
-                    fwd = _forward_end_bytes(p, parts)
+                # the forward-end moment (FSDP's without its gathered units), less its slack, bounds
+                # the peak too (where ``_fit`` uses it)
+                fwd = _forward_end_floor(p, parts)
+                if fwd is not None:
                     assert fwd - _FORWARD_END_SLACK <= fit_bytes(p, OPTS)[0], f"{name}: forward end ({role})"
                     assert fwd <= max(sum(d.values()) for _, _, d in _step_points(p, OPTS, runtime_defaults())[1])
+                    floors += fsdp_sharded(p)
                 seen += 1
         full = fit_bytes(p, OPTS)
         if fit_or_misfit(p, OPTS) is None:
@@ -237,6 +239,8 @@ def test_resident_states_bound_every_peak(name):
             got = fit_or_misfit(p, OPTS, limit)
             assert got == full if got is not None else full[1] > limit
     assert seen
+    if "fsdp" in BASES[name].get("framework", ""):
+        assert floors  # the FSDP floor was checked
 
 
 @pytest.mark.parametrize("name", ["hf-1gpu", "hf-pp2-lora", "mcore-tp2-pp2-fp8"])

@@ -18,7 +18,7 @@ from trainledger.spec.runtime import Runtime
 from trainledger.estimate.memory.model import (
     PARTS_FIELDS, Parts, activations, clear_local_params, inference, model_states,
 )
-from trainledger.estimate.memory.runtimes import fsdp_points, fsdp_sharded
+from trainledger.estimate.memory.runtimes import fsdp_forward_terms, fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, busier, pressure
 from trainledger.estimate.memo import KeyedMemo
@@ -382,18 +382,16 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
         reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt)
         if reserved + context + workspace > bound:
             return None
-        if not fsdp_sharded(plan):  # (FSDP walks moments of its own: runtimes.fsdp_points)
-            parts = _training_parts(plan, opts)
-            # (with DDP's gradient_as_bucket_view the buckets replace the gradients in every moment)
-            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
-                # nor when the forward-end moment, one of the walk's moments, exceeds it: the peak is
-                # the integer sum of the largest moment's positive terms, less than a byte each below
-                # their sum (``_FORWARD_END_SLACK`` bytes cover the moment's terms and the float sums)
-                low = _forward_end_bytes(plan, parts) - _FORWARD_END_SLACK
-                if low > 0:
-                    reserved, context, workspace = _device_bytes(int(low), opts, rt)
-                    if reserved + context + workspace > bound:
-                        return None
+        parts = _training_parts(plan, opts)
+        # nor when the forward-end moment, one of the walk's moments, exceeds it (FSDP's without its
+        # gathered units, whose shapes the walk reads: runtimes.fsdp_forward_terms): the peak is
+        # the integer sum of the largest moment's positive terms, less than a byte each below
+        # their sum (``_FORWARD_END_SLACK`` bytes cover the moment's terms and the float sums)
+        low = _forward_end_floor(plan, parts)
+        if low is not None and low - _FORWARD_END_SLACK > 0:
+            reserved, context, workspace = _device_bytes(int(low - _FORWARD_END_SLACK), opts, rt)
+            if reserved + context + workspace > bound:
+                return None
     points = step_points(plan, opts, rt, parts)[1]
     # ``peak_bytes`` without its breakdown: the same moment, the same integer sum of its terms
     totals = [sum(d.values()) for _, _, d in points]
@@ -401,6 +399,17 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
     peak = sum([int(v) for v in points[i_peak][2].values() if v > 0])
     reserved, context, workspace = _device_bytes(peak, opts, rt)
     return peak, reserved + context + workspace, budget
+
+
+def _forward_end_floor(plan: Plan, parts: Parts) -> float | None:
+    """The forward-end moment's bytes, or for FSDP all of it but its gathered units: at most the
+    peak's; None with DDP's gradient_as_bucket_view (the buckets replace the gradients in every
+    moment, which ``_forward_end_bytes`` does not)."""
+    if fsdp_sharded(plan):
+        return sum(fsdp_forward_terms(plan, parts).values())
+    if plan.runtime.gradient_as_bucket_view and parts.ddp:
+        return None
+    return _forward_end_bytes(plan, parts)
 
 
 #: bytes below the forward-end moment's total that the peak (an integer sum of at most ~16 terms,
@@ -435,11 +444,9 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
         low = _resident_bytes(plan)
         if low > capacity:
             return Pressure(0.0, float(low), capacity, f, False)
-        if not fsdp_sharded(plan):  # nor when the forward-end moment exceeds it (see ``_fit``)
-            parts = _training_parts(plan, opts)
-            if not (plan.runtime.gradient_as_bucket_view and parts.ddp):
-                fwd = _forward_end_bytes(plan, parts)  # one of the walk's moments (or less: grads_static)
-                if fwd > capacity:
-                    return Pressure(0.0, fwd, capacity, f, False)
+        parts = _training_parts(plan, opts)  # nor when the forward-end moment exceeds it (see ``_fit``)
+        fwd = _forward_end_floor(plan, parts)  # one of the walk's moments (or less: grads_static, FSDP)
+        if fwd is not None and fwd > capacity:
+            return Pressure(0.0, fwd, capacity, f, False)
     x, points = step_points(plan, opts, rt, parts)
     return pressure(plan, points, capacity, f, x.n_layers)

@@ -78,7 +78,11 @@ def framework(plan: Any) -> str:
 
 def torch_tp(plan: Any) -> bool:
     """TP is torch's parallelize_module (replicated embedding/norms/head unless SP / loss parallel)."""
-    return plan.layout.tp > 1 and framework(plan) in ("hf", "fsdp2", "pytorch-fsdp")
+    return _torch_tp(plan.layout.tp, framework(plan))
+
+
+def _torch_tp(tp: int, fw: str) -> bool:
+    return tp > 1 and fw in ("hf", "fsdp2", "pytorch-fsdp")
 
 
 def sixteen_bit_model(plan: Any) -> bool:
@@ -176,30 +180,42 @@ def _layer_shapes(m: Any, i: int, t: int, n: int, flat: bool) -> tuple[float, fl
     return full, local
 
 
+@lru_cache(maxsize=4096)
+def _stage_shapes(m: Any, count: int, t: int, n: int, flat: bool) -> tuple[float, float, float]:
+    """(largest gathered layer, largest rank-0 layer shard, sum of the shards) over decoder layers
+    0..count-1: the per-layer walk once per model, TP degree and shard group (the planner asks
+    for the same stage thousands of times)."""
+    per = [_layer_shapes(m, i, t, n, flat) for i in range(count)]
+    return max(f for f, _ in per), max(lo for _, lo in per), sum(lo for _, lo in per)
+
+
 def shapes(plan: Any) -> Shapes:
-    m, lay = plan.model, plan.layout
-    n = shard_group(plan) if fsdp_sharded(plan) else 1
-    t = lay.tp
-    flat = framework(plan) == "pytorch-fsdp"
+    lay = plan.layout
     n_layers, _ = layers_on_stage(plan)
-    full0, local0 = _layer_shapes(m, 0, t, n, flat)
-    fulls, locals_ = [], []
-    for i in range(min(n_layers, m.num_layers)):
-        f, lo = _layer_shapes(m, i, t, n, flat)
-        fulls.append(f)
-        locals_.append(lo)
+    return _shapes(plan.model, framework(plan), shard_group(plan) if fsdp_sharded(plan) else 1, lay.tp,
+                   lay.sp, plan.runtime.loss_parallel, lay.pp, n_layers)
+
+
+@lru_cache(maxsize=4096)
+def _shapes(m: Any, fw: str, n: int, t: int, sp: bool, loss_parallel: bool, pp: int,
+            n_layers: int) -> Shapes:
+    """``shapes`` from what it reads of the plan: the model, the stack, the shard group, the TP
+    degree with its sequence and loss parallelism, the pipeline depth and the stage's layers."""
+    flat = fw == "pytorch-fsdp"
+    tt = _torch_tp(t, fw)
+    layer_full, layer_local, layers_local = _stage_shapes(m, min(n_layers, m.num_layers), t, n, flat)
     h, V = m.hidden_size, m.vocab_size
-    sh_emb = plan.model.params.embedding
-    vocab_split = t if (torch_tp(plan) and lay.sp) or (not torch_tp(plan) and t > 1) else 1
+    sh_emb = m.params.embedding
+    vocab_split = t if (tt and sp) or (not tt and t > 1) else 1
     emb_full = sh_emb / vocab_split
-    head_split = t if (not torch_tp(plan) and t > 1) or (torch_tp(plan) and (lay.sp or plan.runtime.loss_parallel)) else 1
+    head_split = t if (not tt and t > 1) or (tt and (sp or loss_parallel)) else 1
     from trainledger.estimate.memory.states import model_shape
 
     head_full = model_shape(m).lm_head / head_split
-    if torch_tp(plan) and not head_full and (lay.sp or plan.runtime.loss_parallel):
+    if tt and not head_full and (sp or loss_parallel):
         head_full = V * h / head_split  # parallelize_module unties a tied head (own DTensor)
     norm_full = float(h)
-    if lay.pp > 1:
+    if pp > 1:
         # FSDP + PP (torchtitan: fully_shard on each pipeline stage's module): the first stage holds
         # the embedding, the last the final norm and lm_head (a tied head as its own copy); the
         # busiest stage is the one with the larger of the two, as for the other stacks
@@ -216,7 +232,7 @@ def shapes(plan: Any) -> Shapes:
         emb_local = _rows(V / vocab_split, n) * (emb_full / max(V / vocab_split, 1))
         head_local = _rows(V / head_split, n) * h if head_full else 0.0
         norm_local = _rows(h, n) if norm_full else 0.0
-    return Shapes(layer_full=max(fulls), layer_local=max(locals_), layers_local=sum(locals_),
+    return Shapes(layer_full=layer_full, layer_local=layer_local, layers_local=layers_local,
                   emb_full=emb_full, emb_local=emb_local, head_full=head_full, head_local=head_local,
                   norm_full=norm_full, norm_local=norm_local)
 
@@ -309,6 +325,17 @@ def fsdp_parts(plan: Any) -> FsdpParts:
     return f
 
 
+def fsdp_forward_terms(plan: Any, x: Any) -> dict[str, float]:
+    """The forward-end moment of an FSDP step (``fsdp_points``' loss moment) but for its gathered
+    parameters (``zero_buffers``), which need the FSDP units' shapes: a lower bound of the step's
+    peak from the parts alone (``phases._fit`` rejects a plan on it without the walk)."""
+    g_prev = x.grads if plan.recipe.grad_accum > 1 else 0.0
+    return {"weights": x.weights, "master_weights": x.master, "optimizer_states": x.states,
+            "gradients": g_prev, "autocast_weight_copies": x.copies,
+            "activations": x.acts + x.head_saves + x.head_out, "logits": x.logits_fwd,
+            "dynamic_cache": x.cache, "other": x.inputs}
+
+
 def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     """The moments of an FSDP training step (see the module docstring), term -> bytes."""
     f = fsdp_parts(plan)
@@ -332,9 +359,7 @@ def fsdp_points(plan: Any, x: Any) -> list[tuple[str, str, dict[str, float]]]:
     last_ag = 0.0
     if framework(plan) == "fsdp2" and shard_group(plan) > 1:
         last_ag = f.head_gathered or f.layer_gathered
-    fwd = dict(base, gradients=g_prev, autocast_weight_copies=x.copies,
-               activations=x.acts + x.head_saves + x.head_out, logits=x.logits_fwd,
-               dynamic_cache=x.cache, other=x.inputs, zero_buffers=gathered_fwd + last_ag)
+    fwd = dict(fsdp_forward_terms(plan, x), zero_buffers=gathered_fwd + last_ag)
     # backward starts by gathering (prefetching) the head group, or else the last layer; without
     # reshard-after-forward they are still gathered from forward
     prefetch = (f.head_gathered or f.layer_gathered) if f.reshard else 0.0
