@@ -40,7 +40,8 @@ from trainledger.load.hf import load_model
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import stack_limits, stack_optimizer
-from trainledger.planner.candidates import Candidate, Rejected
+from trainledger.units import SECONDS_PER_DAY
+from trainledger.planner.candidates import Candidate, Rejected, deadline_s
 from trainledger.planner.job import EXAMPLE_JOB, Job, RankBy
 from trainledger.planner.space import Space, run_search
 
@@ -150,11 +151,39 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
                           key=lambda c: (c.plan.cluster.gpu.name, c.plan.cluster.world_size))
         cands = [c for c in cands if c.cost_usd is not None]
     ranked = rank(cands, job)
+    for c in ranked[: job.top] + unpriced[: job.top]:
+        c.risks += deadline_risks(c, job)
     elapsed = time.perf_counter() - t0  # of this search (the alternatives' own searches excluded)
     alts = alternatives(asked_job, model) if not ranked and not unpriced and with_alternatives else []
     return SearchResult(job=job, plans=ranked[: job.top], rejected=rejected, evaluated=evaluated,
                         elapsed_s=elapsed, gpu_count=counts, unpriced=unpriced[: job.top],
                         alternatives=alts)
+
+
+def deadline_risks(c: Candidate, job: Job) -> list[str]:
+    """A plan meets the deadline by its step-time estimate; the risk that it does not, from the
+    interval around that estimate (the accuracy suite's p10/p90 residuals for its stack and GPU
+    family, ``estimate.time.intervals``): the run with interruptions at the interval's upper end
+    past the deadline, or its whole interval past it (a family the model predicts too fast)."""
+    deadline = deadline_s(job)
+    wall = c.wall_s(job.cost_options)
+    iv = c.time.interval if c.time is not None else None
+    if not deadline or wall is None or not iv:
+        return []
+    lo, hi = wall * iv["factor_p10"], wall * iv["factor_p90"]
+    if hi <= deadline:
+        return []
+    span = f"{lo / SECONDS_PER_DAY:.1f}-{hi / SECONDS_PER_DAY:.1f} days with interruptions"
+    if lo > deadline:
+        return [f"deadline likely missed: the run takes {span} at p10-p90 ({iv['basis']}), all "
+                f"past the {job.deadline_days:g}-day deadline"]
+    return [f"deadline at risk: the run takes {span} at p10-p90 ({iv['basis']}); the "
+            f"{job.deadline_days:g}-day deadline sits at about p{_share_within(lo, hi, deadline):.0f}"]
+
+
+def _share_within(lo: float, hi: float, deadline: float) -> float:
+    """The percentile of the interval at the deadline, reading p10..p90 as linear in between."""
+    return 10 + 80 * (deadline - lo) / (hi - lo) if hi > lo else 50
 
 
 #: the stacks that run every layout the planner searches (spec.runtime: no stack limits)
