@@ -176,6 +176,18 @@ def test_plan_endpoint_matches_the_planner(client):
     assert client.post("/api/plan", json={"gpus": ["nope"]}).json()["field"] == "plan_gpus"
 
 
+def test_plan_endpoint_takes_the_deadline_quantile(client):
+    from trainledger.planner.search import Job, search
+
+    job = {"model": "llama-3.2-1b", "tokens": 20e9, "deadline_days": 1, "gpus": ["h100-sxm"], "max_gpus": 64,
+           "deadline_quantile": "p90"}
+    body = client.post("/api/plan", json=job).json()
+    want = search(Job(**{**job, "gpus": tuple(job["gpus"])})).to_dict()
+    assert want["job"]["deadline_quantile"] == "p90"
+    assert [(p["gpu"], p["gpus"]) for p in body["result"]["plans"]] == [(p["gpu"], p["gpus"]) for p in want["plans"]]
+    assert client.post("/api/plan", json={**job, "deadline_quantile": "p99"}).json()["field"] == "deadline_quantile"
+
+
 def test_report_and_export_downloads(client):
     r = client.post("/api/report", json={"inputs": {"model": "llama-3.2-1b", "gpu": "l40s"}})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")

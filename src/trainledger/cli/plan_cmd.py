@@ -106,6 +106,8 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         "job (the built-in example with " + ", ".join(_FLAG_OF.get(k, "--" + k.replace("_", "-")) for k in changed) + ")")
     tokens = f"{fmt_params(job['tokens'])} tokens" if job.get("tokens") else "no token budget"
     deadline = f", deadline {job['deadline_days']:g} days" if job.get("deadline_days") else ""
+    if deadline and job.get("deadline_quantile", "estimate") != "estimate":
+        deadline += f" at the time interval's {job['deadline_quantile']}"
     docs = f" (packed docs of {job['doc_len']})" if job.get("doc_len") else ""
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {job['framework']}), seq {job['seq_len']}"
                f"{docs}, {tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
@@ -186,7 +188,7 @@ _FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--
 _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
                  "lora_rank", "headroom", "corpus")
 #: the planner's own flags, generated from its Job fields
-_JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "max_gpus", "rank_by", "top")
+_JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "deadline_quantile", "max_gpus", "rank_by", "top")
 
 
 def _example_default(name: str) -> str | None:

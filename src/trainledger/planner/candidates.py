@@ -234,6 +234,17 @@ def deadline_s(job: Job) -> float | None:
     return job.deadline_days * SECONDS_PER_DAY if job.deadline_days else None
 
 
+def deadline_wall_s(c: Candidate, job: Job) -> float | None:
+    """The run's wall time with interruptions that the job's deadline is checked against: the
+    estimate's, or with ``Job.deadline_quantile`` p90 the upper end of its interval (the time
+    estimate's ``interval``, estimate/time/intervals.py). None without a token budget."""
+    wall = c.wall_s(job.cost_options)
+    iv = c.time.interval if c.time is not None else None
+    if wall is None or job.deadline_quantile == "estimate" or not iv:
+        return wall
+    return wall * iv["factor_p90"]
+
+
 def layout_for(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp: int = 1,
             ep: int = 1) -> Layout:
     return Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, offload=offload, sp=tp > 1,

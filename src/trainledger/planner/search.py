@@ -176,9 +176,10 @@ def deadline_risks(c: Candidate, job: Job) -> list[str]:
     span = f"{lo / SECONDS_PER_DAY:.1f}-{hi / SECONDS_PER_DAY:.1f} days with interruptions"
     if lo > deadline:
         return [f"deadline likely missed: the run takes {span} at p10-p90 ({iv['basis']}), all "
-                f"past the {job.deadline_days:g}-day deadline"]
+                f"past the {job.deadline_days:g}-day deadline (--deadline-quantile p90 plans for it)"]
     return [f"deadline at risk: the run takes {span} at p10-p90 ({iv['basis']}); the "
-            f"{job.deadline_days:g}-day deadline sits at about p{_share_within(lo, hi, deadline):.0f}"]
+            f"{job.deadline_days:g}-day deadline sits at about p{_share_within(lo, hi, deadline):.0f} "
+            "(--deadline-quantile p90 plans for the upper end)"]
 
 
 def _share_within(lo: float, hi: float, deadline: float) -> float:

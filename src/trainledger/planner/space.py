@@ -19,7 +19,7 @@ from trainledger.spec.runtime import (
 )
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
-    KNOBS, Rejected, cluster_for, deadline_s, evaluate, gpu_counts, layout_for, memory_options,
+    KNOBS, Rejected, cluster_for, deadline_s, deadline_wall_s, evaluate, gpu_counts, layout_for, memory_options,
 )
 
 _PP = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -346,11 +346,9 @@ def run_search(space: Space, configs: list[tuple[GpuSpec, int, NetworkSpec]],
             seen += found
             mem_bound = mem_bound or n
             best = min(found, key=lambda c: c.compute.step_time_s)
-            wall = best.wall_s(space.job.cost_options) if deadline else None
+            wall = deadline_wall_s(best, space.job) if deadline else None
             if deadline and wall is not None and wall > deadline:
-                rejected.append(Rejected(best.plan, f"misses the {space.job.deadline_days:g}-day "
-                                         f"deadline: {wall / 86400:.1f} days with interruptions "
-                                         f"({best.total_s / 86400:.1f} without)", gpu.name, n,
+                rejected.append(Rejected(best.plan, _missed_reason(best, space.job, wall), gpu.name, n,
                                          space.framework))
                 missed = max(missed, n)
                 continue
@@ -389,13 +387,12 @@ def _beyond_budget(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, 
     count tried), then the bisection of :func:`_refine` between the last miss and the first hit —
     the count the search would answer with --max-gpus at that grid point. Its plans are not
     candidates (the budget excludes them); None when no count up to that factor meets it."""
-    opts = space.job.cost_options
     lo = missed
     for n in gpu_counts(per_node, missed * BEYOND_BUDGET_FACTOR):
         if n <= missed:
             continue
         found = _count_search(space, gpu, per_node, net, n, st, [])
-        if _meeting(found, opts, deadline):
+        if _meeting(found, space.job, deadline):
             hit = _refine(space, gpu, per_node, net, lo, n, deadline, st, []) if n - lo > per_node else None
             return hit.plan.cluster.world_size if hit is not None else n
         if found:
@@ -403,9 +400,18 @@ def _beyond_budget(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, 
     return None
 
 
-def _meeting(cands: list, opts: Any, deadline: float) -> list:
-    """The candidates whose wall time with interruptions is within the deadline."""
-    return [c for c in cands if (w := c.wall_s(opts)) is not None and w <= deadline]
+def _meeting(cands: list, job: Any, deadline: float) -> list:
+    """The candidates whose wall time with interruptions (at the job's deadline quantile:
+    ``candidates.deadline_wall_s``) is within the deadline."""
+    return [c for c in cands if (w := deadline_wall_s(c, job)) is not None and w <= deadline]
+
+
+def _missed_reason(c: Any, job: Any, wall: float) -> str:
+    days = f"misses the {job.deadline_days:g}-day deadline: {wall / 86400:.1f} days with interruptions"
+    if job.deadline_quantile == "estimate":
+        return f"{days} ({c.total_s / 86400:.1f} without)"
+    return (f"{days} at the {job.deadline_quantile} of its interval ({c.wall_s(job.cost_options) / 86400:.1f} "
+            "estimated)")
 
 
 def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,
@@ -417,10 +423,9 @@ def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int
     while b - a > 1:
         mid = (a + b) // 2
         found = _count_search(space, gpu, per_node, net, mid * per_node, st, [])
-        opts = space.job.cost_options
-        ok = _meeting(found, opts, deadline)
+        ok = _meeting(found, space.job, deadline)
         if ok:
-            best, b = min(ok, key=lambda c: c.wall_s(opts)), mid
+            best, b = min(ok, key=lambda c: deadline_wall_s(c, space.job)), mid
         else:
             a = mid
     return best
@@ -442,14 +447,14 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
     on, after one check at the largest of them (a family that misses there cannot meet below).
     Families are tried in order of the GPU time they took where the search met them, so the bound
     shrinks early. The answer's count is then searched in full for its fastest plan."""
-    opts = space.job.cost_options
+    job = space.job
     fams: dict[tuple, Any] = {}
     missed: dict[tuple, int] = {}  # the largest count each family missed on: it misses below too
-    for c in sorted(seen, key=lambda c: c.plan.cluster.world_size * (c.wall_s(opts) or float("inf"))):
+    for c in sorted(seen, key=lambda c: c.plan.cluster.world_size * (deadline_wall_s(c, job) or float("inf"))):
         lay, r = c.plan.layout, c.plan.recipe
         key = (lay.tp, lay.pp, lay.cp, lay.ep, lay.vp, lay.zero, lay.offload, r.recompute, r.micro_batch)
         fams.setdefault(key, c)
-        w = c.wall_s(opts)
+        w = deadline_wall_s(c, job)
         if w is None or w > deadline:
             missed[key] = max(missed.get(key, 0), c.plan.cluster.world_size)
     tol = _tolerance(space)
@@ -465,7 +470,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
         if total is None:
             return None
         c = evaluate(plan, space.job, total)
-        return c if _meeting([c], opts, deadline) else None
+        return c if _meeting([c], job, deadline) else None
 
     for key in fams:
         tp, pp, cp, ep, vp, _, _, _, mb = key
@@ -502,7 +507,7 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
     if best is None:
         return None
     found = _count_search(space, gpu, per_node, net, bound, st, [])
-    return min(_meeting(found, opts, deadline) + [best], key=lambda c: c.wall_s(opts))
+    return min(_meeting(found, job, deadline) + [best], key=lambda c: deadline_wall_s(c, job))
 
 
 def _bound_row(gpu, per_node, net, mem_bound, time_bound, deadline) -> dict[str, Any]:

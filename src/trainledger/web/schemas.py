@@ -113,7 +113,8 @@ PLAN_LIMITS: dict[str, dict[str, Any]] = {
     "deadline_days": {"le": 3650}, "max_gpus": {"default": 512, "le": MAX_WEB_GPUS}, "top": {"le": 50},
 }
 _PLAN_FIELDS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "doc_len",
-                "global_batch", "tokens", "deadline_days", "max_gpus", "lora_rank", "headroom", "rank_by", "top")
+                "global_batch", "tokens", "deadline_days", "deadline_quantile", "max_gpus", "lora_rank", "headroom",
+                "rank_by", "top")
 
 #: POST /api/plan: a planner job (see `trainledger plan`); ``gpus`` are candidate GPU names.
 PlanRequest = create_model(

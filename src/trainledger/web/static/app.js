@@ -395,7 +395,7 @@ function fillSelect(sel, values, optional) {
 
 async function init() {
   const [opts, gpus, presets] = await Promise.all([api("/api/options"), api("/api/gpus"), api("/api/presets")]);
-  defaults = { ...opts.defaults, max_gpus: "512", rank_by: "time" };
+  defaults = { ...opts.defaults, max_gpus: "512", rank_by: "time", deadline_quantile: "estimate" };
   for (const sel of document.querySelectorAll("select[data-options]")) {
     fillSelect(sel, opts[sel.dataset.options] || [], sel.dataset.optional === "1");
   }
