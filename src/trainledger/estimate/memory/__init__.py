@@ -154,7 +154,8 @@ def _notes(plan: Plan) -> list[str]:
                    "every other matmul output, the SDPA output and the reduce-scatter outputs (activations.OP_SAC_SOURCE)")
     elif r.recompute == "selective":
         out.append("selective recomputation checkpoints the attention core (Korthikanti et al. 2022 §4.2): "
-                   "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead")
+                   "it saves the s×s scores of eager attention; with sdpa/flash it keeps q, k, v after RoPE instead "
+                   "and frees only the softmax statistics, for a second kernel forward in the backward")
     if r.dropout > 0 and r.method not in ("lora", "qlora"):
         out.append("dropout > 0: dropout masks and (on CPU) SDPA's math fallback are not modeled")
     if plan.model.model_type in ("gpt2", "gpt_neox", "phi", "phi3"):
