@@ -119,7 +119,8 @@ def one_run(rs: list[dict[str, Any]]) -> dict[str, Any]:
             "without_outliers": {"outlier_rows": len(outlier), "pairs": len(clean),
                                  "median": statistics.median(clean) if clean else None,
                                  "p90": _bench().quantile(clean, 0.9) if clean else None},
-            "signed_by_stack": {k: {"n": len(v), "p10": _bench().quantile(v, 0.1), "p90": _bench().quantile(v, 0.9)}
+            "signed_by_stack": {k: {"n": len(v), "p10": _bench().quantile(v, 0.1), "p90": _bench().quantile(v, 0.9),
+                                    "median": statistics.median(v)}
                                 for k, v in signed.items()}}
 
 
@@ -131,7 +132,8 @@ def write_calibrated_intervals(res: dict[str, Any]) -> Path:
 
     path = intervals._path()
     data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
-    data["calibrated"] = {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4)}
+    data["calibrated"] = {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4),
+                              "median": round(v["median"], 4)}
                           for k, v in res["one_run"]["signed_by_stack"].items() if v["n"] >= 5}
     path.write_text("# generated; do not edit by hand\n" + yaml.safe_dump(data, sort_keys=True),
                     encoding="utf-8")

@@ -626,7 +626,8 @@ def write_intervals(summary: dict[str, Any], rows: list[dict[str, Any]]) -> Path
             gpus_max[key] = max(gpus_max.get(key, 0), int(r["gpus"]))
     data = {"source": "bench/time_accuracy.py --write-intervals: p10/p90 of the signed rate error "
                       "(pred/meas - 1) of the primary cases, per stack/GPU family",
-            "pooled": {"n": len(sg), "p10": round(quantile(sg, 0.1), 4), "p90": round(quantile(sg, 0.9), 4)},
+            "pooled": {"n": len(sg), "p10": round(quantile(sg, 0.1), 4), "p90": round(quantile(sg, 0.9), 4),
+                       "median": round(statistics.median(sg), 4)},
             "stacks": {k: {"n": v["n"], "p10": round(v["p10"], 4), "p90": round(v["p90"], 4),
                            "median": round(v["bias"], 4), "gpus_max": gpus_max[k]}
                        for k, v in summary["by_stack"].items()}}

@@ -85,3 +85,13 @@ def test_deadline_quantile_p90_plans_for_the_interval_upper_end():
     # the count it missed on says so, at p90
     assert any("at the p90 of its interval" in r.reason for r in res.rejected
                if r.gpus == est.plan.cluster.world_size)
+
+
+def test_deadline_quantile_p50_reads_the_interval_median(cand_job):
+    c, job = cand_job
+    iv = c.time.interval
+    wall = c.wall_s(job.cost_options)
+    at = {q: deadline_wall_s(c, job.model_copy(update={"deadline_quantile": q})) for q in ("estimate", "p50", "p90")}
+    assert at["estimate"] == wall
+    assert at["p50"] == pytest.approx(wall * iv["factor_p50"])
+    assert at["p90"] == pytest.approx(wall * iv["factor_p90"])

@@ -6,7 +6,7 @@ import pytest
 
 from trainledger.load.catalog import load_gpu, load_network
 from trainledger.estimate.time.efficiency import for_gpu
-from trainledger.estimate.time.intervals import rate_interval
+from trainledger.estimate.time.intervals import rate_interval, time_interval
 from trainledger.estimate.options import TimeOptions
 from trainledger.estimate.time.stack import DVFS_EXPONENT, clock_scale, stack_profile
 from trainledger.estimate.time import estimate_compute
@@ -103,6 +103,27 @@ def test_every_time_figure_has_an_interval():
     assert d["mfu_interval"]["p10"] <= d["mfu"] <= d["mfu_interval"]["p90"]
     lo, hi, basis = rate_interval("deepspeed", "cdna")
     assert lo < 0 < hi and "pooled" in basis
+
+
+def test_interval_median_is_the_stored_residual_median():
+    import yaml
+
+    from trainledger.estimate.time import intervals
+
+    table = yaml.safe_load(intervals._path().read_text(encoding="utf-8"))
+    fsdp2 = table["stacks"]["fsdp2/hopper"]
+    iv = time_interval(2.0, "fsdp2", "hopper", gpus=8)
+    assert iv["factor_p50"] == pytest.approx(1 + fsdp2["median"])
+    assert iv["p50"] == pytest.approx(2.0 * (1 + fsdp2["median"]))
+    assert iv["factor_p10"] <= iv["factor_p50"] <= iv["factor_p90"]
+    # an unseen stack/family: the pooled median, widened as the interval is
+    pooled = table["pooled"]
+    unseen = time_interval(1.0, "deepspeed", "cdna")
+    assert unseen["factor_p50"] == pytest.approx(1 + pooled["median"] * intervals.UNSEEN_WIDENING)
+    cal = table["calibrated"]["fsdp2/hopper"]
+    assert time_interval(1.0, "fsdp2", "hopper", calibrated=True)["factor_p50"] == pytest.approx(1 + cal["median"])
+    # a table row without a median (an older file) reads the middle of its interval
+    assert intervals._row({"p10": -0.1, "p90": 0.3}) == (-0.1, pytest.approx(0.1), 0.3)
 
 
 def test_one_gpu_measurements_bound_one_gpu_plans_only():

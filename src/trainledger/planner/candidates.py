@@ -156,7 +156,7 @@ def plan_risks(plan: Plan, device_total: int, comp: ComputeEstimate) -> list[str
                    "will retry (free its cache and synchronize); FSDP steps measured 38% slower with "
                    "46 cudaMalloc retries (pytorch/pytorch#104509) - the step time does not include it")
     elif left < RISK_HEADROOM:
-        out.append(f"headroom {100 * left:.0f}% < {100 * RISK_HEADROOM:.0f}%: allocator fragmentation "
+        out.append(f"headroom {100 * left:.1f}% < {100 * RISK_HEADROOM:.0f}%: allocator fragmentation "
                    "or a longer sample can run out of memory")
     if lay.tp > cl.gpus_per_node:
         out.append(f"TP={lay.tp} spans nodes: every layer's collectives cross the network")
@@ -236,13 +236,13 @@ def deadline_s(job: Job) -> float | None:
 
 def deadline_wall_s(c: Candidate, job: Job) -> float | None:
     """The run's wall time with interruptions that the job's deadline is checked against: the
-    estimate's, or with ``Job.deadline_quantile`` p90 the upper end of its interval (the time
-    estimate's ``interval``, estimate/time/intervals.py). None without a token budget."""
+    estimate's, or with ``Job.deadline_quantile`` p50 / p90 the median / upper end of its interval
+    (the time estimate's ``interval``, estimate/time/intervals.py). None without a token budget."""
     wall = c.wall_s(job.cost_options)
     iv = c.time.interval if c.time is not None else None
     if wall is None or job.deadline_quantile == "estimate" or not iv:
         return wall
-    return wall * iv["factor_p90"]
+    return wall * iv[f"factor_{job.deadline_quantile}"]
 
 
 def layout_for(tp: int, pp: int, dp: int, zero: int, offload: str, vp: int = 1, cp: int = 1,

@@ -19,7 +19,7 @@ from trainledger.spec.runtime import Framework
 __all__ = ["EXAMPLE_JOB", "DeadlineQuantile", "Job", "RankBy"]
 
 RankBy = Literal["time", "cost", "gpus"]
-DeadlineQuantile = Literal["estimate", "p90"]
+DeadlineQuantile = Literal["estimate", "p50", "p90"]
 
 #: the job fields the planner shares with ``PlanInputs``: declared there once, reused here as they are
 _SHARED = PlanInputs.model_fields
@@ -44,9 +44,10 @@ class Job(Spec):
     tokens: float | None = _SHARED["tokens"]
     deadline_days: float | None = Field(None, gt=0, description="wall-clock deadline in days")
     deadline_quantile: DeadlineQuantile = Field(
-        "estimate", description="the run time the deadline is checked against: the estimate, or p90, "
-        "the upper end of its interval (the accuracy suite's residuals for the plan's stack and GPU "
-        "family): a plan then meets the deadline unless the model is off by more than 9 runs in 10")
+        "estimate", description="the run time the deadline is checked against: the estimate, p50 (the "
+        "estimate corrected by the median of the accuracy suite's residuals for the plan's stack and "
+        "GPU family) or p90, the upper end of its interval: a plan then meets the deadline unless the "
+        "model is off by more than 9 runs in 10")
     max_gpus: int = Field(1024, gt=0, le=1_000_000, description="GPU budget (largest count searched)")
     gpus: tuple[str, ...] = Field((), description="candidate GPU types [all catalog GPUs]")
     gpus_per_node: tuple[int, ...] = Field((), description="node sizes [8]")
