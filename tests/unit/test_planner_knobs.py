@@ -88,3 +88,44 @@ def test_costlier_orders_the_knobs():
     assert _costlier((1, "full", "none"), (1, "selective", "none"))
     assert not _costlier((1, "full", "none"), (3, "none", "none"))  # a trade, both are tried
     assert not _costlier((3, "none", "none"), (3, "none", "none"))
+
+
+def test_a_deeper_pipeline_that_drops_recomputation_is_searched():
+    # a 13B under DeepSpeed on 8 H100 (its pipeline engine runs ZeRO <= 1): tp1 pp2 and pp4 fit only
+    # with full recomputation and are slower than pp1, while pp8 fits without it. A depth whose plans
+    # recompute must not end the search over depths (space.cheapest).
+    job = dict(model="llama-2-13b", framework="deepspeed", seq_len=4096, global_batch=256)
+    res = search(Job(**job, gpus=("h100-sxm",), max_gpus=8, rank_by="time", deadline_days=None))
+    (cand,) = [c for c in res.plans + res.unpriced if c.plan.cluster.world_size == 8]
+    by_hand = build_plan(PlanInputs(**job, gpu="h100-sxm", gpus=8, pp=8, zero=1, recompute="none",
+                                    micro_batch=1, method="full"))
+    fit = fit_or_misfit(by_hand, memory_options())
+    assert fit is not None and fit[1] <= fit[2]
+    assert cand.compute.tokens_per_s_per_gpu >= estimate_compute(by_hand).tokens_per_s_per_gpu * 0.9999
+
+
+def test_optimizer_offload_fits_a_70b_on_one_node():
+    # ZeRO-3 with the optimizer (fp32 master, gradients' fp32 copy, Adam moments) offloaded to host
+    # RAM (Ren et al. 2021, ZeRO-Offload): a 70B trains on 8 H100 where the states alone would need
+    # 70.6e9 x 16 B / 8 = 141 GB per GPU. The planner's lower bound counts only what stays on the
+    # GPUs (16-bit weights and gradients), so it searches that count.
+    res = search(Job(model="llama-3.1-70b", framework="megatron-core", tokens=2e9, gpus=("h100-sxm",),
+                     max_gpus=8, rank_by="time", deadline_days=None))
+    (cand,) = [c for c in res.plans + res.unpriced if c.plan.cluster.world_size == 8]
+    assert cand.plan.layout.offload == "optimizer"
+
+
+def test_offloaded_states_must_fit_the_node_host_ram():
+    from trainledger.estimate.run.host import offloaded_states_bytes
+    from trainledger.planner.space import _host_fits
+
+    def plan(ram_gib):
+        return build_plan(PlanInputs(model="llama-3.1-70b", framework="megatron-core", gpu="h100-sxm", gpus=16,
+                                     zero=3, offload="optimizer", recompute="full", host_ram_gib=ram_gib))
+
+    p = plan(2048)
+    n = p.model.params.total
+    # each node holds its 8 GPUs' shares (1/16 each) of fp32 master + fp32 gradient + two fp32 moments
+    assert offloaded_states_bytes(p) == pytest.approx(8 * n / 16 * 16, rel=1e-3)
+    assert _host_fits(p)
+    assert not _host_fits(plan(512))  # 565 GB of states > 512 GiB installed

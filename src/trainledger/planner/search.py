@@ -96,13 +96,16 @@ def default_global_batch(job: Job) -> int:
 
 
 def _state_bytes_lower_bound(model: ModelSpec, recipe: Recipe) -> float:
-    """Bytes of weights + trainable states of the whole model (sharded perfectly, nothing else)."""
+    """Bytes of the whole model that no searched layout moves off the GPUs (sharded perfectly,
+    nothing else): the weights and, training all of them, their gradients, each at 2 bytes at
+    least (4 in fp32). The optimizer states and fp32 master weights are not counted: the planner's
+    last memory knob offloads them to host memory (ZeRO-3 with optimizer offload)."""
     p = model.params.total
     if recipe.method in ("lora", "qlora"):
         return p * (0.5 if recipe.method == "qlora" else 2.0)
     if not recipe.is_training:
         return p * 2.0
-    return p * 16.0 if recipe.precision.endswith("mixed") else p * 8.0
+    return p * 8.0 if recipe.precision == "fp32" else p * 4.0
 
 
 

@@ -17,6 +17,7 @@ from trainledger.spec.runtime import (
     NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH,
     SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
 )
+from trainledger.estimate.run.host import offloaded_states_bytes
 from trainledger.units import GIB
 from trainledger.planner.candidates import (
     KNOBS, Rejected, cluster_for, deadline_s, deadline_wall_s, evaluate, gpu_counts, layout_for, memory_options,
@@ -143,14 +144,26 @@ def _ep_values(space: Space, dp_cp: int) -> list[int]:
     return [1] + wide[-1:]
 
 
-def _fits(plan: Plan, st: _State) -> int | None:
+def _fits(plan: Plan, st: _State, host: bool = True) -> int | None:
     """The device total of ``plan`` if it fits, else None: the device total and budget that
     ``estimate_memory`` reports, from the memory walk alone (``fit_or_misfit``: no terms, timeline,
     notes or allocator note, and no walk at all where the resident states or the forward-end moment
-    already exceed the budget); a candidate builds its full memory estimate when it is read."""
+    already exceed the budget); a candidate builds its full memory estimate when it is read.
+    ``host``: a plan with CPU offload must also hold its offloaded states in the node's host RAM
+    (``_host_fits``)."""
     st.evaluated += 1
     fit = fit_or_misfit(plan, memory_options())
-    return fit[1] if fit is not None and fit[1] <= fit[2] else None
+    if fit is None or fit[1] > fit[2]:
+        return None
+    return fit[1] if not host or _host_fits(plan) else None
+
+
+def _host_fits(plan: Plan) -> bool:
+    """Whether the node's installed host RAM holds the plan's offloaded states (the host section's
+    ``offloaded_states_bytes``; the rest of its RAM need, workers, pinned batches and checkpoint
+    staging, is a few GiB to a few tens of GiB per node and is left to that section)."""
+    ram = plan.cluster.host_ram_bytes
+    return plan.layout.offload == "none" or ram is None or offloaded_states_bytes(plan) <= ram
 
 
 def _fit_figures(plan: Plan, st: _State) -> tuple[int, int, int]:
@@ -161,8 +174,11 @@ def _fit_figures(plan: Plan, st: _State) -> tuple[int, int, int]:
 
 
 def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
-              last_fail: list, cp: int = 1, ep: int = 1) -> list:
-    """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch."""
+              last_fail: list, cp: int = 1, ep: int = 1, host_fails: list | None = None) -> list:
+    """Fitting candidates of one (TP, PP, CP, EP, DP): per memory knob, the largest micro-batch.
+    ``last_fail`` collects the layouts that do not fit the GPUs even with the most memory-saving
+    knob, ``host_fails`` the offload plans whose states do not fit the node's host RAM."""
+    host_fails = host_fails if host_fails is not None else []
     gb = space.global_batch
     mbs = [b for b in _MB if _global_batch(gb, b * dp, _tolerance(space)) is not None]
     if not mbs:
@@ -172,7 +188,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
-    if _fits(probe, st) is None:  # its figures are derived only if the count is rejected (below)
+    if _fits(probe, st, host=False) is None:  # its figures are derived only if the count is rejected (below)
         last_fail.append(probe)
         return []
     out = []
@@ -190,6 +206,9 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         floor = max((top + 1 for top, _ in below), default=0)
         lo_plan = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, mbs[floor], 1, cp, ep)
         if lo_plan is None:
+            continue
+        if not _host_fits(lo_plan):  # (the offloaded states do not depend on the micro-batch)
+            host_fails.append(lo_plan)
             continue
         lo_total = _fits(lo_plan, st)
         if lo_total is None:
@@ -227,8 +246,13 @@ def _costlier(knob: tuple[int, str, str], than: tuple[int, str, str]) -> bool:
 
 
 def cheapest(cands: list) -> bool:
-    """Whether a candidate list holds a plan without ZeRO-3 or offload (deeper PP won't beat it)."""
-    return any(c.plan.layout.zero <= 1 and c.plan.layout.offload == "none" for c in cands)
+    """Whether a candidate list holds a plan without ZeRO-3, offload or recomputation: a deeper
+    pipeline has nothing left to drop, so one that is not faster than the depth before ends the
+    search. (A depth whose plans recompute goes on: a deeper one splits the layers' activations
+    further and may fit without it, e.g. a 13B under DeepSpeed on 8 H100: tp1 pp2 and pp4 recompute,
+    slower than pp1, where pp8 fits without and is 10% faster.)"""
+    return any(c.plan.layout.zero <= 1 and c.plan.layout.offload == "none" and c.plan.recipe.recompute == "none"
+               for c in cands)
 
 
 def _interleaved(space: Space, cand, st: _State):
@@ -271,13 +295,17 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                   st: _State, rejected: list) -> list:
     budget = gpu.usable_bytes * (1 - space.job.headroom)
     if space.lower_bound / n > budget:
-        rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of weights "
-                                 f"and optimizer states per GPU even fully sharded over {n}, has "
-                                 f"{budget / GIB:.0f}", gpu.name, n, space.framework or space.job.framework))
+        full = space.recipe.method not in ("lora", "qlora", "inference")
+        what = "weights and gradients" if full else "weights"
+        how = " with the optimizer offloaded" if full else ""
+        rejected.append(Rejected(None, f"needs at least {space.lower_bound / n / GIB:.0f} GiB of {what} "
+                                 f"per GPU even fully sharded over {n}{how}, has {budget / GIB:.0f}",
+                                 gpu.name, n, space.framework or space.job.framework))
         return []
     cluster = cluster_for(gpu, per_node, n, net)
     found: list = []
     fails: list = []
+    host_fails: list = []
     shapes = [(tp, cp) for tp in _tp_values(space, gpu, per_node, rejected if n == per_node else [], n)
               for cp in _cp_values(space, n // tp)]
     for tp, cp in shapes:
@@ -292,7 +320,7 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
             dp = n // (tp * pp * cp)
             got = []
             for ep in _ep_values(space, dp * cp):
-                got += _best_for(space, cluster, tp, pp, dp, st, fails, cp, ep)
+                got += _best_for(space, cluster, tp, pp, dp, st, fails, cp, ep, host_fails)
             if got:
                 found += got
                 best = min(got, key=lambda c: c.compute.step_time_s)
@@ -301,7 +329,8 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                     found.append(inter)
                 step = min(best.compute.step_time_s, inter.compute.step_time_s if inter is not None else math.inf)
                 fitted += 1
-                # a depth whose plans need neither ZeRO-3 nor offload: deeper pipelines add bubble,
+                # a depth whose plans need neither ZeRO-3, offload nor recomputation (cheapest):
+                # deeper pipelines add bubble,
                 # but they also split the replica's parameters, so the data-parallel traffic per GPU
                 # (and the TP traffic) shrinks; go on while a depth is faster than the one before
                 if fitted >= 5 or (cheap_seen and prev_best is not None and step >= prev_best):
@@ -309,7 +338,13 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                 cheap_seen = cheap_seen or cheapest(got)
                 prev_best = step
     if not found:
-        if fails:
+        if host_fails:
+            plan = min(host_fails, key=offloaded_states_bytes)
+            rejected.append(Rejected(plan, f"needs {offloaded_states_bytes(plan) / GIB:,.0f} GiB of host RAM per "
+                                     "node for the optimizer states offloaded to make it fit, has "
+                                     f"{plan.cluster.host_ram_bytes / GIB:,.0f}", gpu.name, n,
+                                     space.framework or space.job.framework))
+        elif fails:
             plan, (_, total, budget) = min(((p, _fit_figures(p, st)) for p in fails), key=lambda f: f[1][1])
             rejected.append(Rejected(plan, f"needs {total / GIB:.1f} GiB per GPU "
                                      f"with the most memory-saving layout tried, has "

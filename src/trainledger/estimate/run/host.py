@@ -82,6 +82,17 @@ def _offload_bandwidth(plan: Plan, params_per_node: float, b: dict[str, float], 
                       "host reads/writes of the CPU optimizer step plus PCIe copies"))
 
 
+def offloaded_states_bytes(plan: Plan) -> float:
+    """Host RAM per node that the plan's CPU offload holds (0 without offload): every GPU's share
+    of the fp32 master weights, gradients and optimizer states (+ parameters with offload=params)."""
+    if plan.layout.offload == "none":
+        return 0.0
+    b = state_bytes_per_param(plan)
+    per_gpu = _params_per_gpu(plan, trainable_params(plan))
+    return plan.cluster.gpus_per_node * per_gpu * offloaded_bytes_per_param(b["optimizer"], b["weights"],
+                                                                              plan.layout.offload)
+
+
 def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                  time: Any = None, prices: PriceCatalog | None = None,
                  checkpoint: Section | None = None) -> Section:
@@ -95,7 +106,7 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     d_workers = prices.default("dataloader_workers_per_gpu")
     workers = options.dataloader_workers if options.dataloader_workers is not None else int(d_workers.value)
     rss = prices.default("worker_ram_bytes")
-    offload = g * per_gpu * offloaded_bytes_per_param(b["optimizer"], b["weights"], lay.offload)
+    offload = offloaded_states_bytes(plan)
     pinned_batches = g * pinned_batch_bytes(workers, r.micro_batch, r.seq_len)
     staging = checkpoint.get("bytes_per_writer_node", 0.0) if checkpoint is not None else 0.0
     parts = {"offloaded_states_bytes": offload, "pinned_batch_bytes": pinned_batches,

@@ -1,0 +1,131 @@
+"""How close the planner's pick for a GPU count is to the best layout of that count (planner quality).
+
+For each job, GPU type and GPU count, ``search`` keeps the fastest plan it finds at that count; a
+brute force estimates, independently of the planner's code, every layout of the grid
+TP x PP x ZeRO x recomputation x micro-batch x optimizer offload (with ZeRO-3) that the job's stack runs and that fits in memory
+(with the planner's headroom), at the job's exact global batch. Both are compared by training
+throughput (tokens per second per GPU: the planner may round the global batch by up to
+``Job.batch_rounding``, which changes the step but not the work per token). A pick slower than the
+brute force's best is a planner miss: the search pruned or never enumerated the better layout.
+Interleaved schedules, CP and EP are outside the grid (the planner may find faster plans with them;
+those count as "planner ahead").
+
+Prints one row per case (planner tokens/s/GPU and layout, brute force's, gap) and the miss count;
+target: no miss over 1%.
+Usage: python bench/plan_optimality.py [--json]
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from typing import Any
+
+from trainledger.errors import TrainledgerError
+from trainledger.estimate.memory import fit_or_misfit
+from trainledger.estimate.time import estimate_compute
+from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.planner.candidates import memory_options
+from trainledger.planner.search import Job, search
+from trainledger.spec.runtime import (NO_PIPELINE, NO_ZERO2_SEARCH, SELECTIVE_SEARCH, stack_layout_problem,
+                                      stack_zero_max)
+
+#: (name, job fields): the stacks and regimes users plan most (default job, torchtitan's stack at
+#: a long sequence, NVIDIA's stack on a 70B, DeepSpeed ZeRO)
+JOBS: dict[str, dict[str, Any]] = {
+    "8B hf s4096": dict(model="llama-3.1-8b", framework="hf", seq_len=4096, global_batch=256),
+    "8B fsdp2 s8192": dict(model="llama-3.1-8b", framework="fsdp2", seq_len=8192, global_batch=128),
+    "70B megatron-core s4096": dict(model="llama-3.1-70b", framework="megatron-core", seq_len=4096,
+                                    global_batch=256),
+    "13B deepspeed s4096": dict(model="llama-2-13b", framework="deepspeed", seq_len=4096, global_batch=256),
+}
+GPUS = ("h100-sxm", "a100-sxm-80gb")
+COUNTS = (8, 16, 64)
+TP, PP, ZERO, MB = (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 3), (1, 2, 4, 8, 16)
+OFFLOAD = ("none", "optimizer")  # optimizer offload with ZeRO-3 (ZeRO-Offload / FSDP CPU offload)
+#: a miss is a planner pick slower than the brute force's best by more than this
+TOLERANCE = 0.01
+
+
+def brute_force(job: dict[str, Any], gpu: str, n: int) -> tuple[float, str] | None:
+    """(tokens/s/GPU, layout) of the fastest fitting grid layout of ``n`` GPUs, or None."""
+    fw, gb = job["framework"], job["global_batch"]
+    recomputes = ("none", "selective", "full") if fw in SELECTIVE_SEARCH else ("none", "full")
+    best: tuple[float, str] | None = None
+    for tp, pp, zero, rc, mb, off in itertools.product(TP, PP, ZERO, recomputes, MB, OFFLOAD):
+        if n % (tp * pp) or (off != "none" and zero < 3):
+            continue
+        dp = n // (tp * pp)
+        if gb % (mb * dp):
+            continue
+        inputs = dict(job, gpu=gpu, gpus=n, tp=tp, pp=pp, zero=zero, recompute=rc, micro_batch=mb,
+                      offload=off, method="full")
+        try:
+            plan = build_plan(PlanInputs(**inputs))
+        except TrainledgerError:
+            continue  # the stack refuses the layout, or it does not divide
+        if stack_layout_problem(fw, plan.layout) is not None:
+            continue
+        # the stack limits the planner searches within by design (spec.runtime): not misses
+        if (pp > 1 and fw in NO_PIPELINE) or (zero == 2 and fw in NO_ZERO2_SEARCH) \
+                or zero > stack_zero_max(fw, pp, tp):
+            continue
+        fit = fit_or_misfit(plan, memory_options())
+        if fit is None or fit[1] > fit[2]:
+            continue
+        rate = estimate_compute(plan).tokens_per_s_per_gpu
+        label = f"tp{tp} pp{pp} z{zero} mb{mb} {rc}{' off-' + off if off != 'none' else ''}"
+        if best is None or rate > best[0]:
+            best = (rate, label)
+    return best
+
+
+def planner_picks(job: dict[str, Any], gpu: str) -> dict[int, tuple[float, str]]:
+    """The planner's fastest plan per GPU count of ``COUNTS``: (tokens/s/GPU, layout)."""
+    res = search(Job(**job, method="full", gpus=(gpu,), max_gpus=max(COUNTS), rank_by="time",
+                     deadline_days=None, top=1000))
+    out: dict[int, tuple[float, str]] = {}
+    for c in res.plans + res.unpriced:
+        n = c.plan.cluster.world_size
+        lay, r = c.plan.layout, c.plan.recipe
+        label = (f"tp{lay.tp} pp{lay.pp}{f' v{lay.vp}' if lay.vp > 1 else ''} z{lay.zero} mb{r.micro_batch} "
+                 f"{r.recompute}{' off-' + lay.offload if lay.offload != 'none' else ''}")
+        rate = c.compute.tokens_per_s_per_gpu
+        if n in COUNTS and (n not in out or rate > out[n][0]):
+            out[n] = (rate, label)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    rows = []
+    t0 = time.process_time()
+    for name, job in JOBS.items():
+        for gpu in GPUS:
+            picks = planner_picks(job, gpu)
+            for n in COUNTS:
+                bf = brute_force(job, gpu, n)
+                pk = picks.get(n)
+                gap = None if (bf is None or pk is None) else pk[0] / bf[0] - 1
+                rows.append({"job": name, "gpu": gpu, "gpus": n, "planner": pk, "brute_force": bf, "gap": gap})
+    misses = [r for r in rows if r["gap"] is not None and r["gap"] < -TOLERANCE]
+    lost = [r for r in rows if r["brute_force"] is not None and r["planner"] is None]
+    if "--json" in argv:
+        print(json.dumps({"rows": rows, "misses": len(misses), "lost": len(lost)}, indent=2))
+        return 0
+    print(f"{'job':24s} {'gpu':14s} {'gpus':>4s}  {'planner tok/s/GPU':>17s} {'layout':26s} "
+          f"{'brute force':>11s} {'layout':22s} {'gap':>7s}")
+    for r in rows:
+        pk, bf = r["planner"] or (0.0, "-"), r["brute_force"] or (0.0, "-")
+        gap = f"{100 * r['gap']:+6.1f}%" if r["gap"] is not None else "      -"
+        print(f"{r['job']:24s} {r['gpu']:14s} {r['gpus']:4d}  {pk[0]:17,.0f} {pk[1]:26s} "
+              f"{bf[0]:11,.0f} {bf[1]:22s} {gap}")
+    print(f"\n{len(rows)} cases; planner slower than the brute force by > {100 * TOLERANCE:.0f}%: "
+          f"{len(misses)}; a count that fits by brute force but has no plan: {len(lost)} "
+          f"(target: 0 and 0); {time.process_time() - t0:.0f} s CPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
