@@ -129,3 +129,22 @@ def test_offloaded_states_must_fit_the_node_host_ram():
     assert offloaded_states_bytes(p) == pytest.approx(8 * n / 16 * 16, rel=1e-3)
     assert _host_fits(p)
     assert not _host_fits(plan(512))  # 565 GB of states > 512 GiB installed
+
+
+def test_host_ram_flag_reaches_the_planner():
+    # one 8-GPU node holds all of a 70B's offloaded states: 70.6e9 x 16 B = 1.13 TB, within the
+    # 2 TiB default of a DGX-class node, not within 512 GiB
+    from click.testing import CliRunner
+
+    from trainledger.cli import main as cli
+
+    job = dict(model="llama-3.1-70b", framework="megatron-core", tokens=2e9, gpus=("h100-sxm",), max_gpus=8,
+               rank_by="time", deadline_days=None)
+    assert any(c.plan.cluster.world_size == 8 for c in search(Job(**job)).plans)
+    small = search(Job(**job, host_ram_gib=512))
+    assert not any(c.plan.cluster.world_size == 8 for c in small.plans + small.unpriced)
+    (why,) = [r.reason for r in small.rejected if r.gpus == 8]
+    assert "of host RAM per node" in why and "has 512" in why
+    out = CliRunner().invoke(cli, ["plan", "-m", "llama-3.1-70b", "--framework", "megatron-core", "--tokens", "2B",
+                                   "--gpu", "h100-sxm", "--max-gpus", "8", "--host-ram-gib", "512", "--json"])
+    assert out.exit_code == 1 and "of host RAM per node" in out.output

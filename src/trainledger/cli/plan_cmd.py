@@ -186,7 +186,7 @@ _FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--
             "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
 _SHARED_FLAGS = ("model", "framework", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
-                 "lora_rank", "headroom", "corpus")
+                 "lora_rank", "headroom", "host_ram_gib", "corpus")
 #: the planner's own flags, generated from its Job fields
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "deadline_quantile", "max_gpus", "rank_by", "top")
 

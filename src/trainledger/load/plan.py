@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError
 
 from trainledger.spec.base import Spec, spec_error
 from trainledger.load.catalog import load_gpu, load_network, read_data_file
-from trainledger.spec.cluster import Cluster
+from trainledger.spec.cluster import Cluster, GpuSpec
 from trainledger.errors import CatalogError, LayoutError, SpecError
 from trainledger.load.hf import load_model
 from trainledger.spec.layout import Layout, Offload, PipelineSchedule
@@ -248,6 +248,16 @@ def _network(name: str, field: str) -> Any:
         raise CatalogError(f"--{field}: {exc}", field=field) from None
 
 
+def host_ram(gpu: GpuSpec, host_ram_gib: float | None) -> dict[str, Any]:
+    """The ``Cluster`` field of a node's host RAM: the given GiB, else the Cluster's default for a
+    GPU in an NVLink node (DGX class), else None (a PCIe card: any workstation or server, not judged)."""
+    if host_ram_gib:
+        return {"host_ram_bytes": int(host_ram_gib * GIB)}
+    if not (gpu.max_gpus_per_node or gpu.nvlink_domain_size):
+        return {"host_ram_bytes": None}
+    return {}
+
+
 def build_cluster(inputs: PlanInputs) -> Cluster:
     gpu = load_gpu(inputs.gpu)
     if inputs.power_limit_w:
@@ -272,10 +282,7 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
     extra: dict[str, Any] = {}
     if inputs.nics_per_node:
         extra["nics_per_node"] = inputs.nics_per_node
-    if inputs.host_ram_gib:
-        extra["host_ram_bytes"] = int(inputs.host_ram_gib * GIB)
-    elif not (gpu.max_gpus_per_node or gpu.nvlink_domain_size):  # a PCIe card: any workstation or server
-        extra["host_ram_bytes"] = None
+    extra.update(host_ram(gpu, inputs.host_ram_gib))
     return Cluster(gpu=gpu, gpus_per_node=per_node, nodes=nodes, intra=intra, inter=inter, **extra)
 
 

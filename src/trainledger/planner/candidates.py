@@ -18,6 +18,7 @@ from trainledger.estimate.run.cost import usd_per_gpu_hour
 from trainledger.estimate.stage import pipeline_role
 from trainledger.estimate.time import ComputeEstimate, TimeEstimate, estimate_compute, estimate_time
 from trainledger.load.catalog import load_network
+from trainledger.load.plan import host_ram
 from trainledger.spec.cluster import Cluster, GpuSpec, NetworkSpec
 from trainledger.spec.layout import Layout
 from trainledger.spec.plan import Plan
@@ -195,12 +196,14 @@ def gpu_counts(per_node: int, max_gpus: int) -> list[int]:
     return out
 
 
-def cluster_for(gpu: GpuSpec, per_node: int, n: int, net: NetworkSpec) -> Cluster:
+def cluster_for(gpu: GpuSpec, per_node: int, n: int, net: NetworkSpec,
+                host_ram_gib: float | None = None) -> Cluster:
     size = min(per_node, n)
     nodes = n // size
     intra = load_network(gpu.link)
     return Cluster(gpu=gpu, gpus_per_node=size, nodes=nodes, intra=intra,
-                   inter=net if nodes > 1 else None, nics_per_node=min(size, 8))
+                   inter=net if nodes > 1 else None, nics_per_node=min(size, 8),
+                   **host_ram(gpu, host_ram_gib))
 
 
 #: the planner's memory options (frozen: one instance serves every plan it measures)

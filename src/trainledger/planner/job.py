@@ -54,6 +54,7 @@ class Job(Spec):
     networks: tuple[str, ...] = Field((), description="inter-node networks [ib-ndr]")
     lora_rank: int = _SHARED["lora_rank"]
     headroom: float = _SHARED["headroom"]
+    host_ram_gib: float | None = _SHARED["host_ram_gib"]
     rank_by: RankBy = Field("time", description="rank plans by time, cost or GPU count")
     top: int = Field(10, gt=0, le=1000, description="plans to show")
     time_options: TimeOptions = TimeOptions()

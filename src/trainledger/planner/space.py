@@ -302,7 +302,7 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                                  f"per GPU even fully sharded over {n}{how}, has {budget / GIB:.0f}",
                                  gpu.name, n, space.framework or space.job.framework))
         return []
-    cluster = cluster_for(gpu, per_node, n, net)
+    cluster = cluster_for(gpu, per_node, n, net, space.job.host_ram_gib)
     found: list = []
     fails: list = []
     host_fails: list = []
@@ -498,7 +498,8 @@ def _by_family(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, boun
     def meets(key: tuple, dp: int):
         tp, pp, cp, ep, vp, zero, off, rc, mb = key
         n = dp * tp * pp * cp
-        plan = _make_plan(space, cluster_for(gpu, per_node, n, net), tp, pp, dp, zero, rc, off, mb, vp, cp, ep)
+        plan = _make_plan(space, cluster_for(gpu, per_node, n, net, job.host_ram_gib), tp, pp, dp, zero, rc, off,
+                          mb, vp, cp, ep)
         if plan is None:
             return None
         total = _fits(plan, st)
