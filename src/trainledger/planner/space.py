@@ -18,7 +18,7 @@ from trainledger.spec.runtime import (
     SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
 )
 from trainledger.estimate.run.host import offloaded_states_bytes
-from trainledger.units import GIB
+from trainledger.units import GIB, SECONDS_PER_DAY
 from trainledger.planner.candidates import (
     KNOBS, Rejected, cluster_for, deadline_s, deadline_wall_s, evaluate, gpu_counts, layout_for, memory_options,
 )
@@ -210,7 +210,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         if not _host_fits(lo_plan):  # (the offloaded states do not depend on the micro-batch)
             host_fails.append(lo_plan)
             continue
-        lo_total = _fits(lo_plan, st)
+        lo_total = _fits(lo_plan, st, host=False)  # (host RAM checked above)
         if lo_total is None:
             continue
         best_plan, best_total, top = lo_plan, lo_total, floor
@@ -219,7 +219,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
             p = _make_plan(space, cluster, tp, pp, dp, zero, recompute, offload, mbs[i], 1, cp, ep)
             if p is None:
                 break
-            total = _fits(p, st)
+            total = _fits(p, st, host=False)
             if total is None:
                 capped = True
                 break
@@ -442,11 +442,11 @@ def _meeting(cands: list, job: Any, deadline: float) -> list:
 
 
 def _missed_reason(c: Any, job: Any, wall: float) -> str:
-    days = f"misses the {job.deadline_days:g}-day deadline: {wall / 86400:.1f} days with interruptions"
+    d = SECONDS_PER_DAY
+    days = f"misses the {job.deadline_days:g}-day deadline: {wall / d:.1f} days with interruptions"
     if job.deadline_quantile == "estimate":
-        return f"{days} ({c.total_s / 86400:.1f} without)"
-    return (f"{days} at the {job.deadline_quantile} of its interval ({c.wall_s(job.cost_options) / 86400:.1f} "
-            "estimated)")
+        return f"{days} ({c.total_s / d:.1f} without)"
+    return f"{days} at the {job.deadline_quantile} of its interval ({c.wall_s(job.cost_options) / d:.1f} estimated)"
 
 
 def _refine(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, lo: int, hi: int,

@@ -33,6 +33,7 @@ from functools import lru_cache
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.layers import Linear, layer_linears, lora_targets_of
 from trainledger.spec.plan import Plan
+from trainledger.spec.recipe import Recipe
 from trainledger.estimate.time.efficiency import for_gpu
 from trainledger.estimate.time.stack import stack_values, stops_early_by_default
 
@@ -384,13 +385,14 @@ def recompute_flops_per_token(plan: Plan, attn_executed: float, layers_fwd: floa
     if r.recompute != "selective":
         return 0.0
     share = _selective_gemm_share(plan)
-    core = attention_core_recomputed(r.attention, share)
+    core = attention_core_recomputed(r, share)
     return core * attn_executed + share * layers_fwd  # the stack's op-level SAC (stacks/*.yaml)
 
 
-def attention_core_recomputed(attention: str, selective_gemms: float) -> float:
-    """Forward passes of the attention core that ``recompute=selective`` runs again in the backward
-    (1 or 0), given the stack's share of recomputed GEMM forwards (``selective_recompute_gemms``).
+def attention_core_recomputed(recipe: Recipe, selective_gemms: float) -> float:
+    """Forward passes of the attention core that a training ``recompute=selective`` runs again in
+    the backward (1 or 0; 0 for any other recipe), given the stack's share of recomputed GEMM
+    forwards (``selective_recompute_gemms``).
 
     Megatron's meaning (share 0): the core is checkpointed whatever kernel computes it. Megatron-LM
     and Megatron-Core wrap ``core_attention`` in ``tensor_parallel.checkpoint`` when
@@ -400,7 +402,9 @@ def attention_core_recomputed(attention: str, selective_gemms: float) -> float:
     the softmax statistics, and the kernel's forward runs again. torchtitan's op-level SAC (share
     > 0) keeps the SDPA kernels' outputs, so a flash kernel is not re-run, while eager attention's
     bmm and softmax are not on its save list and are."""
-    if selective_gemms == 0 or not uses_flash(attention):
+    if not recipe.is_training or recipe.recompute != "selective":
+        return 0.0
+    if selective_gemms == 0 or not uses_flash(recipe.attention):
         return 1.0
     return 0.0
 

@@ -315,8 +315,7 @@ def _cp_comm(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile, ac
     width = (m.q_dim if prof.cp_kv_expanded else m.kv_dim) / lay.tp
     kv = tokens * 2 * width * act                      # this rank's K/V chunk
     layers = work.layers
-    core_rc = (attention_core_recomputed(plan.recipe.attention, prof.selective_gemms)
-               if training and plan.recipe.recompute == "selective" else 0.0)
+    core_rc = attention_core_recomputed(plan.recipe, prof.selective_gemms)
     fwd_passes = (1.0 + rc + core_rc) if training else 1.0  # the ring runs again with the core
     fused = prof.kernels == "megatron"
     mb_f, mb_b = prof.cp_merge_bytes_fused if (fused and prof.cp_merge_bytes_fused) else prof.cp_merge_bytes

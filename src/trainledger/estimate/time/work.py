@@ -221,8 +221,7 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     bwd_w = (1.0 if frozen else 2.0) if training else 0.0
     rc = recompute_fraction(plan) if training else 0.0
     sel = selective_gemms if (training and r.recompute == "selective") else 0.0
-    core_rc = (attention_core_recomputed(r.attention, selective_gemms)
-               if (training and r.recompute == "selective") else 0.0)
+    core_rc = attention_core_recomputed(r, selective_gemms)
     flash = uses_flash(r.attention)
     peft_adapters = frozen and lora_fp32_adapters and r.precision in ("bf16", "fp16", "bf16-mixed", "fp16-mixed")
     autocast = r.precision.endswith("-mixed")
