@@ -3,12 +3,14 @@
 For each job, GPU type and GPU count, ``search`` keeps the fastest plan it finds at that count; a
 brute force estimates, independently of the planner's code, every layout of the grid
 TP x PP x ZeRO x recomputation x micro-batch x optimizer offload (with ZeRO-3) that the job's stack runs and that fits in memory
-(with the planner's headroom), at the job's exact global batch. Both are compared by training
+(with the planner's headroom), at the job's exact global batch; the jobs that need them add
+expert parallelism (MoE models: EP 1-8), context parallelism (long sequences: CP 1-8) and
+interleaved virtual stages (pipelined stacks that interleave: v 1, 2, 4, 8 where it divides the stage). Both are compared by training
 throughput (tokens per second per GPU: the planner may round the global batch by up to
 ``Job.batch_rounding``, which changes the step but not the work per token). A pick slower than the
 brute force's best is a planner miss: the search pruned or never enumerated the better layout.
-Interleaved schedules, CP and EP are outside the grid (the planner may find faster plans with them;
-those count as "planner ahead").
+Where a job's grid has no EP, CP or virtual stages, the planner may still find faster plans with
+them; those count as "planner ahead" (a negative gap is a miss, a positive one is not).
 
 Prints one row per case (planner tokens/s/GPU and layout, brute force's, gap) and the miss count;
 target: no miss over 1%.
@@ -40,6 +42,19 @@ JOBS: dict[str, dict[str, Any]] = {
     "70B megatron-core s4096": dict(model="llama-3.1-70b", framework="megatron-core", seq_len=4096,
                                     global_batch=256),
     "13B deepspeed s4096": dict(model="llama-2-13b", framework="deepspeed", seq_len=4096, global_batch=256),
+    # MoE (expert parallelism), a long sequence (context parallelism), an interleaved pipeline
+    "Mixtral 8x7B fsdp2 s4096": dict(model="mixtral-8x7b", framework="fsdp2", seq_len=4096, global_batch=256),
+    "Qwen3-30B-A3B megatron-core s4096": dict(model="qwen3-30b-a3b", framework="megatron-core", seq_len=4096,
+                                              global_batch=512),
+    "8B fsdp2 s65536": dict(model="llama-3.1-8b", framework="fsdp2", seq_len=65536, global_batch=16),
+}
+#: the extra grid axes per job (the rest: EP 1, CP 1, v 1): expert parallelism for the MoE models,
+#: context parallelism for the long sequence, virtual stages for the pipelined Megatron jobs
+EXTRA_AXES: dict[str, dict[str, tuple[int, ...]]] = {
+    "70B megatron-core s4096": {"vp": (1, 2, 4, 8)},
+    "Mixtral 8x7B fsdp2 s4096": {"ep": (1, 2, 4, 8)},
+    "Qwen3-30B-A3B megatron-core s4096": {"ep": (1, 2, 4, 8), "vp": (1, 2, 4)},
+    "8B fsdp2 s65536": {"cp": (1, 2, 4, 8)},
 }
 GPUS = ("h100-sxm", "a100-sxm-80gb")
 COUNTS = (8, 16, 64)
@@ -49,19 +64,25 @@ OFFLOAD = ("none", "optimizer")  # optimizer offload with ZeRO-3 (ZeRO-Offload /
 TOLERANCE = 0.01
 
 
-def brute_force(job: dict[str, Any], gpu: str, n: int) -> tuple[float, str] | None:
-    """(tokens/s/GPU, layout) of the fastest fitting grid layout of ``n`` GPUs, or None."""
+def brute_force(job: dict[str, Any], gpu: str, n: int, axes: dict[str, tuple[int, ...]] | None = None
+                ) -> tuple[float, str] | None:
+    """(tokens/s/GPU, layout) of the fastest fitting grid layout of ``n`` GPUs, or None.
+    ``axes``: the job's extra grid axes (``EXTRA_AXES``)."""
     fw, gb = job["framework"], job["global_batch"]
+    axes = axes or {}
     recomputes = ("none", "selective", "full") if fw in SELECTIVE_SEARCH else ("none", "full")
     best: tuple[float, str] | None = None
-    for tp, pp, zero, rc, mb, off in itertools.product(TP, PP, ZERO, recomputes, MB, OFFLOAD):
-        if n % (tp * pp) or (off != "none" and zero < 3):
+    for tp, pp, zero, rc, mb, off, ep, cp, vp in itertools.product(
+            TP, PP, ZERO, recomputes, MB, OFFLOAD, axes.get("ep", (1,)), axes.get("cp", (1,)),
+            axes.get("vp", (1,))):
+        if n % (tp * pp * cp) or (off != "none" and zero < 3) or (vp > 1 and pp == 1):
             continue
-        dp = n // (tp * pp)
-        if gb % (mb * dp):
+        dp = n // (tp * pp * cp)
+        # a micro-batch's samples are split over TP·CP ranks only by sequence: DP sets the batch
+        if gb % (mb * dp) or (dp * cp) % ep:
             continue
-        inputs = dict(job, gpu=gpu, gpus=n, tp=tp, pp=pp, zero=zero, recompute=rc, micro_batch=mb,
-                      offload=off, method="full")
+        inputs = dict(job, gpu=gpu, gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, recompute=rc,
+                      micro_batch=mb, offload=off, method="full")
         try:
             plan = build_plan(PlanInputs(**inputs))
         except TrainledgerError:
@@ -76,10 +97,19 @@ def brute_force(job: dict[str, Any], gpu: str, n: int) -> tuple[float, str] | No
         if fit is None or fit[1] > fit[2]:
             continue
         rate = estimate_compute(plan).tokens_per_s_per_gpu
-        label = f"tp{tp} pp{pp} z{zero} mb{mb} {rc}{' off-' + off if off != 'none' else ''}"
+        label = layout_label(plan)
         if best is None or rate > best[0]:
             best = (rate, label)
     return best
+
+
+def layout_label(plan) -> str:
+    """The grid coordinates of ``plan``: TP, PP (with virtual stages), CP and EP where used, ZeRO,
+    micro-batch, recomputation, offload."""
+    lay, r = plan.layout, plan.recipe
+    extra = "".join(f" {k}{v}" for k, v in (("cp", lay.cp), ("ep", lay.ep)) if v > 1)
+    return (f"tp{lay.tp} pp{lay.pp}{f' v{lay.vp}' if lay.vp > 1 else ''}{extra} z{lay.zero} "
+            f"mb{r.micro_batch} {r.recompute}{' off-' + lay.offload if lay.offload != 'none' else ''}")
 
 
 def planner_picks(job: dict[str, Any], gpu: str) -> dict[int, tuple[float, str]]:
@@ -89,9 +119,7 @@ def planner_picks(job: dict[str, Any], gpu: str) -> dict[int, tuple[float, str]]
     out: dict[int, tuple[float, str]] = {}
     for c in res.plans + res.unpriced:
         n = c.plan.cluster.world_size
-        lay, r = c.plan.layout, c.plan.recipe
-        label = (f"tp{lay.tp} pp{lay.pp}{f' v{lay.vp}' if lay.vp > 1 else ''} z{lay.zero} mb{r.micro_batch} "
-                 f"{r.recompute}{' off-' + lay.offload if lay.offload != 'none' else ''}")
+        label = layout_label(c.plan)
         rate = c.compute.tokens_per_s_per_gpu
         if n in COUNTS and (n not in out or rate > out[n][0]):
             out[n] = (rate, label)
@@ -105,7 +133,7 @@ def main(argv: list[str]) -> int:
         for gpu in GPUS:
             picks = planner_picks(job, gpu)
             for n in COUNTS:
-                bf = brute_force(job, gpu, n)
+                bf = brute_force(job, gpu, n, EXTRA_AXES.get(name))
                 pk = picks.get(n)
                 gap = None if (bf is None or pk is None) else pk[0] / bf[0] - 1
                 rows.append({"job": name, "gpu": gpu, "gpus": n, "planner": pk, "brute_force": bf, "gap": gap})
@@ -114,13 +142,13 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps({"rows": rows, "misses": len(misses), "lost": len(lost)}, indent=2))
         return 0
-    print(f"{'job':24s} {'gpu':14s} {'gpus':>4s}  {'planner tok/s/GPU':>17s} {'layout':26s} "
-          f"{'brute force':>11s} {'layout':22s} {'gap':>7s}")
+    print(f"{'job':34s} {'gpu':14s} {'gpus':>4s}  {'planner tok/s/GPU':>17s} {'layout':30s} "
+          f"{'brute force':>11s} {'layout':30s} {'gap':>7s}")
     for r in rows:
         pk, bf = r["planner"] or (0.0, "-"), r["brute_force"] or (0.0, "-")
         gap = f"{100 * r['gap']:+6.1f}%" if r["gap"] is not None else "      -"
-        print(f"{r['job']:24s} {r['gpu']:14s} {r['gpus']:4d}  {pk[0]:17,.0f} {pk[1]:26s} "
-              f"{bf[0]:11,.0f} {bf[1]:22s} {gap}")
+        print(f"{r['job']:34s} {r['gpu']:14s} {r['gpus']:4d}  {pk[0]:17,.0f} {pk[1]:30s} "
+              f"{bf[0]:11,.0f} {bf[1]:30s} {gap}")
     print(f"\n{len(rows)} cases; planner slower than the brute force by > {100 * TOLERANCE:.0f}%: "
           f"{len(misses)}; a count that fits by brute force but has no plan: {len(lost)} "
           f"(target: 0 and 0); {time.process_time() - t0:.0f} s CPU")

@@ -136,12 +136,14 @@ def _cp_values(space: Space, room: int) -> list[int]:
 
 
 def _ep_values(space: Space, dp_cp: int) -> list[int]:
-    """No EP, and the widest power-of-two EP (<= 64) that divides the experts and DP·CP."""
+    """No EP, and every power-of-two EP (<= 64) that divides the experts and DP·CP: the step is
+    not monotone in EP (a wider EP shards more expert weights, so less ZeRO traffic, memory for a
+    larger micro-batch or no recomputation, but a wider all-to-all, across nodes beyond one),
+    so an EP between none and the widest can be the fastest (bench/plan_optimality.py)."""
     moe = space.model.moe
     if moe is None or _stack(space) in NO_EXPERT_PARALLEL:
         return [1]
-    wide = [e for e in (2, 4, 8, 16, 32, 64) if moe.num_experts % e == 0 and dp_cp % e == 0]
-    return [1] + wide[-1:]
+    return [1] + [e for e in (2, 4, 8, 16, 32, 64) if moe.num_experts % e == 0 and dp_cp % e == 0]
 
 
 def _fits(plan: Plan, st: _State, host: bool = True) -> int | None:
@@ -281,9 +283,12 @@ def _interleaved(space: Space, cand, st: _State):
                        lay.offload, p.recipe.micro_batch, vp=v, cp=lay.cp, ep=lay.ep)
         if q is None:
             break
+        # the first stage's in-flight activations fall as v grows (stage.inflight_microbatches: the warm-up holds
+        # 2(p-1) + (v-1)p + 1 chunks of 1/v of the stage: 5.5 stages at p = 4, v = 2; 4.75 at v = 4),
+        # so a v that does not fit does not end the walk
         total = _fits(q, st)
         if total is None:
-            break
+            continue
         c = evaluate(q, space.job, total)
         if best is not None and c.compute.step_time_s >= best.compute.step_time_s:
             break
