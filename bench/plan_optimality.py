@@ -81,6 +81,10 @@ def brute_force(job: dict[str, Any], gpu: str, n: int, axes: dict[str, tuple[int
         # a micro-batch's samples are split over TP·CP ranks only by sequence: DP sets the batch
         if gb % (mb * dp) or (dp * cp) % ep:
             continue
+        # interleaving wants micro-batches in multiples of the depth (the planner's rule, after
+        # Megatron-LM's forward_backward_pipelining_with_interleaving)
+        if vp > 1 and (gb // (mb * dp)) % pp:
+            continue
         inputs = dict(job, gpu=gpu, gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, zero=zero, recompute=rc,
                       micro_batch=mb, offload=off, method="full")
         try:

@@ -45,6 +45,19 @@ def test_interleaving_shrinks_the_bubble():
     assert two.breakdown["bubble"] == pytest.approx(one.breakdown["bubble"] / 2, rel=0.05)
 
 
+def test_interleaving_fewer_micro_batches_than_stages():
+    """m < p: the micro-batches never meet on a stage, so the step is the chain of p·v chunks plus
+    m-1 chunk-steps; the bubble is (p-m)·t + (m-1)·t/v, which at m = 1 is (p-1)·t whatever v is.
+    (The (p-1)/v rule applied here made a one-micro-batch pipeline look 8x less idle at v = 8.)"""
+    def bubble_per_mb(vp, gb):  # in micro-batch compute times (t also holds ~1% of TP/PP comm)
+        c = estimate_compute(plan(gpus=16, pp=4, dp=4, vp=vp, global_batch=gb, micro_batch=1))
+        return c.breakdown["bubble"] / (c.breakdown["compute"] / (gb // 4))
+    assert bubble_per_mb(1, 4) == pytest.approx(3, rel=0.01)
+    assert bubble_per_mb(4, 4) == pytest.approx(3, rel=0.01)  # m = 1: interleaving gains nothing
+    assert bubble_per_mb(4, 8) == pytest.approx(2 + 1 / 4, rel=0.01)  # m = 2: (4-2) + (2-1)/4
+    assert bubble_per_mb(4, 16) == pytest.approx(3 / 4, rel=0.01)  # m = p = 4: (p-1)/v
+
+
 def test_tp_over_pcie_costs_more_than_over_nvlink():
     nv = estimate_compute(plan(gpu="h100-sxm", tp=8))
     pcie = estimate_compute(plan(gpu="h100-pcie", tp=8))

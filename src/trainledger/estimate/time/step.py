@@ -358,6 +358,23 @@ def chunk_share(plan: Plan) -> float:
     return math.ceil(layers / lay.vp) / layers
 
 
+def bubble_s(plan: Plan, t_mb: float) -> float:
+    """Seconds per step the busiest stage waits in the pipeline's warm-up and cool-down, ``t_mb``
+    being one micro-batch's forward and backward on one stage.
+
+    With m >= p micro-batches: (p-1)·t_mb, or (p-1)/v of it interleaved (``chunk_share``). With
+    m < p there is nothing to interleave between: micro-batch j runs model chunk k on stage
+    k mod p one chunk-step after micro-batch j-1, so no two micro-batches meet on a stage and the
+    step takes the chain of p·v chunks plus m-1 chunk-steps, p·t + (m-1)·t/v per pass: a bubble
+    of (p-m)·t_mb + (m-1)/v·t_mb, equal to (p-1)·t_mb at m = 1 whatever v is. Both agree at m = p;
+    without interleaving either gives (p-1)·t_mb."""
+    lay = plan.layout
+    if lay.pp <= 1:
+        return 0.0
+    m = min(lay.pp_microbatches or plan.recipe.grad_accum, lay.pp)
+    return ((lay.pp - m) + (m - 1) * chunk_share(plan)) * t_mb
+
+
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
                       links: LinkEfficiency, prof: StackProfile) -> _Comm:
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
@@ -817,7 +834,7 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     t_mb = (work.total_s + c.tp + c.cp + c.ep + c.pp + c.fsdp + c.offload + c.fsdp_copy
             + c.cp_merge + waves + amp_mb)
     m = r.grad_accum
-    bubble = (lay.pp - 1) * chunk_share(plan) * t_mb if lay.pp > 1 else 0.0
+    bubble = bubble_s(plan, t_mb)
     dp_exp, dp_hidden = _dp_sync(plan, topo, work, prof, links)
     if shared_flops:
         flops = shared_flops[0]
@@ -889,8 +906,8 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         p4 = 4 * lay.pp  # m = 4·p leaves (p-1)/(5p-1) < 20% of the ideal step idle
         notes.append(f"pipeline never fills: {m} micro-batch{'es' if m > 1 else ''} per step for {lay.pp} "
                      f"stages, the bubble is {100 * bubble / step:.0f}% of the step; --grad-accum {p4} "
-                     f"(1F1B idles {100 * (lay.pp - 1) / (p4 + lay.pp - 1):.0f}%) or interleaved stages (--vp) "
-                     "shrink it")
+                     f"(1F1B idles {100 * (lay.pp - 1) / (p4 + lay.pp - 1):.0f}%) shrinks it; interleaved stages "
+                     "(--vp) help only once there are as many micro-batches as stages")
     layers = Stage.of(plan).layers
     if lay.vp > 1 and layers % lay.vp:
         notes.append(f"uneven virtual stages: {layers} layers per stage in {lay.vp} chunks, the deepest "
