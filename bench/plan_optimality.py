@@ -14,7 +14,9 @@ them; those count as "planner ahead" (a negative gap is a miss, a positive one i
 
 Prints one row per case (planner tokens/s/GPU and layout, brute force's, gap) and the miss count;
 target: no miss over 1%.
-Usage: python bench/plan_optimality.py [--json]
+Usage: python bench/plan_optimality.py [--json] [--gpus G1,G2,...] [--counts N1,N2,...]
+(the defaults: H100 SXM and A100 SXM 80GB at 8, 16 and 64 GPUs; e.g. ``--gpus b200,mi300x,l40s
+--counts 4,24,32,128`` checks other GPUs and whole-node counts that are not powers of two)
 """
 
 from __future__ import annotations
@@ -131,6 +133,11 @@ def planner_picks(job: dict[str, Any], gpu: str) -> dict[int, tuple[float, str]]
 
 
 def main(argv: list[str]) -> int:
+    global GPUS, COUNTS
+    if "--gpus" in argv:
+        GPUS = tuple(argv[argv.index("--gpus") + 1].split(","))
+    if "--counts" in argv:
+        COUNTS = tuple(int(n) for n in argv[argv.index("--counts") + 1].split(","))
     rows = []
     t0 = time.process_time()
     for name, job in JOBS.items():
