@@ -192,3 +192,25 @@ def test_report_and_web_blocks_show_the_limits_and_the_alternatives():
     assert [r[0] for r in alt[2]] == ["megatron-core", "fsdp2"]
     n = res["alternatives"][0]["gpu_count"][0]["deadline_beyond_budget_gpus"]
     assert alt[2][0][1] == f"the deadline needs {n:,} h100-sxm, past the budget (--framework megatron-core --max-gpus {n})"
+
+
+@pytest.mark.parametrize("fw", ["hf", "deepspeed", "megatron-deepspeed", "megatron-core"])
+def test_optimizer_offload_needs_a_zero_optimizer(fw):
+    """DeepSpeed's offload_optimizer is a ZeRO stage 1-3 option and Megatron-Core offloads from its
+    distributed optimizer: --offload with --zero 0 describes no run (DeepSpeed at stage 0 ignores it,
+    and the plan's memory would not be what runs). FSDP's zero 0 is FULL_SHARD: it offloads."""
+    with pytest.raises(LayoutError) as e:
+        _plan(framework=fw, gpus=1, tp=1, zero=0, offload="optimizer")
+    assert e.value.field == "offload" and "--zero 1, 2 or 3" in str(e.value)
+    assert _plan(framework=fw, gpus=1, tp=1, zero=1, offload="optimizer").layout.offload == "optimizer"
+    for fsdp in ("fsdp2", "pytorch-fsdp"):
+        assert _plan(framework=fsdp, gpus=1, tp=1, zero=0, offload="optimizer").layout.offload == "optimizer"
+
+
+def test_planner_offloads_on_one_gpu_with_a_zero_stage():
+    """On one GPU there is nothing to shard, but ZeRO-Offload still runs in a ZeRO optimizer: the
+    planner's offload plans keep their stage (it used to label them ZeRO-0)."""
+    res = search(Job(model="llama-3.1-8b", framework="deepspeed", gpus=("a100-pcie-40gb",), max_gpus=1,
+                     rank_by="time", deadline_days=None, seq_len=2048))
+    offloaded = [c for c in res.plans + res.unpriced if c.plan.layout.offload != "none"]
+    assert offloaded and all(c.plan.layout.zero >= 1 for c in offloaded)

@@ -187,7 +187,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         return []
     knobs = _knobs(space, pp, tp)
     z, rc, off = knobs[-1]
-    probe = _make_plan(space, cluster, tp, pp, dp, z if dp * cp > 1 else 0, rc, off, 1, 1, cp, ep)
+    probe = _make_plan(space, cluster, tp, pp, dp, _zero_for(z, off, dp * cp), rc, off, 1, 1, cp, ep)
     if probe is None:
         return []
     if _fits(probe, st, host=False) is None:  # its figures are derived only if the count is rejected (below)
@@ -197,7 +197,7 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
     reached: list[tuple[tuple[int, str, str], int, bool]] = []  # (knob, top mb index, capped)
     for knob in knobs:
         zero, recompute, offload = knob
-        zero = zero if dp * cp > 1 else 0
+        zero = _zero_for(zero, offload, dp * cp)
         # a knob that saves memory at a cost over one already fitted (more ZeRO, recomputation,
         # offload: _costlier) can only beat it with a larger micro-batch: it starts above the
         # largest micro-batch that one reached, and is not tried at all when that one was not
@@ -231,6 +231,13 @@ def _best_for(space: Space, cluster, tp: int, pp: int, dp: int, st: _State,
         if pp > 1 and best_plan is not lo_plan:  # more, smaller micro-batches shrink the bubble
             out.append(evaluate(lo_plan, space.job, lo_total))
     return out
+
+
+def _zero_for(zero: int, offload: str, shards: int) -> int:
+    """The ZeRO stage a knob runs at with ``shards`` data-parallel ranks: none on one rank (nothing
+    to shard over), except where the optimizer is offloaded, which happens inside the ZeRO
+    optimizer (ZeRO-Offload on one GPU; spec.runtime.stack_layout_problem)."""
+    return zero if shards > 1 or offload != "none" else 0
 
 
 _RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}

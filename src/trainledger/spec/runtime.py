@@ -127,6 +127,8 @@ NO_ZERO2_SEARCH = ("megatron-core",)
 #: checkpoint whole layers. ``estimate`` prices it on every stack.
 SELECTIVE_SEARCH = ("fsdp2",)
 _TP_ZERO_REFUSED = ("deepspeed",)  # hf: priced, with a note
+#: the stacks whose zero 0 is a sharding strategy already (FULL_SHARD; memory.runtimes.fsdp_sharded)
+FSDP_STACKS = ("fsdp2", "pytorch-fsdp")
 
 
 def stack_zero_max(framework: str, pp: int, tp: int) -> int:
@@ -191,6 +193,11 @@ def stack_layout_problem(framework: str, layout: Any) -> tuple[str, str] | None:
     if pp > 1 and zmax is not None and zero > zmax:
         return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
                         f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
+    if zero == 0 and str(layout.offload) != "none" and framework not in FSDP_STACKS:
+        return "offload", (f"--offload {layout.offload} with --zero 0: {framework} offloads the optimizer "
+                           "from its ZeRO optimizer (DeepSpeed's zero_optimization.offload_optimizer is a "
+                           "stage 1-3 option, Megatron-Core's --optimizer-cpu-offload runs in its "
+                           "distributed optimizer); use --zero 1, 2 or 3 (ZeRO-Offload runs on one GPU too)")
     if tp > 1 and framework in _TP_ZERO_REFUSED and zero > TP_ZERO_MAX[framework]:
         return "zero", (f"--zero {zero} with tp={tp}: DeepSpeed's tensor parallelism (AutoTP training) runs "
                         f"with ZeRO stage 0, 1 or 2; use --zero {TP_ZERO_MAX[framework]}, or --framework "

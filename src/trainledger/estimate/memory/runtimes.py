@@ -61,7 +61,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainledger.estimate.stage import layers_on_stage
-from trainledger.spec.runtime import DS_DEFAULTS
+from trainledger.spec.runtime import DS_DEFAULTS, FSDP_STACKS
 from trainledger.units import DTYPE_BYTES
 
 FP32 = 4
@@ -94,7 +94,7 @@ def sixteen_bit_model(plan: Any) -> bool:
     fw = framework(plan)
     if fw in ("deepspeed", "megatron-core", "megatron-deepspeed"):
         return True
-    if fw in ("fsdp2", "pytorch-fsdp") and fsdp_sharded(plan):
+    if fw in FSDP_STACKS and fsdp_sharded(plan):
         return plan.runtime.param_dtype == "bf16"
     return False
 
@@ -107,7 +107,7 @@ def op_level_sac(plan: Any) -> bool:
 
 def fsdp_sharded(plan: Any) -> bool:
     """FSDP frameworks always shard (zero 0 or 3: full shard; 1/2: shard-grad-op), even on one rank."""
-    return framework(plan) in ("fsdp2", "pytorch-fsdp")
+    return framework(plan) in FSDP_STACKS
 
 
 def shard_group(plan: Any) -> int:
