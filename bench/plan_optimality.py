@@ -49,6 +49,10 @@ JOBS: dict[str, dict[str, Any]] = {
     "Qwen3-30B-A3B megatron-core s4096": dict(model="qwen3-30b-a3b", framework="megatron-core", seq_len=4096,
                                               global_batch=512),
     "8B fsdp2 s65536": dict(model="llama-3.1-8b", framework="fsdp2", seq_len=65536, global_batch=16),
+    # a 32B at 8k tokens, where recomputation and optimizer offload combine; DeepSpeed's pipeline
+    "Qwen2.5-32B fsdp2 s8192": dict(model="qwen2.5-32b", framework="fsdp2", seq_len=8192, global_batch=64),
+    "70B megatron-deepspeed s2048": dict(model="llama-2-70b", framework="megatron-deepspeed", seq_len=2048,
+                                         global_batch=512),
 }
 #: the extra grid axes per job (the rest: EP 1, CP 1, v 1): expert parallelism for the MoE models,
 #: context parallelism for the long sequence, virtual stages for the pipelined Megatron jobs

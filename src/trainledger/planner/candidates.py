@@ -38,7 +38,7 @@ KNOBS: tuple[tuple[int, str, str], ...] = (  # (zero, recompute, offload), cheap
     (1, "none", "none"), (1, "selective", "none"), (1, "full", "none"),
     (2, "none", "none"), (2, "selective", "none"), (2, "full", "none"),
     (3, "none", "none"), (3, "selective", "none"), (3, "full", "none"),
-    (3, "none", "optimizer"), (3, "full", "optimizer"),
+    (3, "none", "optimizer"), (3, "selective", "optimizer"), (3, "full", "optimizer"),
 )
 
 
