@@ -2,7 +2,7 @@
 
 For each job, GPU type and GPU count, ``search`` keeps the fastest plan it finds at that count; a
 brute force estimates, independently of the planner's code, every layout of the grid
-TP x PP x ZeRO x recomputation x micro-batch x optimizer offload (with ZeRO-3) that the job's stack runs and that fits in memory
+TP x PP x ZeRO x recomputation x micro-batch x optimizer offload (with ZeRO 1-3) that the job's stack runs and that fits in memory
 (with the planner's headroom), at the job's exact global batch; the jobs that need them add
 expert parallelism (MoE models: EP 1-8), context parallelism (long sequences: CP 1-8) and
 interleaved virtual stages (pipelined stacks that interleave: v 1, 2, 4, 8 where it divides the stage). Both are compared by training
@@ -65,7 +65,7 @@ EXTRA_AXES: dict[str, dict[str, tuple[int, ...]]] = {
 GPUS = ("h100-sxm", "a100-sxm-80gb")
 COUNTS = (8, 16, 64)
 TP, PP, ZERO, MB = (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 3), (1, 2, 4, 8, 16)
-OFFLOAD = ("none", "optimizer")  # optimizer offload with ZeRO-3 (ZeRO-Offload / FSDP CPU offload)
+OFFLOAD = ("none", "optimizer")  # optimizer offload with ZeRO 1-3 (ZeRO-Offload, Megatron-Core, FSDP CPU offload)
 #: a miss is a planner pick slower than the brute force's best by more than this
 TOLERANCE = 0.01
 
@@ -81,7 +81,7 @@ def brute_force(job: dict[str, Any], gpu: str, n: int, axes: dict[str, tuple[int
     for tp, pp, zero, rc, mb, off, ep, cp, vp in itertools.product(
             TP, PP, ZERO, recomputes, MB, OFFLOAD, axes.get("ep", (1,)), axes.get("cp", (1,)),
             axes.get("vp", (1,))):
-        if n % (tp * pp * cp) or (off != "none" and zero < 3) or (vp > 1 and pp == 1):
+        if n % (tp * pp * cp) or (off != "none" and zero < 1) or (vp > 1 and pp == 1):
             continue
         dp = n // (tp * pp * cp)
         # a micro-batch's samples are split over TP·CP ranks only by sequence: DP sets the batch
