@@ -119,7 +119,7 @@ def test_pipeline_first_stage_holds_p_microbatches():
 
 
 def test_offload_moves_states_to_host():
-    e = mem(seq_len=2048, offload="optimizer", zero=1)  # ZeRO-Offload on one GPU
+    e = mem(seq_len=2048, offload="optimizer")
     assert "optimizer_states" not in e.breakdown
     assert e.host_bytes >= 8 * plan().model.params.total
 

@@ -194,17 +194,18 @@ def test_report_and_web_blocks_show_the_limits_and_the_alternatives():
     assert alt[2][0][1] == f"the deadline needs {n:,} h100-sxm, past the budget (--framework megatron-core --max-gpus {n})"
 
 
-@pytest.mark.parametrize("fw", ["hf", "deepspeed", "megatron-deepspeed", "megatron-core"])
+@pytest.mark.parametrize("fw", ["deepspeed", "megatron-deepspeed", "megatron-core"])
 def test_optimizer_offload_needs_a_zero_optimizer(fw):
     """DeepSpeed's offload_optimizer is a ZeRO stage 1-3 option and Megatron-Core offloads from its
     distributed optimizer: --offload with --zero 0 describes no run (DeepSpeed at stage 0 ignores it,
-    and the plan's memory would not be what runs). FSDP's zero 0 is FULL_SHARD: it offloads."""
+    and the plan's memory would not be what runs). FSDP's zero 0 is FULL_SHARD: it offloads; the
+    Trainer pages the states with bitsandbytes' paged optimizers (QLoRA's setting) without ZeRO."""
     with pytest.raises(LayoutError) as e:
         _plan(framework=fw, gpus=1, tp=1, zero=0, offload="optimizer")
     assert e.value.field == "offload" and "--zero 1, 2 or 3" in str(e.value)
     assert _plan(framework=fw, gpus=1, tp=1, zero=1, offload="optimizer").layout.offload == "optimizer"
-    for fsdp in ("fsdp2", "pytorch-fsdp"):
-        assert _plan(framework=fsdp, gpus=1, tp=1, zero=0, offload="optimizer").layout.offload == "optimizer"
+    for other in ("fsdp2", "pytorch-fsdp", "hf"):
+        assert _plan(framework=other, gpus=1, tp=1, zero=0, offload="optimizer").layout.offload == "optimizer"
 
 
 def test_planner_offloads_on_one_gpu_with_a_zero_stage():

@@ -129,6 +129,11 @@ SELECTIVE_SEARCH = ("fsdp2",)
 _TP_ZERO_REFUSED = ("deepspeed",)  # hf: priced, with a note
 #: the stacks whose zero 0 is a sharding strategy already (FULL_SHARD; memory.runtimes.fsdp_sharded)
 FSDP_STACKS = ("fsdp2", "pytorch-fsdp")
+#: the stacks that offload the optimizer only from a ZeRO optimizer (stage >= 1): DeepSpeed's
+#: zero_optimization.offload_optimizer, Megatron-Core's --optimizer-cpu-offload in its distributed
+#: optimizer. The Trainer (hf) also pages optimizer states to the host without ZeRO (bitsandbytes'
+#: paged optimizers, ``optim="paged_adamw_32bit"``; QLoRA §3), and FSDP's zero 0 is FULL_SHARD.
+ZERO_OFFLOAD_STACKS = ("deepspeed", "megatron-deepspeed", "megatron-core")
 
 
 def stack_zero_max(framework: str, pp: int, tp: int) -> int:
@@ -193,7 +198,7 @@ def stack_layout_problem(framework: str, layout: Any) -> tuple[str, str] | None:
     if pp > 1 and zmax is not None and zero > zmax:
         return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
                         f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
-    if zero == 0 and str(layout.offload) != "none" and framework not in FSDP_STACKS:
+    if zero == 0 and str(layout.offload) != "none" and framework in ZERO_OFFLOAD_STACKS:
         return "offload", (f"--offload {layout.offload} with --zero 0: {framework} offloads the optimizer "
                            "from its ZeRO optimizer (DeepSpeed's zero_optimization.offload_optimizer is a "
                            "stage 1-3 option, Megatron-Core's --optimizer-cpu-offload runs in its "
