@@ -180,6 +180,8 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
+#: every Parts field of a Parts, and its ``ACT_FIELDS``, as tuples in that order (one C call each)
+_ALL_PARTS, _ACT_PARTS = attrgetter(*PARTS_FIELDS), attrgetter(*ACT_FIELDS)
 #: the positions of ``ACT_FIELDS`` among every Parts field
 _ACT_INDEX = tuple(PARTS_FIELDS.index(f) for f in ACT_FIELDS)
 _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
@@ -223,7 +225,7 @@ def _states_values(plan: Plan) -> tuple:
     def compute() -> tuple:
         x = Parts()
         model_states(plan, x)
-        return tuple([getattr(x, f) for f in PARTS_FIELDS])
+        return _ALL_PARTS(x)
     out = _STATES_MEMO.get(states_key(plan), compute)
     _LAST_STATES[0] = (plan, role, out)
     return out
@@ -239,7 +241,7 @@ def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
     def compute() -> tuple:
         x = Parts()
         activations(plan, opts, x)
-        return tuple([getattr(x, f) for f in ACT_FIELDS])
+        return _ACT_PARTS(x)
     hit = _ACTS_MEMO.get(acts_key(plan, opts), compute)
     if hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
         hit = list(hit)

@@ -244,14 +244,22 @@ def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
     """
     m, pp = plan.model, plan.layout.pp
     pc = m.params
-    per_layer = max(pc.per_layer) if pc.per_layer else 0
+    per_layer, outside = _layer_sums(m)
     lay = plan.layout
     if ep_sharded and m.moe is not None and (lay.ep > 1 or lay.expert_tp != lay.tp):
         # a rank holds E/(ep·etp) of the experts; the caller divides by tp, hence tp/(ep·etp)
         per_layer = per_layer - _busiest_layer_experts(m) * (1 - lay.tp / (lay.ep * lay.expert_tp))
     layers = math.ceil(m.num_layers / pp) * per_layer
     edge = pc.breakdown.get("lm_head", 0) or pc.embedding
-    return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
+    return float(layers + (edge if pp > 1 else outside))
+
+
+@lru_cache(maxsize=64)
+def _layer_sums(m: ModelSpec) -> tuple[int, int]:
+    """(parameters of the largest decoder layer, parameters outside the decoder layers) of the
+    model: ``_stage_params`` asks several times per step (a 405B has 126 layers to walk)."""
+    pc = m.params
+    return (max(pc.per_layer) if pc.per_layer else 0), pc.total - sum(pc.per_layer)
 
 
 @lru_cache(maxsize=64)
@@ -641,8 +649,9 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     r, lay = plan.recipe, plan.layout
     if not r.is_training or topo.dp.n <= 1 or fsdp_shards(plan):
         return 0.0, 0.0
-    p = _trainable_stage_params(plan) / lay.tp
-    if r.method not in ("lora", "qlora"):
+    if r.method in ("lora", "qlora"):
+        p = _trainable_stage_params(plan) / lay.tp
+    else:
         p = _stage_params(plan, ep_sharded=True) / lay.tp
     g = p * reduce_bytes(plan)
     bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
