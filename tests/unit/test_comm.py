@@ -82,3 +82,22 @@ def test_topology_orders_tp_innermost():
     c = cluster(nodes=4)
     topo = topology(c, tp=8, cp=1, ep=1, dp=2, pp=2)
     assert topo.tp.intra_node and not topo.dp.intra_node and topo.pp_crosses_node
+
+
+def test_remembered_groups_follow_every_input_they_read():
+    """``group`` remembers groups by the node shape, the links and the size and stride: a cluster
+    that differs in any of them gets its own group, equal to one derived afresh (``_group``)."""
+    from trainledger.estimate.time import comm
+
+    eff = link_efficiency()
+    base = cluster(nodes=4)
+    variants = [base, cluster(nodes=4, net="roce-400"), cluster(nodes=4, per_node=4),
+                base.updated({"nics_per_node": 2}), base.updated({"intra": load_network("pcie5-x16")}),
+                base.updated({"inter": None, "nodes": 1})]
+    for c in variants:
+        for n, stride in ((8, 1), (16, 8), (4, 2), (32, 1)):
+            first = group(c, n, stride, eff)
+            assert first == comm._group(c, n, stride, eff)
+            assert group(c, n, stride, eff) is first  # the second ask is the remembered group
+    betas = {group(c, 16, 8, eff).beta for c in variants[:4]}
+    assert len(betas) > 1  # the network and the NICs per node change a cross-node group

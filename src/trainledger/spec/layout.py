@@ -50,7 +50,7 @@ class Layout(Spec):
                     f"tp·pp·cp = {self.tp}·{self.pp}·{self.cp} = {mp} does not divide {world_size} GPUs; "
                     f"choose degrees whose product divides the GPU count"
                 )
-            return self.model_copy(update={"dp": world_size // mp})
+            return self.updated({"dp": world_size // mp})  # model_copy(update=...), cheaper
         self.validate_world(world_size)
         return self
 

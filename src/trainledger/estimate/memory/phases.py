@@ -112,10 +112,9 @@ def _forward_end_bytes(plan: Plan, x: Parts) -> float:
     return sum(_forward_end(base, g_prev, copies_fwd, x).values())
 
 
-def _bucket_view(d: dict[str, float]) -> dict[str, float]:
-    out = dict(d)
-    out["gradients"] = out.pop("ddp_buckets", 0.0)
-    return out
+def _bucket_view(d: dict[str, float]) -> None:
+    """DDP gradient_as_bucket_view: the buckets are the gradients (``d`` changed in place)."""
+    d["gradients"] = d.pop("ddp_buckets", 0.0)
 
 
 def _inference_points(x: Parts) -> list[tuple[str, str, dict[str, float]]]:
@@ -181,6 +180,8 @@ _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_micro
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))
 
+#: every Parts field of a Parts, and its ``ACT_FIELDS``, as tuples in that order (one C call each)
+_ALL_PARTS, _ACT_PARTS = attrgetter(*PARTS_FIELDS), attrgetter(*ACT_FIELDS)
 #: the positions of ``ACT_FIELDS`` among every Parts field
 _ACT_INDEX = tuple(PARTS_FIELDS.index(f) for f in ACT_FIELDS)
 _PP_BUFFERS, _PP_EACH = ACT_FIELDS.index("pp_buffers"), ACT_FIELDS.index("pp_buffer_each")
@@ -224,7 +225,7 @@ def _states_values(plan: Plan) -> tuple:
     def compute() -> tuple:
         x = Parts()
         model_states(plan, x)
-        return tuple([getattr(x, f) for f in PARTS_FIELDS])
+        return _ALL_PARTS(x)
     out = _STATES_MEMO.get(states_key(plan), compute)
     _LAST_STATES[0] = (plan, role, out)
     return out
@@ -240,7 +241,7 @@ def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
     def compute() -> tuple:
         x = Parts()
         activations(plan, opts, x)
-        return tuple([getattr(x, f) for f in ACT_FIELDS])
+        return _ACT_PARTS(x)
     hit = _ACTS_MEMO.get(acts_key(plan, opts), compute)
     if hit[_PP_EACH]:  # receive buffers: one per micro-batch of this plan (model.activations)
         hit = list(hit)
@@ -273,12 +274,15 @@ def _step_points(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults,
             points = fsdp_points(plan, x)
         else:
             points = _training_points(plan, x)
+            # each moment's dict is its own (``_training_points`` builds every one anew): changed
+            # in place, the keys keep their order (a new key goes last, as ``dict(d, k=v)`` puts it)
             if x.grads_static:
-                points = [(ph, lb, dict(d, gradients=d.get("gradients", 0.0) + x.grads_static))
-                          for ph, lb, d in points]
+                for _, _, d in points:
+                    d["gradients"] = d.get("gradients", 0.0) + x.grads_static
             if plan.runtime.gradient_as_bucket_view and x.ddp:
                 # DDP gradient_as_bucket_view: .grad are views into the buckets, which live all step
-                points = [(ph, lb, _bucket_view(d)) for ph, lb, d in points]
+                for _, _, d in points:
+                    _bucket_view(d)
     else:
         x = Parts(*_states_values(plan))
         inference(plan, opts, x, rt.paged_block_tokens)
@@ -417,6 +421,10 @@ def _forward_end_floor(plan: Plan, parts: Parts) -> float | None:
 _FORWARD_END_SLACK = 64
 
 
+#: the options ``allocator_pressure`` reads when given none (a frozen spec: one instance serves all)
+_DEFAULT_OPTIONS = MemoryOptions()
+
+
 def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: bool = False) -> Pressure:
     """Caching-allocator retries per step of ``plan`` (``.pressure``) from its step's moments vs
     the GPU's usable bytes less the CUDA context and workspaces; the busier pipeline stage.
@@ -425,7 +433,7 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
     weights, master weights and optimizer states alone, or whose forward-end moment, exceed the
     capacity does not run, so no retries, without walking its step (the peak it reports is then
     that lower bound)."""
-    opts = opts or MemoryOptions()
+    opts = opts or _DEFAULT_OPTIONS
     if not plan.recipe.is_training:
         return Pressure(0.0, 0.0, float(plan.cluster.gpu.usable_bytes), 0.0, True)
     if plan.layout.pp > 1 and current_role(plan) is None:

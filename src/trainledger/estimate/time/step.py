@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from trainledger.spec.layers import stage_tensors
+from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
 from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
@@ -242,16 +244,31 @@ def _stage_params(plan: Plan, ep_sharded: bool = False) -> float:
     """
     m, pp = plan.model, plan.layout.pp
     pc = m.params
-    per_layer = max(pc.per_layer) if pc.per_layer else 0
+    per_layer, outside = _layer_sums(m)
     lay = plan.layout
     if ep_sharded and m.moe is not None and (lay.ep > 1 or lay.expert_tp != lay.tp):
-        i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
-        lp = m.layer_params(i)
         # a rank holds E/(ep·etp) of the experts; the caller divides by tp, hence tp/(ep·etp)
-        per_layer = per_layer - lp.get("experts", 0) * (1 - lay.tp / (lay.ep * lay.expert_tp))
+        per_layer = per_layer - _busiest_layer_experts(m) * (1 - lay.tp / (lay.ep * lay.expert_tp))
     layers = math.ceil(m.num_layers / pp) * per_layer
     edge = pc.breakdown.get("lm_head", 0) or pc.embedding
-    return float(layers + (edge if pp > 1 else pc.total - sum(pc.per_layer)))
+    return float(layers + (edge if pp > 1 else outside))
+
+
+@lru_cache(maxsize=64)
+def _layer_sums(m: ModelSpec) -> tuple[int, int]:
+    """(parameters of the largest decoder layer, parameters outside the decoder layers) of the
+    model: ``_stage_params`` asks several times per step (a 405B has 126 layers to walk)."""
+    pc = m.params
+    return (max(pc.per_layer) if pc.per_layer else 0), pc.total - sum(pc.per_layer)
+
+
+@lru_cache(maxsize=64)
+def _busiest_layer_experts(m: ModelSpec) -> int:
+    """Routed-expert parameters of the model's largest decoder layer (the first of them): a fact
+    of the model, asked at every point of a scaling curve (``layer_params`` walks the layer)."""
+    pc = m.params
+    i = max(range(m.num_layers), key=lambda j: pc.per_layer[j])
+    return m.layer_params(i).get("experts", 0)
 
 
 def _trainable_stage_params(plan: Plan) -> float:
@@ -405,7 +422,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     t_cp, cp_exposed, cp_merge = _cp_comm(plan, topo, work, prof, act, training, rc)
     t_ep = 0.0
     if m.moe is not None and lay.ep > 1:
-        moe_layers = layers * sum(m.is_moe_layer(i) for i in range(m.num_layers)) / m.num_layers
+        moe_layers = layers * sum(m.moe_layer_mask) / m.num_layers  # is_moe_layer of every layer
         size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
         size *= routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)  # the busiest rank
         t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
@@ -649,8 +666,9 @@ def _dp_sync(plan: Plan, topo: Topology, work: StageWork, prof: StackProfile,
     r, lay = plan.recipe, plan.layout
     if not r.is_training or topo.dp.n <= 1 or fsdp_shards(plan):
         return 0.0, 0.0
-    p = _trainable_stage_params(plan) / lay.tp
-    if r.method not in ("lora", "qlora"):
+    if r.method in ("lora", "qlora"):
+        p = _trainable_stage_params(plan) / lay.tp
+    else:
         p = _stage_params(plan, ep_sharded=True) / lay.tp
     g = p * reduce_bytes(plan)
     bwd, fwd = work.total_s * (2.0 / 3.0), work.total_s / 3.0
