@@ -122,32 +122,30 @@ def layout_label(plan) -> str:
             f"mb{r.micro_batch} {r.recompute}{' off-' + lay.offload if lay.offload != 'none' else ''}")
 
 
-def planner_picks(job: dict[str, Any], gpu: str) -> dict[int, tuple[float, str]]:
-    """The planner's fastest plan per GPU count of ``COUNTS``: (tokens/s/GPU, layout)."""
-    res = search(Job(**job, method="full", gpus=(gpu,), max_gpus=max(COUNTS), rank_by="time",
+def planner_picks(job: dict[str, Any], gpu: str, counts: tuple[int, ...] = COUNTS) -> dict[int, tuple[float, str]]:
+    """The planner's fastest plan per GPU count of ``counts``: (tokens/s/GPU, layout)."""
+    res = search(Job(**job, method="full", gpus=(gpu,), max_gpus=max(counts), rank_by="time",
                      deadline_days=None, top=1000))
     out: dict[int, tuple[float, str]] = {}
     for c in res.plans + res.unpriced:
         n = c.plan.cluster.world_size
         label = layout_label(c.plan)
         rate = c.compute.tokens_per_s_per_gpu
-        if n in COUNTS and (n not in out or rate > out[n][0]):
+        if n in counts and (n not in out or rate > out[n][0]):
             out[n] = (rate, label)
     return out
 
 
 def main(argv: list[str]) -> int:
-    global GPUS, COUNTS
-    if "--gpus" in argv:
-        GPUS = tuple(argv[argv.index("--gpus") + 1].split(","))
-    if "--counts" in argv:
-        COUNTS = tuple(int(n) for n in argv[argv.index("--counts") + 1].split(","))
+    gpus = tuple(argv[argv.index("--gpus") + 1].split(",")) if "--gpus" in argv else GPUS
+    counts = (tuple(int(n) for n in argv[argv.index("--counts") + 1].split(",")) if "--counts" in argv
+              else COUNTS)
     rows = []
     t0 = time.process_time()
     for name, job in JOBS.items():
-        for gpu in GPUS:
-            picks = planner_picks(job, gpu)
-            for n in COUNTS:
+        for gpu in gpus:
+            picks = planner_picks(job, gpu, counts)
+            for n in counts:
                 bf = brute_force(job, gpu, n, EXTRA_AXES.get(name))
                 pk = picks.get(n)
                 gap = None if (bf is None or pk is None) else pk[0] / bf[0] - 1

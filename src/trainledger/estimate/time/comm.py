@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from trainledger.spec.cluster import Cluster
+from trainledger.estimate.memo import KeyedMemo
 from trainledger.estimate.time.efficiency import LinkEfficiency, link_efficiency
 
 
@@ -57,12 +58,11 @@ class Group:
         return self.nodes <= 1
 
 
-#: the groups derived lately, by what ``_group`` reads: the node shape, the links (by identity: the
-#: entry holds them, so their ids are not reused while it is kept), the size and stride. One
-#: estimate asks for the same TP, CP and EP groups at every point of its scaling curve (only the
-#: data-parallel group changes there); emptied whole when full. Groups are frozen.
-_GROUPS: dict[tuple, tuple[object, object, object, Group]] = {}
-_GROUPS_SIZE = 256
+#: the groups derived lately, by what ``_group`` reads: the node shape, the links (by identity;
+#: each entry keeps them alive, so no other object can take their ids while it is stored), the
+#: size and stride. One estimate asks for the same TP, CP and EP groups at every point of its
+#: scaling curve (only the data-parallel group changes there). Groups are frozen.
+_GROUPS = KeyedMemo(256)
 
 
 def group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency | None = None) -> Group:
@@ -70,14 +70,7 @@ def group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency | None = 
     links = links or link_efficiency()
     intra, inter = cluster.intra, cluster.inter
     key = (n, stride, cluster.gpus_per_node, cluster.nics_per_node, id(intra), id(inter), id(links))
-    hit = _GROUPS.get(key)
-    if hit is not None and hit[0] is intra and hit[1] is inter and hit[2] is links:
-        return hit[3]
-    grp = _group(cluster, n, stride, links)
-    if len(_GROUPS) >= _GROUPS_SIZE:
-        _GROUPS.clear()
-    _GROUPS[key] = (intra, inter, links, grp)
-    return grp
+    return _GROUPS.get(key, lambda: (intra, inter, links, _group(cluster, n, stride, links)))[3]
 
 
 def _group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency) -> Group:
