@@ -64,8 +64,25 @@ def test_axolotl_unmodeled_memory_keys_are_listed(tmp_path):
     p.write_text("base_model: x/y\nsequence_len: 1024\nmicro_batch_size: 1\nadapter: lora\nlora_r: 8\n"
                  "unsloth_lora_mlp: true\nliger_rms_norm: true\nlr_scheduler: cosine\n")
     res = import_configs([p])
-    assert {"a.yml: unsloth_lora_mlp", "a.yml: liger_rms_norm"} <= set(res.unknown_keys)
-    assert not any("lr_scheduler" in u for u in res.unknown_keys)
+    assert "a.yml: unsloth_lora_mlp" in res.unknown_keys
+    assert not any("lr_scheduler" in u or "liger" in u for u in res.unknown_keys)
+    # the Liger plugin's switch is read (sized as all of Liger's default kernels, and said so)
+    assert res.merged()["liger_kernel"] is True
+    assert any("liger_fused_linear_cross_entropy" in n and "defaults" in n for n in res.notes)
+
+
+def test_liger_switches_of_trl_trainer_and_llamafactory_are_read(tmp_path):
+    trl = tmp_path / "sft.yaml"
+    trl.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 2\n"
+                   "max_length: 4096\nuse_liger_kernel: true\noutput_dir: out\n")
+    res = import_configs([trl])
+    assert res.merged()["liger_kernel"] is True and not res.unknown_keys
+    lf = tmp_path / "lf.yaml"
+    lf.write_text("model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\nfinetuning_type: lora\n"
+                  "cutoff_len: 2048\nper_device_train_batch_size: 1\nenable_liger_kernel: true\n")
+    res = import_configs([lf])
+    assert res.merged()["liger_kernel"] is True
+    assert not any("liger" in u for u in res.unknown_keys)
 
 
 def test_axolotl_dpo_holds_chosen_and_rejected(tmp_path):
@@ -261,6 +278,8 @@ ROUND = {
                  lora_targets=("k_proj", "o_proj", "q_proj", "v_proj"), grad_accum=4, recompute="full"),
     "fsdp2-tp-cp": dict(model="llama-3.1-8b", gpus=8, framework="fsdp2", zero=3, tp=2, cp=2, seq_len=8192),
     "fsdp1": dict(model="llama-3.1-8b", gpus=16, framework="pytorch-fsdp", zero=3, seq_len=4096, recompute="full"),
+    "liger": dict(model="llama-3.1-8b", gpus=8, framework="pytorch-fsdp", zero=3, seq_len=4096, micro_batch=2,
+                  liger_kernel=True),
 }
 #: targets whose own keys carry the whole plan (without the trainledger header)
 SELF_CONTAINED = {"torchtitan", "megatron", "nemo"}

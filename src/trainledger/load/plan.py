@@ -68,6 +68,7 @@ class PlanInputs(Spec):
     loss_parallel: bool = _RUNTIME["loss_parallel"]
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     fused_loss: bool = _RUNTIME["fused_loss"]
+    liger_kernel: bool = _RUNTIME["liger_kernel"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
     checkpoint_early_stop: bool | None = _RUNTIME["checkpoint_early_stop"]

@@ -34,6 +34,7 @@ class Job(Spec):
 
     model: str = _SHARED["model"]
     framework: Framework = _SHARED["framework"]
+    liger_kernel: bool = _SHARED["liger_kernel"]
     method: Method = _SHARED["method"]
     precision: Precision | None = _SHARED["precision"]
     optimizer: Optimizer | None = _SHARED["optimizer"]

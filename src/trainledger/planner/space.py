@@ -14,6 +14,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import (
+    LIGER_STACKS,
     NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH,
     SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
 )
@@ -98,10 +99,17 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
     try:
         return Plan(model=space.model, recipe=rec, layout=layout_for(tp, pp, dp, zero, offload, vp, cp, ep),
                     cluster=cluster, headroom=space.job.headroom,
-                    runtime=Runtime(framework=space.framework or space.job.framework))
+                    runtime=_runtime(space))
     except TrainledgerError:
         return None
 
+
+
+def _runtime(space: Space) -> Runtime:
+    """The searched stack with the job's Liger kernels where the stack runs transformers' modules
+    (Megatron stacks compared beside them run their own fused layers)."""
+    fw = space.framework or space.job.framework
+    return Runtime(framework=fw, liger_kernel=space.job.liger_kernel and fw in LIGER_STACKS)
 
 def _batch_unit(mb: int, dp: int, pp: int, vp: int) -> int:
     """What the global batch must be a multiple of: micro-batch × DP, and with an interleaved

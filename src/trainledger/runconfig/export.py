@@ -358,6 +358,8 @@ def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str,
         args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
         if not checkpoint_stops_early(plan):  # torch's checkpoint takes it as a keyword (default True)
             args["gradient_checkpointing_kwargs"]["early_stop"] = False
+    if plan.runtime.liger_kernel:
+        args["use_liger_kernel"] = True  # TrainingArguments.use_liger_kernel (transformers >= 4.45)
     if r.optimizer == "sgd-momentum":
         args["optim_args"] = "momentum=0.9"
     if r.train_tokens:

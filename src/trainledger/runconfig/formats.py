@@ -371,6 +371,13 @@ def read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None:
                 res.set("checkpoint_early_stop", False, where)
             elif "early_stop" in kw:
                 res.set("checkpoint_early_stop", bool(kw["early_stop"]), where)
+    if d.get("use_liger_kernel") is not None:
+        # TrainingArguments.use_liger_kernel (transformers >= 4.45): the Trainer applies Liger's
+        # default kernels for the model type (liger_kernel_config picks a subset)
+        res.set("liger_kernel", bool(d["use_liger_kernel"]), where)
+        if d.get("use_liger_kernel") and d.get("liger_kernel_config"):
+            res.notes.append(f"{where}: liger_kernel_config {d['liger_kernel_config']!r} is sized as Liger's "
+                             "default kernels for the model type")
     if "optim" in d:
         o = str(d["optim"])
         mapped = OPTIM_FROM_HF.get(o)

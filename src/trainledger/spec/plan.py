@@ -13,7 +13,7 @@ from trainledger.spec.layout import Layout
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import Runtime, stack_layout_problem
+from trainledger.spec.runtime import LigerOps, Runtime, liger_ops, liger_stack_problem, stack_layout_problem
 from trainledger.spec.serving import Serving
 
 
@@ -52,6 +52,10 @@ class Plan(Spec):
             problem = stack_layout_problem(self.runtime.framework, self.layout)
             if problem is not None:
                 raise LayoutError(field=problem[0], message=problem[1])
+        if changed & _STACK_INPUTS:
+            liger = liger_stack_problem(self.runtime.liger_kernel, self.runtime.framework)
+            if liger is not None:
+                raise PlanError(field="liger_kernel", message=liger)
         m = self.model
         if changed & _SERVING_INPUTS and self.serving.quantization == "mxfp4" and m.moe is None:
             raise PlanError(field="quantization", message=
@@ -147,6 +151,14 @@ class Plan(Spec):
         if r.global_batch is not None:
             return r.global_batch
         return r.micro_batch * r.grad_accum * self.layout.dp_size
+
+    @property
+    def liger(self) -> LigerOps | None:
+        """The Liger kernels this plan runs (None without ``--liger-kernel``, or for a model type
+        Liger does not patch: ``spec.runtime.liger_ops``)."""
+        m = self.model
+        return liger_ops(self.runtime.liger_kernel, self.runtime.framework, m.model_type, m.norm_type,
+                         m.mlp_type, m.position_embedding, self.layout.tp)
 
     @property
     def tokens_per_step(self) -> int:

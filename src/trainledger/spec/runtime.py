@@ -22,7 +22,7 @@ assumed is stated in its JSON (``plan.runtime``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -59,6 +59,53 @@ DEFAULT_OPTIMIZER: dict[str, str] = {
     "hf": "adamw-fused", "pytorch-fsdp": "adamw-fused", "fsdp2": "adamw-fused",
     "deepspeed": "adamw", "megatron-core": "adamw", "megatron-deepspeed": "adamw",
 }
+
+
+#: Liger Kernel (github:linkedin/Liger-Kernel, src/liger_kernel/transformers/monkey_patch.py @
+#: ead96b61, ``MODEL_TYPE_TO_APPLY_LIGER_FN``): the transformers model types it patches, of those a
+#: ModelSpec can describe. The Trainer's ``use_liger_kernel`` (TRL, LLaMA-Factory's
+#: ``enable_liger_kernel``, Axolotl's Liger plugin) calls ``_apply_liger_kernel_to_instance``, which
+#: for any other model type logs "not supported" and changes nothing.
+LIGER_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi3", "olmo2", "olmo3", "granite", "gpt_oss", "nemotron", "glm4", "smollm3",
+    "ministral", "llama4_text", "exaone4"})
+#: model types whose ``apply_liger_kernel_to_*`` leaves the MLP alone by default (gpt_oss:
+#: ``swiglu=False``, "GPT-OSS has custom expert implementation")
+LIGER_NO_GLU = frozenset({"gpt_oss"})
+#: the stacks that run transformers' modules, which Liger patches (Megatron runs its own layers)
+LIGER_STACKS = ("hf", "pytorch-fsdp", "fsdp2", "deepspeed")
+
+
+class LigerOps(NamedTuple):
+    """The Liger kernels a plan runs (each ``apply_liger_kernel_to_*`` default for its model type:
+    ``rope=True, rms_norm=True, swiglu/geglu=True, fused_linear_cross_entropy=True``)."""
+
+    rms_norm: bool  # LigerRMSNorm (the model's norms are RMSNorm)
+    rope: bool      # liger_rotary_pos_emb (rotary positions)
+    glu: bool       # LigerSwiGLUMLP / LigerGEGLUMLP (gated MLP; not gpt_oss)
+    flce: bool      # LigerFusedLinearCrossEntropy: the lm_head and the loss in chunks, no logits
+
+
+def liger_stack_problem(liger_kernel: bool, framework: str) -> str | None:
+    """Why a stack cannot run Liger Kernel (None: it can, or Liger is not asked for)."""
+    if liger_kernel and framework not in LIGER_STACKS:
+        return (f"--liger-kernel with --framework {framework}: Liger Kernel patches transformers' modules, "
+                f"which {framework} does not run (it has its own fused layers); use one of "
+                f"{', '.join(LIGER_STACKS)}")
+    return None
+
+
+def liger_ops(liger_kernel: bool, framework: str, model_type: str, norm_type: str, mlp_type: str,
+              position_embedding: str, tp: int = 1) -> LigerOps | None:
+    """The Liger kernels that apply (None: Liger not asked for, or it has no patch for the model).
+    With tensor parallelism the head's weight is a DTensor shard, which Liger's fused linear
+    cross-entropy (a plain ``_input @ weight.t()`` per chunk) does not handle: the loss then runs as
+    the model's own (the other kernels are per-token and shard as the model does)."""
+    if not liger_kernel or framework not in LIGER_STACKS or model_type not in LIGER_MODEL_TYPES:
+        return None
+    return LigerOps(rms_norm=norm_type == "rmsnorm", rope=position_embedding == "rope",
+                    glu=mlp_type == "gated" and model_type not in LIGER_NO_GLU, flce=tp == 1)
 
 
 def stack_optimizer(optimizer: str | None, framework: str) -> str:
@@ -234,6 +281,11 @@ class Runtime(Spec):
         "--cross-entropy-loss-fusion (fewer passes over the fp32 logits: time), or on PyTorch stacks "
         "one fused kernel such as flash-attn's (llm-foundry's default): the logits are kept once, "
         "with no fp32 copy or log-softmax output (memory)")
+    liger_kernel: bool = Field(
+        False, description="Liger Kernel on the transformers model (Trainer/TRL use_liger_kernel): fused "
+        "RMSNorm, RoPE and SwiGLU/GeGLU and the chunked fused linear cross-entropy that never holds the "
+        "logits; stacks that run transformers' modules (hf, pytorch-fsdp, fsdp2, deepspeed), model types "
+        "Liger patches")
     dist_optimizer: DistOptimizer = Field(
         "mcore", description="megatron: the sharded optimizer: mcore = Megatron-Core DistributedOptimizer "
         "(fp32 main params); apex = NeMo 1.x optim.name distributed_fused_adam (Apex DistributedFusedAdam: "
@@ -297,6 +349,8 @@ class Runtime(Spec):
             d["gradient_as_bucket_view"] = self.gradient_as_bucket_view
         if self.checkpoint_early_stop is not None:
             d["checkpoint_early_stop"] = self.checkpoint_early_stop
+        if self.liger_kernel:
+            d["liger_kernel"] = True
         if self.framework == "megatron-core" or self.fused_loss:
             d["fused_loss"] = self.fused_loss
         if self.is_megatron:

@@ -72,11 +72,12 @@ class DistTrainer:
     def __init__(self, inputs: dict[str, Any], device: str, rank: int, world: int, seed: int = 0) -> None:
         import torch
 
-        from trainledger.verify.build import build_model
+        from trainledger.verify.build import build_model, check_measurable
         from trainledger.verify.train_step import make_optimizer
 
         self.inputs = parse_inputs(inputs, "plan")
         self.plan = build_plan(self.inputs)
+        check_measurable(self.plan)
         self.recipe = self.plan.recipe
         if not self.recipe.is_training:
             raise VerifyError("the acceptance and scaling runs train; method inference has no step")

@@ -120,6 +120,16 @@ def attn_implementation(recipe: Recipe, device: str, notes: list[str]) -> str:
     return "sdpa"
 
 
+def check_measurable(plan: Any) -> None:
+    """Refuse a plan whose model verify would not build as it runs: Liger Kernel's patches are not
+    applied here (they need Triton on a CUDA GPU), so a measurement would be of the model's own
+    modules, not of the plan."""
+    if getattr(plan, "liger", None) is not None:
+        raise VerifyError("verify builds the transformers model without Liger Kernel, so it would not measure "
+                          "this --liger-kernel plan; record your own Liger run with the Trainer callback "
+                          "(trainledger.verify.callbacks.LedgerCallback reads use_liger_kernel), or verify "
+                          "without --liger-kernel")
+
 def build_model(hf_config: dict[str, Any], recipe: Recipe, device: str = "cpu", seed: int = 0) -> BuiltModel:
     """Build the model of ``hf_config`` for ``recipe`` on ``device`` (cpu | cuda | fake)."""
     torch = require("torch")

@@ -334,10 +334,13 @@ def _hf_hints(args: Any) -> dict[str, Any]:
     from trainledger.runconfig.formats import OPTIM_FROM_HF
 
     gc = getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
-    return {"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
-            "precision": "bf16-mixed" if args.bf16 else "fp16-mixed" if args.fp16 else "fp32",
-            "recompute": "full" if gc else "none", "optimizer": OPTIM_FROM_HF.get(optim, "adamw"),
-            "grad_clip": args.max_grad_norm or 0.0}
+    hints = {"micro_batch": args.per_device_train_batch_size, "grad_accum": args.gradient_accumulation_steps,
+             "precision": "bf16-mixed" if args.bf16 else "fp16-mixed" if args.fp16 else "fp32",
+             "recompute": "full" if gc else "none", "optimizer": OPTIM_FROM_HF.get(optim, "adamw"),
+             "grad_clip": args.max_grad_norm or 0.0}
+    if getattr(args, "use_liger_kernel", False):  # the Trainer patched the model with Liger's kernels
+        hints["liger_kernel"] = True
+    return hints
 
 
 def LedgerCallback(**kwargs: Any) -> Any:  # noqa: N802 - a class factory: transformers is optional

@@ -83,7 +83,9 @@ def measure_memory(plan: Any, device: str = "cpu", steps: int = 2, seed: int = 0
                    cuda_autocast: bool = True) -> MemoryMeasurement:
     """Measure the plan's per-GPU memory by running its model (see the module docstring)."""
     from trainledger.load.hf import load_hf_config
+    from trainledger.verify.build import check_measurable
 
+    check_measurable(plan)
     lay = plan.layout
     rt = getattr(plan, "runtime", None)
     fw = rt.framework if rt is not None else "hf"

@@ -64,6 +64,35 @@ SOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+#: the terms Liger's fused linear cross-entropy changes (estimate/memory/model.py ``_liger_flce``)
+LIGER_SOURCES: dict[str, tuple[str, str]] = {
+    "logits": ("Liger fused linear cross-entropy: one chunk of c-byte logits (about B·T·h/V rows), the fp32 "
+               "per-token loss, grad_input (B·T·h) and, when the head trains, grad_weight (V·h) computed in "
+               "forward and kept for backward (liger_kernel/ops/fused_linear_cross_entropy.py @ ead96b61)",
+               "the logits are never whole"),
+}
+
+
+def liger_note(plan: Plan) -> str | None:
+    """What ``--liger-kernel`` changes in this plan, or why it changes nothing."""
+    if not plan.runtime.liger_kernel:
+        return None
+    ops = plan.liger
+    if ops is None:
+        return (f"liger kernel: Liger has no patch for model_type {plan.model.model_type} (its "
+                "MODEL_TYPE_TO_APPLY_LIGER_FN): the Trainer logs 'not supported' and runs the model's own modules")
+    done = [name for name, on in (("RMSNorm", ops.rms_norm), ("RoPE", ops.rope), ("SwiGLU/GeGLU", ops.glu),
+                                  ("fused linear cross-entropy (no logits held)", ops.flce)) if on]
+    out = "liger kernel: " + ", ".join(done)
+    if plan.model.moe is not None and ops.glu:
+        out += ("; routed experts sized as transformers' own (Liger's fused MoE kernel for transformers >= 5, "
+                "LigerExperts, is not modeled)")
+    if not ops.flce:
+        out += ("; with tp > 1 the head's weight is a DTensor shard, which the fused linear cross-entropy does "
+                "not take: the model's own loss runs")
+    return out
+
+
 def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: bool = True) -> MemoryEstimate:
     """Per-GPU memory estimate of ``plan`` (see the module docstring and DESIGN.md §1)."""
     opts = opts or MemoryOptions()
@@ -120,7 +149,8 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
     timeline = [("step start", idle)] + [(label, int(sum(d.values()))) for _, label, d in points]
     if plan.recipe.is_training:
         timeline.append(("after zero_grad", idle))
-    terms = [Term(name=k, value=v, unit="bytes", source=SOURCES[k][0], assumptions=SOURCES[k][1])
+    sources = SOURCES if plan.liger is None or not plan.liger.flce else {**SOURCES, **LIGER_SOURCES}
+    terms = [Term(name=k, value=v, unit="bytes", source=sources[k][0], assumptions=sources[k][1])
              for k, v in breakdown.items()]
     runtime_terms = {"allocator_reserve": reserved - peak, "cuda_context": context,
                      "library_workspaces": workspace}
@@ -163,6 +193,9 @@ def _notes(plan: Plan) -> list[str]:
                    "by the Llama-style layer; expect a few percent")
     if lay.pp > 1:
         out.append("pipeline: one stage bounding both ends (the first stage's activations, the last's logits)")
+    note = liger_note(plan)
+    if note:
+        out.append(note)
     if lay.cp > 1 and RT.framework(plan) == "megatron-core":
         out.append(f"context parallel cp={lay.cp}: Transformer Engine's p2p ring keeps cp K|V chunks, outputs and "
                    "softmax statistics in forward and two K|V+dK|dV buffers in backward, counted at the attention "

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.model import ModelSpec
+from trainledger.spec.runtime import LigerOps
 
 FP32 = 4
 INT64 = 8
@@ -42,6 +43,18 @@ KORTHIKANTI_SOURCE = "Korthikanti et al. 2022, arXiv:2205.05198, Table 2 / Eq. 1
 
 #: families whose RMSNorm multiplies the weight in fp32 and casts afterwards (saves fp32 x·rsqrt)
 NORM_WEIGHT_IN_FP32 = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "olmo3"})
+
+
+#: tensors Liger's gated-MLP kernels save per FFN element: gate and up (not act(gate), act·up)
+LIGER_GLU_SAVES = 2
+
+
+def liger_norm_bytes(width: int, src: int, groups: int = 1) -> float:
+    """Liger's RMSNorm (``LigerRMSNormFunction``, src/liger_kernel/ops/rms_norm.py @ ead96b61):
+    ``ctx.save_for_backward(X, W, RSTD)``, the input in its own dtype and one fp32 rstd per row
+    (the weight is a parameter, not an activation); the fp32 upcast and the normalised copy that
+    transformers' RMSNorm keeps live only in the kernel's registers."""
+    return src * width + FP32 * groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,8 @@ class Flow:
     #: or the compute dtype when the runtime casts every parameter (FSDP MixedPrecisionPolicy,
     #: DeepSpeed/Megatron 16-bit modules)
     adapter: int = 4
+    #: Liger Kernel's replacements of the transformers modules (``Plan.liger``; None: the model's own)
+    liger: LigerOps | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +136,16 @@ class _Layer:
 
     def norm(self, width: int, src: int, groups: int = 1) -> float:
         """RMSNorm: fp32 input (4w), rsqrt (4 per group) and, when its weight trains, what the
-        weight multiplies: x.to(src) (Llama style) or the fp32 x·rsqrt (Gemma/OLMo-2 style)."""
+        weight multiplies: x.to(src) (Llama style) or the fp32 x·rsqrt (Gemma/OLMo-2 style).
+        Liger's RMSNorm keeps only its input and the fp32 rstd (:func:`liger_norm_bytes`)."""
         if self.m.norm_type == "layernorm":
             # torch.nn.LayerNorm is one kernel (aten ``native_layer_norm``) whose backward reads its
             # input and the fp32 mean and rstd of each row (``native_layer_norm_backward``); the affine
             # weight and bias are applied inside it, so nothing else is saved. Autocast runs
             # layer_norm in fp32 (its fp32 op list), keeping the fp32 input; else the input itself
             return (FP32 if self.flow.autocast else src) * width + 2 * FP32 * groups
+        if self.flow.liger is not None and self.flow.liger.rms_norm:
+            return liger_norm_bytes(width, src, groups)
         kept = FP32 if self.m.model_type in NORM_WEIGHT_IN_FP32 else src
         return FP32 * width + FP32 * groups + (kept * width if self.trainable else 0)
 
@@ -275,8 +293,12 @@ def _mlp(x: _Layer, prefix: str, width: int) -> tuple[float, float]:
     gated = m.mlp_type == "gated"
     rep = x.inputs(m.hidden_size, f.R, (f"{prefix}.gate_proj", f"{prefix}.up_proj", f"{prefix}.gate_up_proj"))
     # gate, up, act(gate) (gated) or fc1 output (plain) are saved by the activation and product;
-    # the down projection's input (act·up, or act) is saved by down_proj itself
-    sh = (3 if gated else 1) * f.c * width + x.inputs(width, f.c, (f"{prefix}.down_proj",))
+    # the down projection's input (act·up, or act) is saved by down_proj itself. Liger's SwiGLU /
+    # GeGLU (``LigerSiLUMulFunction`` / ``LigerGELUMulFunction``, src/liger_kernel/ops/swiglu.py and
+    # geglu.py @ ead96b61: ``ctx.save_for_backward(a, b)``) keeps gate and up and recomputes act(gate)
+    # in its backward kernel
+    kept = (LIGER_GLU_SAVES if (gated and f.liger is not None and f.liger.glu) else 3) if gated else 1
+    sh = kept * f.c * width + x.inputs(width, f.c, (f"{prefix}.down_proj",))
     return rep, sh
 
 
@@ -340,7 +362,10 @@ def layer_bytes(m: ModelSpec, flow: Flow, attention: str, moe_layer: bool,
         const = R * mo.num_experts * 3 * mo.expert_intermediate_size * h
     first, first_per_s = 0.0, 0.0
     if lora is not None:
-        first = FP32 * h + FP32  # layer 0's first norm: its input needs no gradient
+        # layer 0's first norm: its input needs no gradient (a frozen-weight Liger norm then records
+        # no autograd node either: what it would have saved is not kept)
+        first = (liger_norm_bytes(h, R) if (flow.liger is not None and flow.liger.rms_norm)
+                 else FP32 * h + FP32)
         if not lora.flat_units and not any(p in x.wrapped for p in _ATTN_INPUTS):
             # nor do q, k, v of layer 0: its attention core keeps nothing; only o_proj's adapter does
             first += rep_a + sh_a - _o_proj_part(x, mla)

@@ -20,6 +20,8 @@ appear, so the backward curve between its two ends is monotone and its maximum i
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, fields as dataclass_fields
 from functools import lru_cache
 
@@ -28,7 +30,8 @@ from trainledger.estimate.memo import KeyedMemo, last_call
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
-    FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, mla_kernel, op_sac_bytes, te_layer_bytes,
+    FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, liger_norm_bytes, mla_kernel, op_sac_bytes,
+    te_layer_bytes,
 )
 from trainledger.estimate.memory.states import (
     model_shape, optimizer_state_bytes, optimizer_temp_bytes, qlora_weight_bytes,
@@ -105,13 +108,15 @@ def _flow_of(plan: Plan) -> tuple[Flow, float, float]:
     w = DTYPE_BYTES[pol["weights"]]
     if r.method == "qlora":  # bnb 4-bit base, other weights in the 16-bit compute dtype
         w_emb = 2.0 if c == 2 else 4.0
-        return Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed")), w_emb, 4.0
+        return (Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed"), liger=plan.liger),
+                w_emb, 4.0)
     if sixteen_bit_model(plan):  # DeepSpeed / Megatron / FSDP param_dtype=bf16: all in 16 bits
-        return Flow(c=c, R=c, autocast=False, adapter=c), float(c), 4.0 if r.method == "lora" else float(c)
+        return (Flow(c=c, R=c, autocast=False, adapter=c, liger=plan.liger), float(c),
+                4.0 if r.method == "lora" else float(c))
     autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
     R = int(max(w, c))
     train_w = 4.0 if r.method == "lora" else w
-    return Flow(c=c, R=R, autocast=autocast), w, train_w
+    return Flow(c=c, R=R, autocast=autocast, liger=plan.liger), w, train_w
 
 
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:
@@ -512,7 +517,10 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     # final-logit soft-cap (Gemma-2: logits = cap·tanh(logits/cap), transformers Gemma2ForCausalLM):
     # the tanh output is saved for backward until the loss gradient reaches it
     capped = logit_b * V * T / t if m.logit_softcap else 0.0
-    if RT.framework(plan) == "megatron-core" and r.method not in ("lora", "qlora"):
+    liger = flow.liger
+    if liger is not None and liger.flce:
+        _liger_flce(plan, flow, T, parts)
+    elif RT.framework(plan) == "megatron-core" and r.method not in ("lora", "qlora"):
         # Megatron's vocab-parallel cross entropy (megatron/core/fusions/fused_cross_entropy.py and
         # tensor_parallel/cross_entropy.py, ``_VocabParallelCrossEntropy``): ``calculate_logits_max``
         # upcasts the c-byte logits to fp32 once, exp / normalisation run in place on that copy,
@@ -543,12 +551,51 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     else:
         parts.logits_fwd = (logit_b + up + FP32) * V * T / t + capped
         parts.logits_bwd = 3 * FP32 * V * T / t + capped
-    parts.logits_grad = logit_b * V * T / t
+    if liger is None or not liger.flce:
+        parts.logits_grad = logit_b * V * T / t
     if role == "last" and RT.framework(plan) == "hf":
         # torch.distributed.pipelining keeps a stage's output in ``fwd_cache`` until that
         # micro-batch's backward (stage.py ``forward_one_chunk`` / ``backward_one_chunk``): the
         # last stage's c-byte logits outlive the loss into log-softmax backward
         parts.logits_bwd += logit_b * V * T / t
+
+
+def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
+    """Rows of one chunk of Liger's fused linear cross-entropy (src/liger_kernel/ops/
+    fused_linear_cross_entropy.py @ ead96b61): ``inc_factor = cdiv(V, H)``, ``chunk_size =
+    next_power_of_2(cdiv(BT, inc_factor))``, so a chunk's V-wide logits are about as large as the
+    B·T×H hidden states; never more rows than the micro-batch has."""
+    bt = max(1, int(math.ceil(tokens)))
+    inc = -(-V // h)
+    rows = -(-bt // inc)
+    return min(bt, 1 << (rows - 1).bit_length())
+
+
+def _liger_flce(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
+    """The head under Liger's fused linear cross-entropy (``LigerFusedLinearCrossEntropyFunction``,
+    src/liger_kernel/ops/fused_linear_cross_entropy.py @ ead96b61). Its forward walks the tokens in
+    chunks: a chunk's logits (``_input_chunk @ weight.t()``, c bytes) take the loss and, in place, its
+    gradient, which is multiplied back at once into ``grad_input`` (``zeros_like(_input)``: the final
+    norm's output dtype) and, when the head trains, accumulated into ``grad_weight``
+    (``zeros_like(weight)``, the weight's dtype); backward only hands these two on
+    (``ctx.save_for_backward(grad_input, grad_weight, ...)``). So the logits are never whole: the
+    working set is one chunk of them, the fp32 per-token loss and the two gradient buffers, which
+    stay until the head's backward. The final norm is Liger's when the model's norm is RMSNorm."""
+    m, r = plan.model, plan.recipe
+    h, V = m.hidden_size, m.vocab_size
+    R, c = flow.R, flow.c
+    ops = flow.liger
+    norm = liger_norm_bytes(h, R) if (ops is not None and ops.rms_norm) else FP32 * h + FP32 + R * h
+    # the final norm saves its input (its output feeds only the fused loss, which saves nothing of it)
+    parts.head_saves = norm * T
+    parts.head_out = 0.0
+    trains_head = r.method not in ("lora", "qlora")
+    grad_w = flow_of(plan)[1] * V * h if trains_head else 0.0
+    grad_in = R * h * T
+    chunk = liger_flce_chunk(T, h, V) * V * c
+    parts.logits_fwd = grad_in + grad_w + chunk + FP32 * T
+    parts.logits_bwd = grad_in + grad_w
+    parts.logits_grad = 0.0
 
 
 def inference(plan: Plan, opts: MemoryOptions, parts: Parts, block_tokens: int) -> None:

@@ -910,9 +910,9 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     m = plan.recipe.grad_accum
     bubble = bd["bubble"]
     step = sum(bd.values())
+    kernels = "fused" if prof.kernels == "megatron" else ("unfused except Liger's" if plan.liger else "unfused")
     notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
-             f"(catalog/efficiency/{eff.family}.yaml); kernels "
-             f"{'fused' if prof.kernels == 'megatron' else 'unfused'}, TP comm "
+             f"(catalog/efficiency/{eff.family}.yaml); kernels {kernels}, TP comm "
              f"{100 * prof.tp_overlap:.0f}% overlapped"
              + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
     if clk < 1.0:

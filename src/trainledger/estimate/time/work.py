@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
+from trainledger.estimate.memory.model import liger_flce_chunk
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import (Gemm, attention_core_recomputed, early_stop_skips, layer_kinds,
                                               lm_head_gemm, lora_gemms, recompute_fraction,
@@ -44,6 +45,17 @@ KERNEL_BYTES: dict[str, dict[str, tuple[float, float]]] = {
     "hf": {"rmsnorm": (40, 60), "layernorm": (4, 6), "gated": (10, 16), "plain": (4, 6),
            "rope": (20, 20)},
 }
+#: Liger Kernel's Triton kernels in place of transformers' eager ops (src/liger_kernel/ops @
+#: ead96b61), bytes per element of 16-bit tensors: RMSNorm reads x and writes y (4), its backward
+#: reads dy and x and writes dx (6; rms_norm.py); RoPE rotates q and k in place (read + write, both
+#: ways: rope.py); SwiGLU/GeGLU read gate and up and write their product (6), the backward reads dc,
+#: gate and up and writes both gradients, recomputing the activation (10; swiglu.py, geglu.py) - the
+#: fused stacks' figures. Ops Liger leaves alone keep the eager bytes.
+LIGER_KERNEL_BYTES: dict[str, tuple[float, float]] = {"rmsnorm": (4, 6), "rope": (4, 4), "gated": (6, 10)}
+#: Liger's cross-entropy kernel inside the fused linear cross-entropy (ops/cross_entropy.py
+#: ``liger_cross_entropy_kernel``): one pass over a row's logits for its max and sum, a second that
+#: reads them again and writes the gradient in place: 3 passes of the logits' bytes per entry
+LIGER_XENT_PASSES = 3.0
 #: peft's LoRA layer with its adapters in fp32 (``LoraModel(autocast_adapter_dtype=True)``, the
 #: default since peft 0.12: adapters of a bf16/fp16 base are upcast to fp32): ``lora_B(lora_A(
 #: x.to(fp32))) * scaling`` added to the base output (peft/tuners/lora/layer.py ``Linear.forward``).
@@ -167,11 +179,18 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
     k = KERNEL_BYTES[runtime]
     norm = k["rmsnorm"] if m.norm_type == "rmsnorm" else k["layernorm"]
     act = k["gated"] if gated else k["plain"]
+    rope = k["rope"]
+    liger = plan.liger if runtime == "hf" else None  # fused stacks already count fused kernels
+    if liger is not None:
+        norm = LIGER_KERNEL_BYTES["rmsnorm"] if liger.rms_norm else norm
+        # routed experts: Liger's fused MoE kernel (LigerExperts) is not modeled, as in memory
+        act = LIGER_KERNEL_BYTES["gated"] if (liger.glu and moe_k <= 1) else act
+        rope = LIGER_KERNEL_BYTES["rope"] if liger.rope else rope
     fwd = m.norms_per_layer * norm[0] * h_sh + 12 * h_sh + act[0] * f * moe_k
     bwd = m.norms_per_layer * norm[1] * h_sh + 12 * h_sh + act[1] * f * moe_k
     if m.position_embedding == "rope":
-        fwd += k["rope"][0] * (m.q_dim + m.kv_dim) / tp
-        bwd += k["rope"][1] * (m.q_dim + m.kv_dim) / tp
+        fwd += rope[0] * (m.q_dim + m.kv_dim) / tp
+        bwd += rope[1] * (m.q_dim + m.kv_dim) / tp
     if r.dropout > 0:
         fwd += 2 * 5 * h_sh
         bwd += 2 * 3 * h_sh
@@ -268,13 +287,46 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
         ew_rc = rc if not sel else max(rc, 1.0)
         ew += nl * tokens * (fwd_b * (1 + ew_rc) + (bwd_b if training else 0.0)) / (hbm * eff.hbm)
     # lm_head + loss on the last stage (the first holds only an embedding lookup)
-    head = lm_head_gemm(m)
-    head_w = (1.0 if frozen else 2.0) if training else 0.0
-    mm += _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) * (1 + head_w)
-    xent = XENT_BYTES_PER_VOCAB if xent_bytes is None else xent_bytes
-    ew += tokens * xent * m.vocab_size / tp / (hbm * eff.hbm)
+    t_head, t_loss = head_s(plan, tokens, eff, peak16, eta16, runtime, xent_bytes)
+    mm += t_head
+    ew += t_loss
     kernels = stage_layers * KERNELS_PER_LAYER_FWD[runtime] * (1 + (2 if training else 0) + rc)
     return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
+
+
+def head_s(plan: Plan, tokens: float, eff: GpuEfficiency, peak16: float, eta16: float,
+           runtime: str = "hf", xent_bytes: float | None = None) -> tuple[float, float]:
+    """(GEMM seconds, loss seconds) of the lm_head and the cross-entropy for ``tokens`` tokens of
+    one micro-batch on one GPU, forward and backward (vocab-parallel over TP).
+
+    Under Liger's fused linear cross-entropy (``Plan.liger``) the head runs chunk by chunk
+    (``memory.model.liger_flce_chunk`` rows: about V/h chunks whatever the batch), each chunk's three
+    GEMMs reading the whole weight again, and each weight-gradient GEMM accumulating into (reading
+    again) the whole V×h ``grad_weight``; its loss kernel makes ``LIGER_XENT_PASSES`` passes over a chunk's logits."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    hbm = plan.cluster.gpu.hbm_bytes_per_s
+    tp, ep = lay.tp, lay.ep
+    training = r.is_training
+    frozen = r.method in ("lora", "qlora")
+    head = lm_head_gemm(m)
+    head_w = (1.0 if frozen else 2.0) if training else 0.0
+    xent = XENT_BYTES_PER_VOCAB if xent_bytes is None else xent_bytes
+    liger = plan.liger if runtime == "hf" else None
+    vh = m.hidden_size * m.vocab_size / tp
+    if liger is not None and liger.flce and training:
+        chunk = liger_flce_chunk(tokens, m.hidden_size, m.vocab_size)
+        n_chunks = tokens / chunk
+        t_mm = n_chunks * _gemm_set_s((head,), chunk, tp, ep, peak16, hbm, eff, eta16, 2.0) * (1 + head_w)
+        logit_bytes = 2.0 if (r.precision.endswith("-mixed") or r.precision in ("bf16", "fp16")) else 4.0
+        t_ew = tokens * LIGER_XENT_PASSES * logit_bytes * m.vocab_size / tp / (hbm * eff.hbm)
+        if not frozen:
+            # the weight-gradient GEMM of each chunk is an ``addmm`` into the whole weight-dtype
+            # ``grad_weight`` (beta = 1): beside the weight-sized operand its GEMM term moves, it
+            # reads the accumulator once more per chunk
+            t_ew += n_chunks * DTYPE_BYTES[r.policy["weights"]] * vh / (hbm * eff.hbm)
+        return t_mm, t_ew
+    t_mm = _gemm_set_s((head,), tokens, tp, ep, peak16, hbm, eff, eta16, 2.0) * (1 + head_w)
+    return t_mm, tokens * xent * m.vocab_size / tp / (hbm * eff.hbm)
 
 
 def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff: GpuEfficiency,

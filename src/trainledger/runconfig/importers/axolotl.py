@@ -21,6 +21,11 @@ from trainledger.runconfig.importers._common import num, relevant_unknown, set_h
 SIGNATURE = {"base_model", "sequence_len", "micro_batch_size", "adapter", "lora_r", "datasets",
              "sample_packing", "lora_target_linear", "num_epochs"}
 
+#: axolotl's Liger plugin (``plugins: [axolotl.integrations.liger.LigerPlugin]``; its args in
+#: src/axolotl/integrations/liger/args.py): which of Liger's kernels it applies
+LIGER_KEYS = ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy",
+              "liger_layer_norm", "liger_cross_entropy")
+
 USED = {"base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_r", "lora_alpha",
         "lora_target_modules", "lora_target_linear", "sequence_len", "micro_batch_size",
         "gradient_accumulation_steps", "batch_size", "optimizer", "bf16", "fp16", "fp8", "tf32",
@@ -28,7 +33,7 @@ USED = {"base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_r", "lora
         "sdp_attention", "xformers_attention", "eager_attention", "deepspeed", "fsdp", "fsdp_config",
         "fsdp_version", "tensor_parallel_size", "context_parallel_size", "sequence_parallel_degree",
         "dp_shard_size", "dp_replicate_size", "max_steps", "sample_packing", "pad_to_sequence_len",
-        "lora_dropout", "max_grad_norm", "rl"}
+        "lora_dropout", "max_grad_norm", "rl", *LIGER_KEYS}
 
 #: keys that change memory or time and are not modeled (reported when set)
 _RELEVANT_WORDS = ("offload", "liger", "unsloth", "kernel", "quant", "relora", "lisa", "peft_",
@@ -101,11 +106,26 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if d.get("max_grad_norm") is not None:
         res.set("grad_clip", float(d["max_grad_norm"]), where)
     _read_parallel(d, res, where)
+    _read_liger(d, res, where)
     if d.get("deepspeed"):
         res.set("framework", "deepspeed", where)
         res.notes.append(f"{where}: deepspeed {d['deepspeed']!r} — pass that JSON with --from too "
                          "for its ZeRO stage and offload")
     relevant_unknown(res, where, d, _RELEVANT_WORDS, USED)
+
+
+def _read_liger(d: dict[str, Any], res: ImportResult, where: str) -> None:
+    """The Liger plugin's switches: any of them on runs Liger (sized as all of its defaults for the
+    model type: RMSNorm, RoPE, SwiGLU/GeGLU and the fused linear cross-entropy)."""
+    on = [k for k in LIGER_KEYS if truthy(d.get(k) or False)]
+    if not on:
+        return
+    res.set("liger_kernel", True, where)
+    main = ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_fused_linear_cross_entropy")
+    off = [k for k in main if k not in on]
+    if off:
+        res.notes.append(f"{where}: {', '.join(off)} not set: sized as Liger's defaults for the model type "
+                         "(all of RMSNorm, RoPE, SwiGLU/GeGLU and the fused linear cross-entropy)")
 
 
 def _read_parallel(d: dict[str, Any], res: ImportResult, where: str) -> None:

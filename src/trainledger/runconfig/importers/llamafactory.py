@@ -35,7 +35,7 @@ OWN = {"model_name_or_path", "adapter_name_or_path", "trust_remote_code", "stage
        "do_eval", "eval_strategy", "eval_steps", "per_device_eval_batch_size", "kt_optimize_rule",
        "use_kt", "cpu_infer", "chunk_size", "report_to", "run_name"}
 
-_NOT_MODELED = ("use_galore", "use_badam", "use_apollo", "use_unsloth", "enable_liger_kernel",
+_NOT_MODELED = ("use_galore", "use_badam", "use_apollo", "use_unsloth",
                 "use_dora", "pure_bf16", "rope_scaling", "neat_packing", "shift_attn", "use_kt",
                 "freeze_trainable_layers")
 
@@ -86,6 +86,8 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if d.get("deepspeed"):
         res.set("framework", "deepspeed", where)
         res.notes.append(f"{where}: deepspeed {d['deepspeed']!r} — pass that JSON with --from too")
+    if d.get("enable_liger_kernel") is not None:  # model_args.enable_liger_kernel: Liger's defaults
+        res.set("liger_kernel", bool(d["enable_liger_kernel"]), where)
     for k in _NOT_MODELED:
         if d.get(k):
             res.unknown_keys.append(f"{where}: {k}")
