@@ -174,3 +174,29 @@ def test_verify_refuses_to_measure_a_liger_plan_without_liger():
         check_measurable(_plan(model="tiny-llama-debug", liger_kernel=True))
     check_measurable(_plan(model="tiny-llama-debug"))
     check_measurable(_plan(model="gpt2", liger_kernel=True))  # no Liger patch: the model as it runs
+
+
+def test_planner_plans_the_transformers_stacks_with_liger_and_megatron_without():
+    from trainledger.planner.search import Job, search
+
+    job = dict(model="qwen2.5-7b", tokens=1e9, global_batch=64, seq_len=4096, max_gpus=8, gpus=("h100-sxm",),
+               frameworks=("hf", "megatron-core"), top=50)
+    res = search(Job(liger_kernel=True, **job))
+    by_stack = {c.plan.runtime.framework: c.plan.runtime.liger_kernel for c in res.plans}
+    assert by_stack == {"hf": True, "megatron-core": False}
+
+
+def test_liger_is_suggested_first_where_it_applies_and_its_figures_are_the_plans():
+    kw = dict(model="qwen2.5-7b", gpu="h100-sxm", gpus=8, zero=3, framework="fsdp2", seq_len=4096, micro_batch=2)
+    est = estimate_memory(_plan(**kw))
+    assert not est.fits
+    first = est.suggestions[0]
+    assert first["change"].startswith("Liger Kernel (--liger-kernel)")
+    with_liger = estimate_memory(_plan(liger_kernel=True, **kw))
+    assert with_liger.fits
+    assert (first["peak_allocated_bytes"], first["device_total_bytes"]) == \
+        (with_liger.peak_allocated_bytes, with_liger.device_total_bytes)
+    # nowhere Liger cannot run: a Megatron stack, a model type it does not patch
+    for other in (dict(kw, framework="megatron-core", zero=1), dict(kw, model="gpt2", micro_batch=64)):
+        e = estimate_memory(_plan(**other))
+        assert not any("Liger" in s["change"] for s in e.suggestions)

@@ -123,7 +123,7 @@ def test_the_combined_search_measures_no_plan_twice(monkeypatch):
     monkeypatch.setattr(suggest, "fit_or_misfit", measured)
     out = suggest.suggestions(plan, OPTS, estimate_memory(plan, OPTS, suggest=False))
     assert " + " in out[0]["change"]  # the combined search ran
-    assert seen and len(seen) == len({(p.recipe, p.layout, p.cluster) for p in seen})
+    assert seen and len(seen) == len({(p.recipe, p.layout, p.cluster, p.runtime) for p in seen})
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -208,10 +208,14 @@ def test_every_variant_keeps_the_plans_runtime(framework, zero):
     ``serving`` (they were dropped, so a DeepSpeed plan's variants were judged as plain hf)."""
     plan = build_plan(PlanInputs(model="llama-3.1-8b", method="full", gpu="a100-sxm-80gb", gpus=8,
                                  framework=framework, zero=zero, micro_batch=4, seq_len=4096))
-    variants = [build() for _, _, build in suggest._candidates(plan)]
+    variants = [(knob, build()) for knob, _, build in suggest._candidates(plan)]
     assert variants
-    for v in variants:
-        assert v.runtime == plan.runtime and v.serving == plan.serving
+    for knob, v in variants:
+        assert v.serving == plan.serving
+        # the Liger suggestion changes that one runtime option and keeps the stack's others
+        want = plan.runtime.updated({"liger_kernel": True}) if knob == "liger" else plan.runtime
+        assert v.runtime == want
+    assert ("liger" in [k for k, _ in variants]) == (framework != "megatron-core")
 
 
 def test_deepspeed_zero2_recompute_alone_fits():
@@ -238,9 +242,12 @@ def test_a_combined_change_names_each_setting_once_and_its_flags_rebuild_it():
     assert sum("GPUs with" in p for p in parts) == 1 and len(parts) == len(set(parts))
     flags = " ".join(p[p.index("(") + 1:p.rindex(")")] for p in parts).split()
     upd = {}
-    for k, v in zip(flags[::2], flags[1::2]):
+    for i, k in enumerate(flags):
+        if not k.startswith("--"):
+            continue
         key = k.removeprefix("--").replace("-", "_")
-        upd[key] = int(v) if v.isdigit() else v
+        v = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else True  # a switch
+        upd[key] = int(v) if isinstance(v, str) and v.isdigit() else v
     assert "recompute" in upd and "gpus" in upd and upd["zero"] == 3
     rebuilt = estimate_memory(build_plan(PlanInputs(**{**kw, **upd})), MemoryOptions(suggestions=False),
                               suggest=False)
@@ -254,7 +261,8 @@ def test_each_candidate_names_the_setting_its_builder_changes():
     fields = {"optimizer": lambda p: p.recipe.optimizer, "micro_batch": lambda p: p.recipe.micro_batch,
               "recompute": lambda p: p.recipe.recompute, "precision": lambda p: p.recipe.precision,
               "zero": lambda p: p.layout.zero, "offload": lambda p: p.layout.offload,
-              "method": lambda p: p.recipe.method, "gpus": lambda p: p.cluster.world_size}
+              "method": lambda p: p.recipe.method, "gpus": lambda p: p.cluster.world_size,
+              "liger": lambda p: p.runtime.liger_kernel}
     seen = set()
     for knob, label, build in suggest._candidates(plan):
         new = build()

@@ -2,7 +2,8 @@
 
 Every suggestion is computed by re-running the memory model on a modified plan (its peak and device
 bytes only: ``.phases.fit_bytes``, the same figures ``estimate_memory`` reports); the order is
-the usual order of cost (speed or quality given up): fused optimizer, smaller micro-batch with more
+the usual order of cost (speed or quality given up): fused optimizer, Liger Kernel (the same
+arithmetic, where the stack runs transformers' modules), smaller micro-batch with more
 accumulation, full recomputation, 16-bit weights, ZeRO stages, 8-bit optimizer states, optimizer
 offload, LoRA, QLoRA, then more GPUs with ZeRO-3.
 """
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
-from trainledger.spec.runtime import ZERO_OFFLOAD_STACKS
+from trainledger.spec.runtime import ZERO_OFFLOAD_STACKS, liger_ops
 from trainledger.units import gib
 from trainledger.estimate.memory.phases import fit_or_misfit
 from trainledger.estimate.options import MemoryOptions
@@ -54,6 +55,12 @@ def _candidates(plan: Plan) -> Iterator[tuple[str, str, Callable[[], Plan]]]:
     if training and r.optimizer == "adamw":
         yield "optimizer", "fused AdamW (--optimizer adamw-fused): no step temporaries", lambda: _with(
             plan, {"optimizer": "adamw-fused"})
+    m, rt = plan.model, plan.runtime
+    if training and not rt.liger_kernel and liger_ops(True, rt.framework, m.model_type, m.norm_type, m.mlp_type,
+                                                      m.position_embedding, lay.tp) is not None:
+        # the same arithmetic with fewer saved tensors and no whole logits (pip install liger-kernel)
+        yield "liger", "Liger Kernel (--liger-kernel): fused norms and GLU, no logits held", lambda: plan.variant(
+            runtime=rt.updated({"liger_kernel": True}))
     b = r.micro_batch
     while b > 1:
         b //= 2
