@@ -6,8 +6,9 @@ its scaling curve, the run sections, serving) is printed side by side; its targe
 (llm-analysis does its smaller training estimate in 0.28 ms). Prints µs of process CPU time per
 call; each figure is the fastest of ``--repeat`` blocks of calls (other processes on a shared
 machine only ever slow a block down). "fresh plan" estimates an equal copy of the plan each call,
-with the memory terms remembered by their dependencies forgotten (``phases.clear_memos``): what is
-remembered per plan (its Stage, its run figures, its terms) is derived again, and only what one
+with the memory terms and the time model's communicators remembered by their dependencies
+forgotten (``phases.clear_memos``: every KeyedMemo): what is remembered per plan (its Stage, its run
+figures, its terms, its TP/CP/EP groups) is derived again, and only what one
 estimate shares within itself (suggestion variants, curve points, pipeline stages) is reused, while
 the per-model facts (parameter shapes, LoRA counts) stay cached as they do for any caller.
 

@@ -218,3 +218,17 @@ def test_serving_section_shares_engine_memory_and_concurrency_points():
     assert sec.max_throughput == perf.continuous(limit, 2048, 256)
     assert sec.max_throughput is not sec.curve[-1]
     assert all(sec.at_batch is not c for c in sec.curve)
+
+
+def test_clear_memos_forgets_every_keyed_memo_including_the_communicators():
+    """A cold estimate (bench/estimate_speed.py's fresh plan) derives its communicators again: the
+    time model's group memo is a KeyedMemo, emptied with the memory terms."""
+    from trainledger.estimate import estimate
+    from trainledger.estimate.memory import phases
+    from trainledger.estimate.memory.model import _LOCAL_PARAMS
+    from trainledger.estimate.time import comm
+
+    estimate(_plan(sorted(PLANS)[0]))
+    assert len(comm._GROUPS) and len(phases._STATES_MEMO)
+    phases.clear_memos()
+    assert len(comm._GROUPS) == len(phases._STATES_MEMO) == len(phases._ACTS_MEMO) == len(_LOCAL_PARAMS) == 0

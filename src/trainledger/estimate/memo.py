@@ -36,6 +36,16 @@ def last_call(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+#: every KeyedMemo made (module-level stores, created once at import): ``clear_keyed`` empties them
+_KEYED: list[KeyedMemo] = []
+
+
+def clear_keyed() -> None:
+    """Empty every KeyedMemo (a cold estimate: ``memory.phases.clear_memos``)."""
+    for memo in _KEYED:
+        memo.clear()
+
+
 class KeyedMemo:
     """Results remembered by a key the caller declares (what the computation reads of its inputs),
     at most ``size`` of them: the store is emptied whole when full (the keys of one estimate and its
@@ -44,6 +54,7 @@ class KeyedMemo:
     def __init__(self, size: int) -> None:
         self.size = size
         self._store: dict[Any, Any] = {}
+        _KEYED.append(self)
 
     def get(self, key: Any, compute: Callable[[], Any]) -> Any:
         hit = self._store.get(key)

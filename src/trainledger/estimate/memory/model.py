@@ -165,11 +165,6 @@ def local_params_key(plan: Plan) -> tuple:
             plan.runtime.loss_parallel, current_role(plan))
 
 
-def clear_local_params() -> None:
-    """Forget the remembered per-layout parameter counts (cold-estimate benchmarks, tests)."""
-    _LOCAL_PARAMS.clear()
-
-
 def _local_params_uncached(plan: Plan) -> tuple[float, float, float, float, int]:
     m, lay = plan.model, plan.layout
     sh = model_shape(m)

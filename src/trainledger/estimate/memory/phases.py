@@ -16,12 +16,12 @@ from typing import NamedTuple
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import Runtime
 from trainledger.estimate.memory.model import (
-    PARTS_FIELDS, Parts, activations, clear_local_params, inference, model_states,
+    PARTS_FIELDS, Parts, activations, inference, model_states,
 )
 from trainledger.estimate.memory.runtimes import fsdp_forward_terms, fsdp_points, fsdp_sharded
 from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, busier, pressure
-from trainledger.estimate.memo import KeyedMemo
+from trainledger.estimate.memo import KeyedMemo, clear_keyed
 from trainledger.estimate.options import MemoryOptions
 from trainledger.estimate.stage import current_role, inflight_microbatches, pipeline_role
 
@@ -250,12 +250,11 @@ def _acts_values(plan: Plan, opts: MemoryOptions) -> tuple:
 
 
 def clear_memos() -> None:
-    """Forget every remembered term (benchmarks of a cold estimate; tests)."""
-    _STATES_MEMO.clear()
-    _ACTS_MEMO.clear()
+    """Forget every remembered term (benchmarks of a cold estimate; tests): every ``KeyedMemo``
+    (the memory terms, local parameters, the time model's communicators) and the walks."""
+    clear_keyed()
     _LAST_STATES[0] = None
     _WALKS.clear()
-    clear_local_params()
 
 
 def _training_parts(plan: Plan, opts: MemoryOptions) -> Parts:
