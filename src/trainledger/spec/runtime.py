@@ -183,6 +183,12 @@ FSDP_STACKS = ("fsdp2", "pytorch-fsdp")
 ZERO_OFFLOAD_STACKS = ("deepspeed", "megatron-deepspeed", "megatron-core")
 
 
+def offload_needs_zero(framework: str, zero: int) -> bool:
+    """Whether CPU offload at this ZeRO stage needs a ZeRO stage first: the ``ZERO_OFFLOAD_STACKS``
+    offload from their ZeRO optimizer, which stage 0 does not run."""
+    return zero == 0 and framework in ZERO_OFFLOAD_STACKS
+
+
 def stack_zero_max(framework: str, pp: int, tp: int) -> int:
     """The deepest ZeRO stage ``framework`` runs with this pipeline and tensor-parallel degree."""
     z = 3
@@ -245,7 +251,7 @@ def stack_layout_problem(framework: str, layout: Any) -> tuple[str, str] | None:
     if pp > 1 and zmax is not None and zero > zmax:
         return "zero", (f"--zero {zero} with pp={pp}: DeepSpeed's PipelineEngine refuses ZeRO-2 and "
                         f"ZeRO-3 (\"incompatible with pipeline parallelism\"); use --zero {zmax} or pp=1")
-    if zero == 0 and str(layout.offload) != "none" and framework in ZERO_OFFLOAD_STACKS:
+    if str(layout.offload) != "none" and offload_needs_zero(framework, zero):
         return "offload", (f"--offload {layout.offload} with --zero 0: {framework} offloads the optimizer "
                            "from its ZeRO optimizer (DeepSpeed's zero_optimization.offload_optimizer is a "
                            "stage 1-3 option, Megatron-Core's --optimizer-cpu-offload runs in its "

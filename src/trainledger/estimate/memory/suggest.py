@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from trainledger.errors import TrainledgerError
 from trainledger.spec.plan import Plan
-from trainledger.spec.runtime import ZERO_OFFLOAD_STACKS, liger_ops
+from trainledger.spec.runtime import liger_ops, offload_needs_zero
 from trainledger.units import gib
 from trainledger.estimate.memory.phases import fit_or_misfit
 from trainledger.estimate.options import MemoryOptions
@@ -79,7 +79,7 @@ def _candidates(plan: Plan) -> Iterator[tuple[str, str, Callable[[], Plan]]]:
     if training and r.optimizer in ("adamw", "adamw-fused"):
         yield "optimizer", "8-bit AdamW states (--optimizer adamw-8bit)", lambda: _with(plan, {"optimizer": "adamw-8bit"})
     if training and lay.offload == "none":
-        if lay.zero == 0 and plan.runtime.framework in ZERO_OFFLOAD_STACKS:  # offload runs in a ZeRO optimizer
+        if offload_needs_zero(plan.runtime.framework, lay.zero):  # offload runs in a ZeRO optimizer
             yield "offload", "CPU offload of optimizer states (--zero 1 --offload optimizer)", lambda: _with(
                 plan, layout={"offload": "optimizer", "zero": 1})
         else:
