@@ -200,3 +200,11 @@ def test_liger_is_suggested_first_where_it_applies_and_its_figures_are_the_plans
     for other in (dict(kw, framework="megatron-core", zero=1), dict(kw, model="gpt2", micro_batch=64)):
         e = estimate_memory(_plan(**other))
         assert not any("Liger" in s["change"] for s in e.suggestions)
+
+
+def test_liger_under_deepspeed_zero3_warns_of_the_ungathered_head():
+    notes = estimate_memory(_plan(framework="deepspeed", gpus=8, zero=3, liger_kernel=True)).notes
+    assert any("ZeRO-3 never gathers it" in n for n in notes)
+    for other in (dict(framework="deepspeed", zero=2), dict(framework="fsdp2", zero=3)):
+        notes = estimate_memory(_plan(gpus=8, liger_kernel=True, **other)).notes
+        assert not any("never gathers" in n for n in notes)

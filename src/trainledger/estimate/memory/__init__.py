@@ -90,6 +90,11 @@ def liger_note(plan: Plan) -> str | None:
     if not ops.flce:
         out += ("; with tp > 1 the head's weight is a DTensor shard, which the fused linear cross-entropy does "
                 "not take: the model's own loss runs")
+    elif plan.runtime.framework == "deepspeed" and plan.layout.zero == 3:
+        out += ("; under DeepSpeed ZeRO-3 the fused linear cross-entropy reads lm_head.weight without calling "
+                "lm_head, so ZeRO-3 never gathers it (a size-mismatch crash: huggingface/trl#3368, "
+                "EvolvingLMMs-Lab/lmms-engine#29) unless the trainer gathers the head around the loss (TRL's "
+                "GRPO and DPO trainers do: trl#5891, #6372); ZeRO-2 or FSDP avoid it")
     return out
 
 
