@@ -349,3 +349,29 @@ def test_megatron_runtime_options_are_stated():
     note = " ".join(estimate_memory(p).notes)
     assert "Apex DistributedFusedAdam" in note and "bf16 gradient buffer" in note
     assert "TE's cached fp8 copies" in note
+
+
+def test_fsdp2_with_expert_parallelism_gathers_a_ranks_experts_only():
+    """torchtitan wraps moe.experts in its own FSDP unit over the data-parallel mesh less EP, on
+    expert tensors already split by EP: a rank gathers its E/ep experts beside the block's dense
+    part (they were gathered whole, so DeepSeek-V3 on 256 H100 with EP 64 needed 1.4 TB a GPU)."""
+    from trainledger.estimate.memory.runtimes import shapes
+
+    kw = dict(model="mixtral-8x7b", gpus=16, zero=3, seq_len=4096, framework="fsdp2")
+    one, eight = (build_plan(PlanInputs(ep=ep, **kw)) for ep in (1, 8))
+    layer = one.model.layer_params(0)
+    experts = layer["experts"]
+    dense = sum(layer.values()) - experts
+    assert shapes(one).layer_full == dense + experts
+    assert shapes(eight).layer_full == dense + experts / 8
+    # the padded gather: the dense part over 16 ranks, the experts' unit (1 expert a rank) over 2
+    assert shapes(eight).layer_padded == pytest.approx(shapes(eight).layer_full, rel=1e-3)
+    # a rank stores E/n experts' worth; without EP 8 experts over 16 ranks pad dim 0 to one expert a
+    # rank, with EP the 2-rank expert unit shards dim 1 (torchtitan's Shard(1) rule): half of one
+    expert = experts / 8
+    assert shapes(one).layer_local - shapes(eight).layer_local == pytest.approx(expert / 2, rel=1e-3)
+    z1, z8 = (estimate_memory(p).breakdown.get("zero_buffers", 0) for p in (one, eight))
+    assert z8 < z1 / 3
+    # FSDP1's flat units are taken whole
+    flat = [build_plan(PlanInputs(**dict(kw, framework="pytorch-fsdp", ep=ep))) for ep in (1, 8)]
+    assert shapes(flat[0]).layer_full == shapes(flat[1]).layer_full

@@ -131,6 +131,7 @@ class Shapes:
     layer_full: float  # one decoder layer, all-gathered (padded), per TP rank
     layer_local: float  # one decoder layer's shard on rank 0
     layers_local: float  # all decoder layers on this stage, shards
+    layer_padded: float  # one decoder layer all-gathered with FSDP's dim-0 padding (its units' shards x group)
     emb_full: float
     emb_local: float
     head_full: float  # untied head (0 when tied)
@@ -149,61 +150,78 @@ def _rows(d0: float, n: int) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _layer_shapes(m: Any, i: int, t: int, n: int, flat: bool) -> tuple[float, float]:
-    """(gathered, rank-0 shard) parameters of decoder layer i under TP t and FSDP over n."""
+def _layer_shapes(m: Any, i: int, t: int, n: int, flat: bool, ep: int = 1) -> tuple[float, float, float]:
+    """(gathered, rank-0 shard, gathered with padding) parameters of decoder layer i under TP t and
+    FSDP over n. With expert parallelism under FSDP2 the routed experts are split over ``ep`` ranks:
+    torchtitan (parallelize.py ``apply_fsdp``) wraps ``moe.experts`` in its own FSDP unit on the
+    data-parallel mesh less EP (n/ep ranks), over expert DTensors already sharded on dim 0 by EP, so
+    a rank gathers its E/ep experts beside the block's dense part (its shard is E/n experts' worth
+    either way); with fewer experts than the unit's shards it shards dim 1, not the expert index
+    (``_experts_shard_placement_fn``: efsdp·ep > E). FSDP1's flat units are taken whole (``ep`` 1)."""
     from trainledger.spec.layers import layer_linears
 
     lin = layer_linears(m, i)
     total = sum(m.layer_params(i).values())
     vectors = total - sum(x.params for x in lin.values())  # norms (1-D, replicated under TP)
-    full = 0.0
-    local = 0.0
+    ne = max(1, n // ep)  # the expert unit's shard group
+    full = local = padded = 0.0
     for path, x in lin.items():
         col = path.split(".")[-1] in _COLWISE_END and t > 1
         out = x.out_features / t if col else x.out_features
         inn = x.in_features if col or t == 1 else x.in_features / t
+        b = (out if col or t == 1 else x.out_features) if x.bias else 0.0
         if x.count > 1:  # expert stacks: dim 0 is the expert index
-            full += x.count * out * inn
-            local += _rows(x.count, n) * out * inn
+            e = x.count / ep
+            full += e * (out * inn + b)
+            if ep > 1 and ne * ep > x.count:  # fewer experts than shards: torchtitan shards dim 1 (Shard(1))
+                rows = e * _rows(out, ne)
+                local += rows * inn + (e * _rows(b, ne) if b else 0.0)
+                padded += (rows * inn + (e * _rows(b, ne) if b else 0.0)) * ne
+            else:
+                local += _rows(e, ne) * (out * inn + b)
+                padded += _rows(e, ne) * ne * (out * inn + b)
         else:
-            full += out * inn
-            local += _rows(out, n) * inn
-        if x.bias:
-            b = out if col or t == 1 else x.out_features
-            full += x.count * b
-            local += _rows(x.count * b, n)
+            full += out * inn + b
+            local += _rows(out, n) * inn + (_rows(b, n) if b else 0.0)
+            padded += (_rows(out, n) * inn + (_rows(b, n) if b else 0.0)) * n
     h = m.hidden_size
     full += vectors
-    local += (vectors / h) * _rows(h, n) if h else vectors
+    v_local = (vectors / h) * _rows(h, n) if h else vectors
+    local += v_local
+    padded += v_local * n
     if flat:  # FSDP1: one flat parameter, padded to a multiple of n
         local = math.ceil(full / n)
-    return full, local
+        padded = local * n
+    return full, local, padded
 
 
 @lru_cache(maxsize=4096)
-def _stage_shapes(m: Any, count: int, t: int, n: int, flat: bool) -> tuple[float, float, float]:
-    """(largest gathered layer, largest rank-0 layer shard, sum of the shards) over decoder layers
-    0..count-1: the per-layer walk once per model, TP degree and shard group (the planner asks
-    for the same stage thousands of times)."""
-    per = [_layer_shapes(m, i, t, n, flat) for i in range(count)]
-    return max(f for f, _ in per), max(lo for _, lo in per), sum(lo for _, lo in per)
+def _stage_shapes(m: Any, count: int, t: int, n: int, flat: bool,
+                  ep: int = 1) -> tuple[float, float, float, float]:
+    """(largest gathered layer, largest rank-0 layer shard, sum of the shards, largest padded
+    gathered layer) over decoder layers 0..count-1: the per-layer walk once per model, TP degree and
+    shard group (the planner asks for the same stage thousands of times)."""
+    per = [_layer_shapes(m, i, t, n, flat, ep) for i in range(count)]
+    return (max(f for f, _, _ in per), max(lo for _, lo, _ in per), sum(lo for _, lo, _ in per),
+            max(pd for _, _, pd in per))
 
 
 def shapes(plan: Any) -> Shapes:
     lay = plan.layout
     n_layers, _ = layers_on_stage(plan)
     return _shapes(plan.model, framework(plan), shard_group(plan) if fsdp_sharded(plan) else 1, lay.tp,
-                   lay.sp, plan.runtime.loss_parallel, lay.pp, n_layers)
+                   lay.sp, plan.runtime.loss_parallel, lay.pp, n_layers, lay.ep)
 
 
 @lru_cache(maxsize=4096)
 def _shapes(m: Any, fw: str, n: int, t: int, sp: bool, loss_parallel: bool, pp: int,
-            n_layers: int) -> Shapes:
+            n_layers: int, ep: int = 1) -> Shapes:
     """``shapes`` from what it reads of the plan: the model, the stack, the shard group, the TP
     degree with its sequence and loss parallelism, the pipeline depth and the stage's layers."""
     flat = fw == "pytorch-fsdp"
     tt = _torch_tp(t, fw)
-    layer_full, layer_local, layers_local = _stage_shapes(m, min(n_layers, m.num_layers), t, n, flat)
+    layer_full, layer_local, layers_local, layer_padded = _stage_shapes(
+        m, min(n_layers, m.num_layers), t, n, flat, 1 if flat else ep)
     h, V = m.hidden_size, m.vocab_size
     sh_emb = m.params.embedding
     vocab_split = t if (tt and sp) or (not tt and t > 1) else 1
@@ -233,6 +251,7 @@ def _shapes(m: Any, fw: str, n: int, t: int, sp: bool, loss_parallel: bool, pp: 
         head_local = _rows(V / head_split, n) * h if head_full else 0.0
         norm_local = _rows(h, n) if norm_full else 0.0
     return Shapes(layer_full=layer_full, layer_local=layer_local, layers_local=layers_local,
+                  layer_padded=layer_padded,
                   emb_full=emb_full, emb_local=emb_local, head_full=head_full, head_local=head_local,
                   norm_full=norm_full, norm_local=norm_local)
 
@@ -298,7 +317,7 @@ def fsdp_parts(plan: Any) -> FsdpParts:
         f.head_gathered = gb * s.head_full
     else:
         f.root_gathered = gb * (s.emb_full + s.head_full + s.norm_full)
-    layer_padded = s.layer_local * n
+    layer_padded = s.layer_padded
     f.layer_gathered = gb * layer_padded
     flat = framework(plan) == "pytorch-fsdp"
     if not lora or flat:
