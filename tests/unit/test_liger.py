@@ -208,3 +208,19 @@ def test_liger_under_deepspeed_zero3_warns_of_the_ungathered_head():
     for other in (dict(framework="deepspeed", zero=2), dict(framework="fsdp2", zero=3)):
         notes = estimate_memory(_plan(gpus=8, liger_kernel=True, **other)).notes
         assert not any("never gathers" in n for n in notes)
+
+
+def test_pipeline_last_stage_keeps_no_logits_under_liger():
+    # torch.distributed.pipelining keeps the last stage's output until its backward: the logits
+    # without Liger, nothing V-wide with its fused loss
+    from trainledger.estimate.stage import pipeline_role
+
+    kw = dict(model="llama-3.1-8b", gpu="h100-sxm", gpus=2, pp=2, seq_len=4096, grad_accum=4)
+    T, m = 4096, load_model("llama-3.1-8b")
+    with pipeline_role("last"):
+        clear_memos()
+        liger, _ = step_points(_plan(liger_kernel=True, **kw), MemoryOptions(), runtime_defaults())
+        eager, _ = step_points(_plan(**kw), MemoryOptions(), runtime_defaults())
+    # bf16-mixed on the hf stack: fp32 residual (grad_input) and fp32 weights (grad_weight)
+    assert liger.logits_bwd == 4 * m.hidden_size * T + 4 * m.vocab_size * m.hidden_size
+    assert eager.logits_bwd > 4 * m.vocab_size * T

@@ -548,10 +548,11 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
         parts.logits_bwd = 3 * FP32 * V * T / t + capped
     if liger is None or not liger.flce:
         parts.logits_grad = logit_b * V * T / t
-    if role == "last" and RT.framework(plan) == "hf":
+    if role == "last" and RT.framework(plan) == "hf" and not (liger is not None and liger.flce):
         # torch.distributed.pipelining keeps a stage's output in ``fwd_cache`` until that
         # micro-batch's backward (stage.py ``forward_one_chunk`` / ``backward_one_chunk``): the
-        # last stage's c-byte logits outlive the loss into log-softmax backward
+        # last stage's c-byte logits outlive the loss into log-softmax backward (Liger's fused
+        # loss makes no logits to keep)
         parts.logits_bwd += logit_b * V * T / t
 
 
