@@ -144,10 +144,14 @@ def test_liger_under_tensor_parallelism_keeps_the_models_loss():
 
 
 def test_liger_only_where_the_model_has_the_module():
-    # gpt-oss: Liger leaves its MLP alone (swiglu=False by default); gemma: GeGLU; no RoPE with
-    # learned positions
+    # gpt-oss: Liger leaves its MLP alone (swiglu=False by default); gemma: GeGLU
     assert not _plan(model="gpt-oss-20b", liger_kernel=True).liger.glu
     assert _plan(model="gemma-2-2b", liger_kernel=True).liger.glu
+    # Nemotron (squared-ReLU MLP, LayerNorm1P): Liger patches the activation and the loss only
+    from trainledger.spec.runtime import liger_ops
+
+    assert liger_ops(True, "hf", "nemotron", "layernorm", "plain", "rope") == LigerOps(False, False, False, True)
+    assert liger_ops(True, "hf", "llama", "rmsnorm", "gated", "rope") == ALL
     summary = _plan(liger_kernel=True).runtime.summary()
     assert summary["liger_kernel"] is True
     assert "liger_kernel" not in _plan().runtime.summary()

@@ -73,6 +73,9 @@ LIGER_MODEL_TYPES = frozenset({
 #: model types whose ``apply_liger_kernel_to_*`` leaves the MLP alone by default (gpt_oss:
 #: ``swiglu=False``, "GPT-OSS has custom expert implementation")
 LIGER_NO_GLU = frozenset({"gpt_oss"})
+#: model types whose ``apply_liger_kernel_to_*`` has no RoPE patch (nemotron: ``relu_squared`` and
+#: the losses only; its LayerNorm1P is not an RMSNorm either)
+LIGER_NO_ROPE = frozenset({"nemotron"})
 #: the stacks that run transformers' modules, which Liger patches (Megatron runs its own layers)
 LIGER_STACKS = ("hf", "pytorch-fsdp", "fsdp2", "deepspeed")
 
@@ -104,7 +107,8 @@ def liger_ops(liger_kernel: bool, framework: str, model_type: str, norm_type: st
     the model's own (the other kernels are per-token and shard as the model does)."""
     if not liger_kernel or framework not in LIGER_STACKS or model_type not in LIGER_MODEL_TYPES:
         return None
-    return LigerOps(rms_norm=norm_type == "rmsnorm", rope=position_embedding == "rope",
+    return LigerOps(rms_norm=norm_type == "rmsnorm",
+                    rope=position_embedding == "rope" and model_type not in LIGER_NO_ROPE,
                     glu=mlp_type == "gated" and model_type not in LIGER_NO_GLU, flce=tp == 1)
 
 
