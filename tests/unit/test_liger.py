@@ -10,7 +10,6 @@ from trainledger.errors import PlanError
 from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.memory.activations import Flow, LoraShape, layer_bytes
 from trainledger.estimate.memory.device import runtime_defaults
-from trainledger.estimate.memory.model import liger_flce_chunk
 from trainledger.estimate.memory.phases import clear_memos, step_points
 from trainledger.estimate.options import MemoryOptions, TimeOptions
 from trainledger.estimate.time import estimate_compute
@@ -19,7 +18,7 @@ from trainledger.estimate.time.step import _peak16
 from trainledger.estimate.time.work import head_s
 from trainledger.load.hf import load_model
 from trainledger.load.plan import PlanInputs, build_plan
-from trainledger.spec.runtime import LigerOps
+from trainledger.spec.runtime import LigerOps, liger_flce_chunk
 
 ALL = LigerOps(rms_norm=True, rope=True, glu=True, flce=True)
 

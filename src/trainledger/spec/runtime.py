@@ -22,6 +22,7 @@ assumed is stated in its JSON (``plan.runtime``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field
@@ -110,6 +111,17 @@ def liger_ops(liger_kernel: bool, framework: str, model_type: str, norm_type: st
     return LigerOps(rms_norm=norm_type == "rmsnorm",
                     rope=position_embedding == "rope" and model_type not in LIGER_NO_ROPE,
                     glu=mlp_type == "gated" and model_type not in LIGER_NO_GLU, flce=tp == 1)
+
+
+def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
+    """Rows of one chunk of Liger's fused linear cross-entropy (src/liger_kernel/ops/
+    fused_linear_cross_entropy.py @ ead96b61): ``inc_factor = cdiv(V, H)``, ``chunk_size =
+    next_power_of_2(cdiv(BT, inc_factor))``, so a chunk's V-wide logits are about as large as the
+    B·T×H hidden states; never more rows than the micro-batch has."""
+    bt = max(1, math.ceil(tokens))
+    inc = -(-V // h)
+    rows = -(-bt // inc)
+    return min(bt, 1 << (rows - 1).bit_length())
 
 
 def stack_optimizer(optimizer: str | None, framework: str) -> str:

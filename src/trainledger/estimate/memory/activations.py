@@ -297,7 +297,7 @@ def _mlp(x: _Layer, prefix: str, width: int) -> tuple[float, float]:
     # GeGLU (``LigerSiLUMulFunction`` / ``LigerGELUMulFunction``, src/liger_kernel/ops/swiglu.py and
     # geglu.py @ ead96b61: ``ctx.save_for_backward(a, b)``) keeps gate and up and recomputes act(gate)
     # in its backward kernel
-    kept = (LIGER_GLU_SAVES if (gated and f.liger is not None and f.liger.glu) else 3) if gated else 1
+    kept = (LIGER_GLU_SAVES if (f.liger is not None and f.liger.glu) else 3) if gated else 1
     sh = kept * f.c * width + x.inputs(width, f.c, (f"{prefix}.down_proj",))
     return rep, sh
 

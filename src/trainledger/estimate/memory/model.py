@@ -20,14 +20,13 @@ appear, so the backward curve between its two ends is monotone and its maximum i
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, fields as dataclass_fields
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
 from trainledger.estimate.memo import KeyedMemo, last_call
 from trainledger.estimate.stage import Stage, current_role, inflight_microbatches, layers_on_stage  # noqa: F401  (inflight_microbatches: re-exported)
+from trainledger.spec.runtime import liger_flce_chunk
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.memory.activations import (
     FP32, INT64, Flow, LoraShape, cp_ring_bytes, layer_bytes, liger_norm_bytes, mla_kernel, op_sac_bytes,
@@ -556,17 +555,6 @@ def _logits(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
         parts.logits_bwd += logit_b * V * T / t
 
 
-def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
-    """Rows of one chunk of Liger's fused linear cross-entropy (src/liger_kernel/ops/
-    fused_linear_cross_entropy.py @ ead96b61): ``inc_factor = cdiv(V, H)``, ``chunk_size =
-    next_power_of_2(cdiv(BT, inc_factor))``, so a chunk's V-wide logits are about as large as the
-    B·T×H hidden states; never more rows than the micro-batch has."""
-    bt = max(1, int(math.ceil(tokens)))
-    inc = -(-V // h)
-    rows = -(-bt // inc)
-    return min(bt, 1 << (rows - 1).bit_length())
-
-
 def _liger_flce(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     """The head under Liger's fused linear cross-entropy (``LigerFusedLinearCrossEntropyFunction``,
     src/liger_kernel/ops/fused_linear_cross_entropy.py @ ead96b61). Its forward walks the tokens in
@@ -581,11 +569,13 @@ def _liger_flce(plan: Plan, flow: Flow, T: float, parts: Parts) -> None:
     h, V = m.hidden_size, m.vocab_size
     R, c = flow.R, flow.c
     ops = flow.liger
-    norm = liger_norm_bytes(h, R) if (ops is not None and ops.rms_norm) else FP32 * h + FP32 + R * h
+    trains_head = r.method not in ("lora", "qlora")
+    # transformers' norm keeps x.to(dtype) only when its weight trains (as ``_logits``' own path)
+    norm = (liger_norm_bytes(h, R) if (ops is not None and ops.rms_norm)
+            else FP32 * h + FP32 + (R * h if trains_head else 0.0))
     # the final norm saves its input (its output feeds only the fused loss, which saves nothing of it)
     parts.head_saves = norm * T
     parts.head_out = 0.0
-    trains_head = r.method not in ("lora", "qlora")
     grad_w = flow_of(plan)[1] * V * h if trains_head else 0.0
     grad_in = R * h * T
     chunk = liger_flce_chunk(T, h, V) * V * c

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
-from trainledger.estimate.memory.model import liger_flce_chunk
+from trainledger.spec.runtime import LigerOps, liger_flce_chunk
 from trainledger.units import DTYPE_BYTES
 from trainledger.estimate.time.compute import (Gemm, attention_core_recomputed, early_stop_skips, layer_kinds,
                                               lm_head_gemm, lora_gemms, recompute_fraction,
@@ -168,6 +168,12 @@ def peft_adapter_bytes(adapters: tuple[Gemm, ...], autocast: bool) -> tuple[floa
     return (rates["in"][0] * k + rates["out"][0] * n, rates["in"][1] * k + rates["out"][1] * n)
 
 
+
+def _liger(plan: Plan, runtime: str) -> LigerOps | None:
+    """The plan's Liger kernels where the stack's kernels are eager (a fused stack counts fused
+    kernels already)."""
+    return plan.liger if runtime == "hf" else None
+
 def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
                        runtime: str = "hf") -> tuple[float, float]:
     """Streaming bytes per token of one layer, forward and backward, on one GPU."""
@@ -180,7 +186,7 @@ def _elementwise_bytes(plan: Plan, kind_ffn: float, moe_k: float,
     norm = k["rmsnorm"] if m.norm_type == "rmsnorm" else k["layernorm"]
     act = k["gated"] if gated else k["plain"]
     rope = k["rope"]
-    liger = plan.liger if runtime == "hf" else None  # fused stacks already count fused kernels
+    liger = _liger(plan, runtime)
     if liger is not None:
         norm = LIGER_KERNEL_BYTES["rmsnorm"] if liger.rms_norm else norm
         # routed experts: Liger's fused MoE kernel (LigerExperts) is not modeled, as in memory
@@ -300,7 +306,7 @@ def head_s(plan: Plan, tokens: float, eff: GpuEfficiency, peak16: float, eta16: 
     one micro-batch on one GPU, forward and backward (vocab-parallel over TP).
 
     Under Liger's fused linear cross-entropy (``Plan.liger``) the head runs chunk by chunk
-    (``memory.model.liger_flce_chunk`` rows: about V/h chunks whatever the batch), each chunk's three
+    (``spec.runtime.liger_flce_chunk`` rows: about V/h chunks whatever the batch), each chunk's three
     GEMMs reading the whole weight again, and each weight-gradient GEMM accumulating into (reading
     again) the whole V×h ``grad_weight``; its loss kernel makes ``LIGER_XENT_PASSES`` passes over a chunk's logits."""
     m, r, lay = plan.model, plan.recipe, plan.layout
@@ -311,13 +317,13 @@ def head_s(plan: Plan, tokens: float, eff: GpuEfficiency, peak16: float, eta16: 
     head = lm_head_gemm(m)
     head_w = (1.0 if frozen else 2.0) if training else 0.0
     xent = XENT_BYTES_PER_VOCAB if xent_bytes is None else xent_bytes
-    liger = plan.liger if runtime == "hf" else None
+    liger = _liger(plan, runtime)
     vh = m.hidden_size * m.vocab_size / tp
     if liger is not None and liger.flce and training:
         chunk = liger_flce_chunk(tokens, m.hidden_size, m.vocab_size)
         n_chunks = tokens / chunk
         t_mm = n_chunks * _gemm_set_s((head,), chunk, tp, ep, peak16, hbm, eff, eta16, 2.0) * (1 + head_w)
-        logit_bytes = 2.0 if (r.precision.endswith("-mixed") or r.precision in ("bf16", "fp16")) else 4.0
+        logit_bytes = 4.0 if r.policy["compute"] == "fp32" else 2.0  # the head GEMM's output dtype
         t_ew = tokens * LIGER_XENT_PASSES * logit_bytes * m.vocab_size / tp / (hbm * eff.hbm)
         if not frozen:
             # the weight-gradient GEMM of each chunk is an ``addmm`` into the whole weight-dtype
