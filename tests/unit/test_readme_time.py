@@ -37,3 +37,15 @@ def test_readme_calibrate_then_estimate(tmp_path):
     _run(["calibrate", *flags, "--gpus", "8", "--measured-step-time", "2.2"])
     out = _run(["estimate", *flags, "--gpus", "64", "--calibrated"])
     assert "calibrated step 2.20 s (x1.086, calibration 1; p10-p90 1.99 s - 2.57 s)" in out
+
+
+def test_readme_moe_dispatcher_deepep():
+    flags = ["estimate", "-m", "deepseek-v3", "--gpu", "h800", "--gpus", "2048", "--pp", "16", "--vp", "3",
+             "--ep", "64", "--zero", "1", "--framework", "megatron-core", "--precision", "fp8-mixed",
+             "--seq-len", "4096", "--global-batch", "15360", "--recompute", "full", "--no-ledger"]
+    out = _run([*flags, "--moe-dispatcher", "deepep"])
+    assert ("  step 34.57 s: 1,820,169 tokens/s, 889 per GPU, 250 TFLOP/s per GPU, MFU 12.6%, HFU 15.1% "
+            "(matmuls in fp8, efficiency family hopper)") in out
+    assert "  comm_ep              11.78 s  34.1%" in out
+    base = _run([*flags, "--moe-dispatcher", "alltoall"])
+    assert "  step 50.81 s:" in base and "  comm_ep              27.06 s  53.3%" in base

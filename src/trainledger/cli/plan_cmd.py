@@ -109,7 +109,8 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
     if deadline and job.get("deadline_quantile", "estimate") != "estimate":
         deadline += f" at the time interval's {job['deadline_quantile']}"
     docs = f" (packed docs of {job['doc_len']})" if job.get("doc_len") else ""
-    stack = job["framework"] + (" + Liger Kernel" if job.get("liger_kernel") else "")
+    stack = job["framework"] + (" + Liger Kernel" if job.get("liger_kernel") else "") + (
+        " + DeepEP" if job.get("moe_dispatcher") == "deepep" else "")
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {stack}), seq {job['seq_len']}"
                f"{docs}, {tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
@@ -186,7 +187,7 @@ def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--network",
             "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
-_SHARED_FLAGS = ("model", "framework", "liger_kernel", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
+_SHARED_FLAGS = ("model", "framework", "liger_kernel", "moe_dispatcher", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
                  "lora_rank", "headroom", "host_ram_gib", "corpus")
 #: the planner's own flags, generated from its Job fields
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "deadline_quantile", "max_gpus", "rank_by", "top")

@@ -8,6 +8,7 @@ Flags given on the command line override the file.
 from __future__ import annotations
 
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
 from trainledger.spec.runtime import (
-    DistOptimizer, Framework, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
+    DistOptimizer, Framework, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
 )
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
@@ -69,6 +70,7 @@ class PlanInputs(Spec):
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     fused_loss: bool = _RUNTIME["fused_loss"]
     liger_kernel: bool = _RUNTIME["liger_kernel"]
+    moe_dispatcher: MoeDispatcher = _RUNTIME["moe_dispatcher"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
     checkpoint_early_stop: bool | None = _RUNTIME["checkpoint_early_stop"]
@@ -241,6 +243,22 @@ def _default_intra(gpu: Any, per_node: int) -> str:
     return gpu.link
 
 
+def own_link(gpu: Any, per_node: int) -> Any:
+    """The GPU's default intra-node link (``_default_intra``) at the GPU's own bandwidth where its
+    datasheet states less than the link generation carries: H800 SXM5 (NVLink 4 cut to 400 GB/s
+    both directions, 200 per direction, of the H100's 900) and one MI250X GCD (its share of
+    Infinity Fabric). One object per link and bandwidth (the comm model memoizes by identity)."""
+    return _capped_link(_default_intra(gpu, per_node), gpu.link, gpu.link_gb_per_s)
+
+
+@lru_cache(maxsize=64)
+def _capped_link(name: str, gpu_link: str, gb_per_s: float) -> Any:
+    net = load_network(name)
+    if name == gpu_link and gb_per_s * 1e9 < net.bytes_per_s:
+        return net.model_copy(update={"gb_per_s": gb_per_s, "gbit_per_s": None})
+    return net
+
+
 def _network(name: str, field: str) -> Any:
     """The link the user named in ``field`` (--intra or --network); an unknown one names that flag."""
     try:
@@ -276,7 +294,7 @@ def build_cluster(inputs: PlanInputs) -> Cluster:
             f"use --gpus-per-node {limit} (the nodes talk over --network)"
         )
     nodes = inputs.gpus // per_node
-    intra = _network(inputs.intra, "intra") if inputs.intra else load_network(_default_intra(gpu, per_node))
+    intra = _network(inputs.intra, "intra") if inputs.intra else own_link(gpu, per_node)
     inter = None
     if nodes > 1 or inputs.network:
         inter = _network(inputs.network, "network") if inputs.network else load_network("ib-ndr")

@@ -17,8 +17,7 @@ from trainledger.estimate.options import CostOptions, MemoryOptions
 from trainledger.estimate.run.cost import usd_per_gpu_hour
 from trainledger.estimate.stage import pipeline_role
 from trainledger.estimate.time import ComputeEstimate, TimeEstimate, estimate_compute, estimate_time
-from trainledger.load.catalog import load_network
-from trainledger.load.plan import host_ram
+from trainledger.load.plan import host_ram, own_link
 from trainledger.spec.cluster import Cluster, GpuSpec, NetworkSpec
 from trainledger.spec.layout import Layout
 from trainledger.spec.plan import Plan
@@ -204,7 +203,7 @@ def cluster_for(gpu: GpuSpec, per_node: int, n: int, net: NetworkSpec,
                 host_ram_gib: float | None = None) -> Cluster:
     size = min(per_node, n)
     nodes = n // size
-    intra = load_network(gpu.link)
+    intra = own_link(gpu, size)
     return Cluster(gpu=gpu, gpus_per_node=size, nodes=nodes, intra=intra,
                    inter=net if nodes > 1 else None, nics_per_node=min(size, 8),
                    **host_ram(gpu, host_ram_gib))

@@ -14,7 +14,7 @@ from trainledger.estimate.options import CostOptions, TimeOptions
 from trainledger.load.plan import PlanInputs
 from trainledger.spec.base import Spec
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision
-from trainledger.spec.runtime import Framework
+from trainledger.spec.runtime import Framework, MoeDispatcher
 
 __all__ = ["EXAMPLE_JOB", "DeadlineQuantile", "Job", "RankBy"]
 
@@ -35,6 +35,7 @@ class Job(Spec):
     model: str = _SHARED["model"]
     framework: Framework = _SHARED["framework"]
     liger_kernel: bool = _SHARED["liger_kernel"]
+    moe_dispatcher: MoeDispatcher = _SHARED["moe_dispatcher"]
     method: Method = _SHARED["method"]
     precision: Precision | None = _SHARED["precision"]
     optimizer: Optimizer | None = _SHARED["optimizer"]

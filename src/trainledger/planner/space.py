@@ -14,6 +14,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.recipe import Recipe
 from trainledger.spec.runtime import (
+    DEEPEP_STACKS,
     LIGER_STACKS,
     NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH,
     SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
@@ -107,9 +108,12 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
 
 def _runtime(space: Space) -> Runtime:
     """The searched stack with the job's Liger kernels where the stack runs transformers' modules
-    (Megatron stacks compared beside them run their own fused layers)."""
+    (Megatron stacks compared beside them run their own fused layers), and the job's MoE dispatcher
+    where the stack has it (DeepEP: Megatron-Core and torchtitan; the others all-to-all)."""
     fw = space.framework or space.job.framework
-    return Runtime(framework=fw, liger_kernel=space.job.liger_kernel and fw in LIGER_STACKS)
+    dispatcher = space.job.moe_dispatcher if fw in DEEPEP_STACKS else "alltoall"
+    return Runtime(framework=fw, liger_kernel=space.job.liger_kernel and fw in LIGER_STACKS,
+                   moe_dispatcher=dispatcher)
 
 def _batch_unit(mb: int, dp: int, pp: int, vp: int) -> int:
     """What the global batch must be a multiple of: micro-batch × DP, and with an interleaved

@@ -13,7 +13,8 @@ from trainledger.spec.layout import Layout
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.precision import check_precision, check_recipe_method
 from trainledger.spec.recipe import Recipe
-from trainledger.spec.runtime import LigerOps, Runtime, liger_ops, liger_stack_problem, stack_layout_problem
+from trainledger.spec.runtime import (LigerOps, Runtime, dispatcher_problem, liger_ops, liger_stack_problem,
+                                      stack_layout_problem)
 from trainledger.spec.serving import Serving
 
 
@@ -56,6 +57,9 @@ class Plan(Spec):
             liger = liger_stack_problem(self.runtime.liger_kernel, self.runtime.framework)
             if liger is not None:
                 raise PlanError(field="liger_kernel", message=liger)
+            dispatch = dispatcher_problem(self.runtime.moe_dispatcher, self.runtime.framework, self.layout.ep)
+            if dispatch is not None:
+                raise PlanError(field=dispatch[0], message=dispatch[1])
         m = self.model
         if changed & _SERVING_INPUTS and self.serving.quantization == "mxfp4" and m.moe is None:
             raise PlanError(field="quantization", message=

@@ -35,6 +35,27 @@ ParamDtype = Literal["bf16", "fp32"]
 ReduceDtype = Literal["fp32", "bf16"]
 DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
+MoeDispatcher = Literal["alltoall", "deepep"]
+
+#: the stacks that run DeepEP's dispatch and combine kernels (github:deepseek-ai/DeepEP):
+#: Megatron-Core's flex token dispatcher (``--moe-token-dispatcher-type flex`` with
+#: ``--moe-enable-deepep``, or ``--moe-flex-dispatcher-backend deepep`` in later releases; NeMo's
+#: ``moe_token_dispatcher_type``/``moe_enable_deepep``) and torchtitan's
+#: ``[parallelism] expert_parallel_comm_backend = "deepep"`` (torchtitan/distributed/deepep).
+DEEPEP_STACKS = ("megatron-core", "fsdp2")
+#: DeepEP's recommended normal-kernel configs by EP size, as both stacks size their buffer
+#: (Megatron-Core moe/fused_a2a.py and torchtitan distributed/deepep ``get_buffer``: the larger of
+#: ``Buffer.get_dispatch_config(n)`` and ``get_combine_config(n)``), from deep_ep/buffers/legacy.py
+#: @ dd758ca: n -> ((NVL recv tokens, RDMA send tokens, RDMA recv tokens) of dispatch, of combine).
+#: Any other EP size fails its "Unsupported number of EP ranks" assertion.
+DEEPEP_CONFIGS: dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    2: ((256, 6, 128), (256, 6, 128)), 4: ((256, 6, 128), (256, 6, 128)),
+    8: ((256, 6, 128), (256, 6, 128)), 16: ((288, 20, 128), (288, 12, 128)),
+    24: ((288, 8, 128), (288, 8, 128)), 32: ((288, 8, 128), (288, 8, 128)),
+    48: ((288, 8, 128), (288, 8, 128)), 64: ((288, 8, 128), (288, 8, 128)),
+    96: ((480, 12, 128), (480, 8, 128)), 128: ((560, 12, 128), (560, 8, 128)),
+    144: ((720, 12, 128), (720, 8, 128)), 160: ((720, 12, 128), (720, 8, 128)),
+}
 
 #: one line per stack, shown in text outputs
 FRAMEWORK_TEXT: dict[str, str] = {
@@ -122,6 +143,23 @@ def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
     inc = -(-V // h)
     rows = -(-bt // inc)
     return min(bt, 1 << (rows - 1).bit_length())
+
+
+def dispatcher_problem(dispatcher: str, framework: str, ep: int) -> tuple[str, str] | None:
+    """(field, reason) when a stack or an EP size cannot run an MoE token dispatcher, else None."""
+    if dispatcher != "deepep":
+        return None
+    if framework not in DEEPEP_STACKS:
+        return "moe_dispatcher", (
+            f"--moe-dispatcher deepep with --framework {framework}: DeepEP's dispatch and combine kernels "
+            f"are wired into Megatron-Core's flex token dispatcher and torchtitan's "
+            f"expert_parallel_comm_backend only; use one of {', '.join(DEEPEP_STACKS)}, or "
+            "--moe-dispatcher alltoall")
+    if ep > 1 and ep not in DEEPEP_CONFIGS:
+        return "ep", (f"ep={ep} with --moe-dispatcher deepep: DeepEP's buffer configs exist for "
+                      f"{', '.join(map(str, DEEPEP_CONFIGS))} EP ranks only (get_dispatch_config asserts "
+                      "'Unsupported number of EP ranks'); pick one of those or --moe-dispatcher alltoall")
+    return None
 
 
 def stack_optimizer(optimizer: str | None, framework: str) -> str:
@@ -308,6 +346,12 @@ class Runtime(Spec):
         "RMSNorm, RoPE and SwiGLU/GeGLU and the chunked fused linear cross-entropy that never holds the "
         "logits; stacks that run transformers' modules (hf, pytorch-fsdp, fsdp2, deepspeed), model types "
         "Liger patches")
+    moe_dispatcher: MoeDispatcher = Field(
+        "alltoall", description="MoE token dispatch under expert parallelism: alltoall = NCCL all-to-all "
+        "of one copy per routed expert (Megatron-Core's alltoall dispatcher, torchtitan's standard "
+        "backend); deepep = DeepEP's kernels, one copy per destination rank over NVLink and one per "
+        "destination node over the network (Megatron-Core flex + DeepEP, torchtitan "
+        "expert_parallel_comm_backend deepep)")
     dist_optimizer: DistOptimizer = Field(
         "mcore", description="megatron: the sharded optimizer: mcore = Megatron-Core DistributedOptimizer "
         "(fp32 main params); apex = NeMo 1.x optim.name distributed_fused_adam (Apex DistributedFusedAdam: "
@@ -373,6 +417,8 @@ class Runtime(Spec):
             d["checkpoint_early_stop"] = self.checkpoint_early_stop
         if self.liger_kernel:
             d["liger_kernel"] = True
+        if self.moe_dispatcher != "alltoall":
+            d["moe_dispatcher"] = self.moe_dispatcher
         if self.framework == "megatron-core" or self.fused_loss:
             d["fused_loss"] = self.fused_loss
         if self.is_megatron:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from trainledger.spec.plan import Plan
 from trainledger.units import gib
 from trainledger.estimate.memory import runtimes as RT
-from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
+from trainledger.estimate.memory.device import DEEPEP_BUFFER_SOURCE, RuntimeDefaults, comm_buffer_bytes, runtime_defaults
 from trainledger.estimate.memory.model import Parts
 from trainledger.estimate.memory.phases import (
     Peak, Point, allocator_pressure, fit_bytes, fit_or_misfit, peak_bytes, step_points,
@@ -114,7 +114,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         for role in ("first", "last"):
             with pipeline_role(role):
                 x, points = step_points(plan, opts, rt)
-                walks.append((x, points, peak_bytes(points, opts, rt), role))
+                walks.append((x, points, peak_bytes(points, opts, rt, plan), role))
         x, points, pk, role = max(walks, key=lambda w: w[2].allocated)
         with pipeline_role(role):
             est = _build(plan, opts, rt, x, points, pk)
@@ -129,7 +129,7 @@ def estimate_memory(plan: Plan, opts: MemoryOptions | None = None, *, suggest: b
         return est
     rt = runtime_defaults()
     x, points = step_points(plan, opts, rt)
-    pk = peak_bytes(points, opts, rt)
+    pk = peak_bytes(points, opts, rt, plan)
     est = _build(plan, opts, rt, x, points, pk)
     if plan.recipe.is_training:  # near capacity: the caching allocator's retries (.pressure)
         _note_pressure(est, allocator_pressure(plan, opts))
@@ -157,11 +157,15 @@ def _build(plan: Plan, opts: MemoryOptions, rt: RuntimeDefaults, x: Parts, point
     sources = SOURCES if plan.liger is None or not plan.liger.flce else {**SOURCES, **LIGER_SOURCES}
     terms = [Term(name=k, value=v, unit="bytes", source=sources[k][0], assumptions=sources[k][1])
              for k, v in breakdown.items()]
+    buffers = comm_buffer_bytes(plan)  # counted with the workspaces (phases.runtime_settings), shown apart
     runtime_terms = {"allocator_reserve": reserved - peak, "cuda_context": context,
-                     "library_workspaces": workspace}
+                     "library_workspaces": workspace - buffers}
     terms += [Term("allocator_reserve", reserved - peak, "bytes", rt.reserve_source),
               Term("cuda_context", context, "bytes", rt.context_source),
-              Term("library_workspaces", workspace, "bytes", rt.workspace_source)]
+              Term("library_workspaces", workspace - buffers, "bytes", rt.workspace_source)]
+    if buffers:
+        runtime_terms["comm_buffers"] = buffers
+        terms.append(Term("comm_buffers", buffers, "bytes", DEEPEP_BUFFER_SOURCE))
     est = MemoryEstimate(
         peak_allocated_bytes=int(peak), peak_reserved_bytes=reserved,
         device_total_bytes=reserved + context + workspace, peak_phase=peak_phase,

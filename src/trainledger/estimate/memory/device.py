@@ -12,7 +12,9 @@ from functools import lru_cache
 
 from trainledger.load.catalog import catalog_dir, read_data_file
 from trainledger.errors import CatalogError
-from trainledger.units import MIB
+from trainledger.spec.plan import Plan
+from trainledger.spec.runtime import DEEPEP_CONFIGS
+from trainledger.units import DTYPE_BYTES, MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +51,52 @@ def runtime_defaults() -> RuntimeDefaults:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"{path}: missing or invalid field {exc}; see the file's comments") from None
+
+
+#: DeepEP's normal kernels run on ``Buffer.num_sms`` SMs, two per channel (deep_ep/buffers/legacy.py
+#: ``num_sms = 20``; Megatron-Core's --moe-deepep-num-sms and torchtitan keep 20)
+DEEPEP_NUM_SMS = 20
+#: NVLink peers per node DeepEP's legacy kernels assume (csrc/legacy/buffer.hpp LEGACY_NUM_MAX_NVL_PEERS)
+DEEPEP_NVL_PEERS = 8
+#: per-token metadata slots of its buffers (csrc/legacy/config.hpp): top-k indices (int64) and
+#: weights (fp32) for up to 128 experts, 128 fp32 scales, the 8-byte SourceMeta and an int4
+_DEEPEP_TOPK, _DEEPEP_SCALES, _DEEPEP_META, _INT4 = 128, 128, 8, 16
+
+
+def deepep_buffer_bytes(ep: int, hidden: int, element_bytes: float) -> int:
+    """Bytes of the DeepEP ``Buffer`` an EP rank allocates once for dispatch and combine: its NVLink
+    buffer (cudaMalloc, IPC-shared) plus, beyond one node, its RDMA buffer (NVSHMEM symmetric heap)
+    -- ``Config.get_nvl_buffer_size_hint`` / ``get_rdma_buffer_size_hint`` (csrc/legacy/config.hpp @
+    dd758ca) at the larger of the dispatch and combine configs, for ``hidden · max(element, 2)``
+    bytes per token (Megatron's and torchtitan's ``get_hidden_bytes``). Outside PyTorch's caching
+    allocator: not in ``max_memory_allocated``."""
+    if ep <= 1 or ep not in DEEPEP_CONFIGS:
+        return 0
+    hb = int(hidden * max(element_bytes, 2))
+    channels = DEEPEP_NUM_SMS // 2
+    rdma = max(ep // DEEPEP_NVL_PEERS, 1)
+    nvl = min(ep, DEEPEP_NVL_PEERS)
+    per_token = hb + _DEEPEP_META + _DEEPEP_TOPK * (8 + 4) + _DEEPEP_SCALES * 4
+    nvl_bytes = rdma_bytes = 0
+    for nvl_recv, rdma_send, rdma_recv in DEEPEP_CONFIGS[ep]:
+        b = channels * nvl * ((2 * rdma + 3) * 4 + nvl_recv * per_token)
+        nvl_bytes = max(nvl_bytes, -(-b // 128) * 128)
+        if ep > DEEPEP_NVL_PEERS:
+            recv = -(-rdma_recv // rdma_send) * rdma_send   # aligned up to the send chunk
+            b = channels * rdma * ((DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4 + recv * 2 * (per_token + _INT4))
+            rdma_bytes = max(rdma_bytes, -(-b // 128) * 128)
+    return nvl_bytes + rdma_bytes
+
+
+#: where the ``comm_buffers`` term comes from
+DEEPEP_BUFFER_SOURCE = ("DeepEP Buffer (NVLink buffer + RDMA buffer beyond one node) as Megatron-Core / torchtitan "
+                        "get_buffer size it: csrc/legacy/config.hpp buffer size hints, deep_ep/buffers/legacy.py configs")
+
+
+def comm_buffer_bytes(plan: Plan) -> int:
+    """Communication buffers a training plan's stack allocates outside the caching allocator:
+    DeepEP's (``--moe-dispatcher deepep`` with expert parallelism), else none."""
+    m, lay = plan.model, plan.layout
+    if plan.runtime.moe_dispatcher != "deepep" or m.moe is None or lay.ep <= 1 or not plan.recipe.is_training:
+        return 0
+    return deepep_buffer_bytes(lay.ep, m.hidden_size, DTYPE_BYTES.get(plan.recipe.policy["compute"], 2))

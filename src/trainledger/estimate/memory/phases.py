@@ -19,7 +19,7 @@ from trainledger.estimate.memory.model import (
     PARTS_FIELDS, Parts, activations, inference, model_states,
 )
 from trainledger.estimate.memory.runtimes import fsdp_forward_terms, fsdp_points, fsdp_sharded
-from trainledger.estimate.memory.device import RuntimeDefaults, runtime_defaults
+from trainledger.estimate.memory.device import RuntimeDefaults, comm_buffer_bytes, runtime_defaults
 from trainledger.estimate.memory.pressure import Pressure, busier, pressure
 from trainledger.estimate.memo import KeyedMemo, clear_keyed
 from trainledger.estimate.options import MemoryOptions
@@ -305,28 +305,29 @@ class Peak(NamedTuple):
         return self.reserved + self.context + self.workspace
 
 
-def peak_bytes(points: list[Point], opts: MemoryOptions, rt: RuntimeDefaults) -> Peak:
+def peak_bytes(points: list[Point], opts: MemoryOptions, rt: RuntimeDefaults, plan: Plan) -> Peak:
     """The largest moment, its terms, and reserved/device bytes (see ``.device``)."""
     totals = [(ph, sum(d.values())) for ph, _, d in points]
     i_peak = max(range(len(totals)), key=lambda i: totals[i][1])
     breakdown = {k: int(v) for k, v in points[i_peak][2].items() if v > 0}
     peak = sum(breakdown.values())
-    reserved, context, workspace = _device_bytes(peak, opts, rt)
+    reserved, context, workspace = _device_bytes(peak, opts, rt, plan)
     return Peak(i_peak, totals, breakdown, int(peak), reserved, context, workspace)
 
 
-def runtime_settings(opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[float, int, int]:
+def runtime_settings(opts: MemoryOptions, rt: RuntimeDefaults, plan: Plan) -> tuple[float, int, int]:
     """(allocator reserve fraction, CUDA context bytes, library workspace bytes): the options'
-    overrides, else the CUDA runtime's defaults (catalog/runtime/cuda.yaml)."""
+    overrides, else the CUDA runtime's defaults (catalog/runtime/cuda.yaml); the workspaces include
+    the stack's communication buffers outside the allocator (``device.comm_buffer_bytes``)."""
     f = rt.reserve_fraction if opts.allocator_reserve_fraction is None else opts.allocator_reserve_fraction
     context = rt.context_bytes if opts.cuda_context_bytes is None else opts.cuda_context_bytes
     workspace = rt.workspace_bytes if opts.workspace_bytes is None else opts.workspace_bytes
-    return f, context, workspace
+    return f, context, workspace + comm_buffer_bytes(plan)
 
 
-def _device_bytes(peak: int, opts: MemoryOptions, rt: RuntimeDefaults) -> tuple[int, int, int]:
+def _device_bytes(peak: int, opts: MemoryOptions, rt: RuntimeDefaults, plan: Plan) -> tuple[int, int, int]:
     """(reserved, CUDA context, workspaces) bytes around a peak of ``peak`` allocated bytes."""
-    reserve, context, workspace = runtime_settings(opts, rt)
+    reserve, context, workspace = runtime_settings(opts, rt, plan)
     reserved = int(peak * (1 + reserve))
     reserved = -(-reserved // rt.segment_bytes) * rt.segment_bytes
     return reserved, context, workspace
@@ -382,7 +383,7 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
     if misfit_early and plan.recipe.is_training:
         # the device total grows with the peak: when the resident states alone exceed the budget,
         # no walk can make the plan fit
-        reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt)
+        reserved, context, workspace = _device_bytes(_resident_bytes(plan), opts, rt, plan)
         if reserved + context + workspace > bound:
             return None
         parts = _training_parts(plan, opts)
@@ -392,7 +393,7 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
         # their sum (``_FORWARD_END_SLACK`` bytes cover the moment's terms and the float sums)
         low = _forward_end_floor(plan, parts)
         if low is not None and low - _FORWARD_END_SLACK > 0:
-            reserved, context, workspace = _device_bytes(int(low - _FORWARD_END_SLACK), opts, rt)
+            reserved, context, workspace = _device_bytes(int(low - _FORWARD_END_SLACK), opts, rt, plan)
             if reserved + context + workspace > bound:
                 return None
     points = step_points(plan, opts, rt, parts)[1]
@@ -400,7 +401,7 @@ def _fit(plan: Plan, opts: MemoryOptions, misfit_early: bool,
     totals = [sum(d.values()) for _, _, d in points]
     i_peak = max(range(len(totals)), key=totals.__getitem__)
     peak = sum([int(v) for v in points[i_peak][2].values() if v > 0])
-    reserved, context, workspace = _device_bytes(peak, opts, rt)
+    reserved, context, workspace = _device_bytes(peak, opts, rt, plan)
     return peak, reserved + context + workspace, budget
 
 
@@ -444,7 +445,7 @@ def allocator_pressure(plan: Plan, opts: MemoryOptions | None = None, *, brief: 
                 return out[-1]  # a stage that does not fit: no step, no retries
         return busier(out)
     rt = runtime_defaults()
-    f, context, workspace = runtime_settings(opts, rt)
+    f, context, workspace = runtime_settings(opts, rt, plan)
     capacity = float(plan.cluster.gpu.usable_bytes - context - workspace)
     parts = None
     if brief:

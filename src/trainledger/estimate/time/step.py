@@ -36,7 +36,8 @@ from trainledger.spec.layers import stage_tensors
 from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES, SECONDS_PER_DAY, SECONDS_PER_HOUR
-from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, all_to_all_s, p2p_s, topology
+from trainledger.estimate.time.comm import Topology, all_gather_s, all_reduce_s, p2p_s, topology
+from trainledger.estimate.time.dispatch import dispatch_note, dispatch_s
 from trainledger.estimate.time.compute import (FlopCount, attention_core_recomputed, checkpoint_stops_early,
                                               early_stop_flops_per_token,
                                               layer_kinds, lora_gemms, recompute_fraction, step_flops)
@@ -423,9 +424,10 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     t_ep = 0.0
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.moe_layer_mask) / m.num_layers  # is_moe_layer of every layer
-        size = tokens * m.moe.top_k * m.hidden_size * act / lay.tp
+        size = tokens * m.hidden_size * act / lay.tp
         size *= routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)  # the busiest rank
-        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * all_to_all_s(topo.ep, size, cl, links)
+        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * dispatch_s(
+            topo.ep, m.moe, plan.runtime.moe_dispatcher, size, cl, links)
     t_pp = 0.0
     if lay.pp > 1:
         size = A / lay.tp if lay.sp else A
@@ -931,6 +933,9 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
         notes.append(f"uneven virtual stages: {layers} layers per stage in {lay.vp} chunks, the deepest "
                      f"{math.ceil(layers / lay.vp)} layers deep, sets the bubble; Megatron-LM needs --vp to "
                      "divide the stage's layers")
+    note = dispatch_note(plan)
+    if note:
+        notes.append(note)
     if retry.pressure.note():
         notes.append(f"{retry.pressure.note()}; allocator_retries prices each at "
                      f"{1e3 * retry.retry_s:g} ms (catalog/runtime/cuda.yaml)")

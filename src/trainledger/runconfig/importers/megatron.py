@@ -59,7 +59,8 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func",
         "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
         "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion",
-        "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params"}
+        "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
+        "moe_flex_dispatcher_backend"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -244,6 +245,26 @@ def detect_nemo_yaml(d: dict[str, Any]) -> bool:
         and any(k in d["model"] for k in ("tensor_model_parallel_size", "encoder_seq_length", "micro_batch_size"))
 
 
+def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
+    """The MoE token dispatcher: ``--moe-token-dispatcher-type`` alltoall, or flex with DeepEP
+    (``--moe-enable-deepep``; later releases ``--moe-flex-dispatcher-backend deepep|hybridep``, deepep
+    by default). Megatron's own default, allgather (all-gather the tokens over the TP×EP group), is
+    not modeled: it is sized as alltoall, with a note."""
+    kind = str(a.get("moe_token_dispatcher_type", "allgather")).lower()
+    backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
+    if kind == "flex" or _on(a, "moe_enable_deepep"):
+        res.set("moe_dispatcher", "deepep", where)
+        if backend == "hybridep":
+            res.notes.append(f"{where}: --moe-flex-dispatcher-backend hybridep is sized as DeepEP (one copy per "
+                             "destination rank, one per destination node); its own buffers and kernels are "
+                             "not modeled")
+    elif kind == "alltoall":
+        res.set("moe_dispatcher", "alltoall", where)
+    elif (_int(a, "expert_model_parallel_size", where) or 1) > 1:
+        res.notes.append(f"{where}: --moe-token-dispatcher-type {kind} (all-gathers the tokens over the TP×EP "
+                         "group) is sized as the alltoall dispatcher, which moves fewer bytes once EP exceeds top-k")
+
+
 def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
     deepspeed = _on(a, "deepspeed") or a.get("deepspeed_config") is not None
     res.set("framework", "megatron-deepspeed" if deepspeed else "megatron-core", where)
@@ -336,6 +357,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
         if opt == "distributed_fused_adam":  # NeMo 1.x: Apex DistributedFusedAdam, sharded over DP
             res.set("dist_optimizer", "apex", where)
             res.set("zero", 1, where)
+        _read_dispatcher(a, res, where)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
     _model(a, res, where, layers)

@@ -51,7 +51,7 @@ KNOWN = {
                     "disable_loss_parallel", "enable_async_tensor_parallel", "enable_compiled_autograd",
                     "pipeline_parallel_microbatch_size", "pipeline_parallel_split_points",
                     "pipeline_parallel_layers_per_stage", "context_parallel_rotate_method",
-                    "expert_tensor_parallel_degree"},
+                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
     "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
                               "early_stop"},
     "compile": {"enable", "components", "backend"},
@@ -142,6 +142,21 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.notes.append(f"{where}: torch.compile on — the estimate assumes eager kernels (an upper bound on activation memory)")
 
 
+def _read_ep_backend(par: dict[str, Any], ep: int, res: ImportResult, where: str) -> None:
+    """``[parallelism] expert_parallel_comm_backend``: standard (all-to-all), deepep, hybridep
+    (torchtitan/distributed/deepep: NVIDIA's HybridEP for NVL72, the same one-copy-per-rank,
+    one-per-node dispatch; sized as DeepEP)."""
+    backend = str(par.get("expert_parallel_comm_backend", "standard")).lower()
+    if backend in ("deepep", "hybridep") and ep > 1:
+        res.set("moe_dispatcher", "deepep", where)
+        if backend == "hybridep":
+            res.notes.append(f"{where}: expert_parallel_comm_backend hybridep is sized as DeepEP (one copy "
+                             "per destination rank, one per destination node); its own buffers and kernels "
+                             "are not modeled")
+    elif backend not in ("standard", "deepep", "hybridep"):
+        res.unknown_keys.append(f"{where}: [parallelism] expert_parallel_comm_backend={backend} (not modeled)")
+
+
 def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, where: str) -> None:
     rep = num(par.get("data_parallel_replicate_degree", 1), where, "data_parallel_replicate_degree")
     shard_raw = par.get("data_parallel_shard_degree", -1)
@@ -151,6 +166,7 @@ def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, w
     ep = num(par.get("expert_parallel_degree", 1), where, "expert_parallel_degree")
     for k, v in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)):
         res.set(k, v, where)
+    _read_ep_backend(par, ep, res, where)
     sched = par.get("pipeline_parallel_schedule")
     if pp > 1 and sched:
         mapped = SCHEDULES.get(str(sched).lower())
