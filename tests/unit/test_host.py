@@ -69,5 +69,5 @@ def test_flags_when_the_node_is_too_small():
     small = plan.model_copy(update={"cluster": plan.cluster.model_copy(
         update={"host_ram_bytes": 64 * GIB, "host_mem_bw_gb_per_s": 10.0})})
     sec = host_section(small, CostOptions(), compute=SimpleNamespace(step_time_s=1.0))
-    assert not sec["ram_fits"] and not sec["bandwidth_ok"]
-    assert len(sec.notes) == 2
+    assert not sec["ram_fits"] and not sec["bandwidth_ok"] and not sec["load_fits"]
+    assert len(sec.notes) == 3 and any("at model load" in n for n in sec.notes)

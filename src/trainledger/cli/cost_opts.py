@@ -129,7 +129,10 @@ def ledger_lines(extra: dict[str, Any]) -> list[str]:
                    + (f"of {fmt_bytes(inst)}{'' if h['ram_fits'] else ' (DOES NOT FIT)'}" if inst is not None
                       else "(installed RAM not known for a PCIe card: --host-ram-gib)")
                    + ("" if h.get("offload_bandwidth_bytes_per_s") is None else
-                      f"; offload needs {_rate(h['offload_bandwidth_bytes_per_s'])} host bandwidth"))
+                      f"; offload needs {_rate(h['offload_bandwidth_bytes_per_s'])} host bandwidth")
+                   + ("" if not h.get("model_load_bytes") else
+                      f"; {fmt_bytes(h['model_load_bytes'])} while the model loads ({h['model_loading']}"
+                      f"{', DOES NOT FIT' if h.get('load_fits') is False else ''})"))
     if ic is not None and ic.get("groups"):
         parts = [f"{k} {g['bytes_per_step'] / 1e9:,.1f} GB/step"
                  + ("" if g["utilization"] is None else f" = {g['utilization']:.0%} of {g['link']}")

@@ -24,7 +24,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
 from trainledger.spec.runtime import (
-    DistOptimizer, Framework, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
+    DistOptimizer, Framework, ModelLoading, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
 )
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
@@ -74,6 +74,7 @@ class PlanInputs(Spec):
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
     checkpoint_early_stop: bool | None = _RUNTIME["checkpoint_early_stop"]
+    model_loading: ModelLoading | None = _RUNTIME["model_loading"]
     stack_version: str | None = _RUNTIME["stack_version"]
     ds_reduce_bucket_size: int | None = _RUNTIME["ds_reduce_bucket_size"]
     ds_allgather_bucket_size: int | None = _RUNTIME["ds_allgather_bucket_size"]
@@ -343,6 +344,9 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         )
         # every Runtime field is a PlanInputs field of the same name (declared there from it)
         runtime = Runtime(**{k: getattr(inputs, k) for k in Runtime.model_fields})
+        if runtime.model_loading is not None and runtime.model_loading == runtime.model_copy(
+                update={"model_loading": None}).loading(inputs.zero, inputs.tp):
+            runtime = runtime.model_copy(update={"model_loading": None})  # the stack's own: one form
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(
             dp=inputs.dp, tp=inputs.tp, pp=inputs.pp, cp=inputs.cp, ep=inputs.ep, etp=inputs.etp, sp=inputs.sp,

@@ -19,7 +19,7 @@ from trainledger.spec.runtime import (
     NO_CONTEXT_PARALLEL, NO_EXPERT_PARALLEL, NO_INTERLEAVING, NO_PIPELINE, NO_ZERO2_SEARCH,
     SELECTIVE_SEARCH, Runtime, stack_optimizer, stack_zero_max,
 )
-from trainledger.estimate.run.host import offloaded_states_bytes
+from trainledger.estimate.run.host import host_shortfall
 from trainledger.units import GIB, SECONDS_PER_DAY
 from trainledger.planner.candidates import (
     KNOBS, Rejected, cluster_for, deadline_s, deadline_wall_s, evaluate, gpu_counts, layout_for, memory_options,
@@ -173,11 +173,11 @@ def _fits(plan: Plan, st: _State, host: bool = True) -> int | None:
 
 
 def _host_fits(plan: Plan) -> bool:
-    """Whether the node's installed host RAM holds the plan's offloaded states (the host section's
-    ``offloaded_states_bytes``; the rest of its RAM need, workers, pinned batches and checkpoint
-    staging, is a few GiB to a few tens of GiB per node and is left to that section)."""
-    ram = plan.cluster.host_ram_bytes
-    return plan.layout.offload == "none" or ram is None or offloaded_states_bytes(plan) <= ram
+    """Whether the node's installed host RAM holds the plan's offloaded states and its model while
+    it loads (the host section's ``host_shortfall``; the rest of its RAM need, workers, pinned
+    batches and checkpoint staging, is a few GiB to a few tens of GiB per node and is left to that
+    section)."""
+    return host_shortfall(plan) is None
 
 
 def _fit_figures(plan: Plan, st: _State) -> tuple[int, int, int]:
@@ -363,9 +363,8 @@ def _count_search(space: Space, gpu: GpuSpec, per_node: int, net: NetworkSpec, n
                 prev_best = step
     if not found:
         if host_fails:
-            plan = min(host_fails, key=offloaded_states_bytes)
-            rejected.append(Rejected(plan, f"needs {offloaded_states_bytes(plan) / GIB:,.0f} GiB of host RAM per "
-                                     "node for the optimizer states offloaded to make it fit, has "
+            plan, (what, need) = min(((p, host_shortfall(p)) for p in host_fails), key=lambda f: f[1][1])
+            rejected.append(Rejected(plan, f"needs {need / GIB:,.0f} GiB of host RAM per node for {what}, has "
                                      f"{plan.cluster.host_ram_bytes / GIB:,.0f}", gpu.name, n,
                                      space.framework or space.job.framework))
         elif fails:

@@ -102,6 +102,9 @@ def ledger_rows(est: dict[str, Any], unfit: str = "") -> list[tuple[str, str]]:
         rows.append(("host RAM", f"{gib(h.get('ram_bytes'))} per node of " + (
             f"{gib(inst)} installed" + ("" if h.get("ram_fits") else " — DOES NOT FIT") if inst is not None
             else "an unknown installed RAM (give --host-ram-gib)")))
+        if h.get("model_load_bytes"):
+            rows.append(("host RAM at model load", f"{gib(h['model_load_bytes'])} per node ({h['model_loading']})"
+                         + (" — DOES NOT FIT" if h.get("load_fits") is False else "")))
     from trainledger.report.longrun import goodput_rows
 
     return rows + goodput_rows(est.get("goodput") or {})

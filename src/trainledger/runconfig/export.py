@@ -275,6 +275,13 @@ def _export_accelerate(plan: Plan, head: list[str]) -> list[ExportedFile]:
     return [ExportedFile("accelerate_config.yaml", text, "accelerate")]
 
 
+def _ram_efficient(plan: Plan) -> bool:
+    """accelerate's cpu_ram_efficient_loading for the plan's ``model_loading``: on unless the plan
+    builds the model on every rank (a sharded load has no accelerate form; one copy per node is
+    the nearest)."""
+    return plan.runtime.loading(plan.layout.zero, plan.layout.tp) != "every-rank"
+
+
 def _fsdp_plugin(plan: Plan) -> dict[str, Any]:
     lay = plan.layout
     if plan.runtime.framework == "pytorch-fsdp":
@@ -286,7 +293,7 @@ def _fsdp_plugin(plan: Plan) -> dict[str, Any]:
             "fsdp_offload_params": lay.offload == "params",
             "fsdp_activation_checkpointing": plan.recipe.recompute == "full",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_cpu_ram_efficient_loading": _ram_efficient(plan),
         }
     return {
         "fsdp_version": 2,
@@ -296,7 +303,7 @@ def _fsdp_plugin(plan: Plan) -> dict[str, Any]:
         "fsdp_offload_params": lay.offload == "params",
         "fsdp_activation_checkpointing": plan.recipe.recompute == "full",
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-        "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_cpu_ram_efficient_loading": _ram_efficient(plan),
     }
 
 
@@ -318,7 +325,7 @@ def _export_fsdp(plan: Plan, inputs: PlanInputs, pred: dict[str, Any]) -> list[E
             "transformer_layer_cls_to_wrap": [decoder_layer_class(plan.model.model_type)],
             "reshard_after_forward": lay.zero == 3,
             "activation_checkpointing": plan.recipe.recompute == "full",
-            "cpu_ram_efficient_loading": True,
+            "cpu_ram_efficient_loading": _ram_efficient(plan),
         },
     }
     return [ExportedFile("fsdp.json", json.dumps(cfg, indent=2) + "\n", "fsdp")]
@@ -371,6 +378,7 @@ def trainer_arguments(plan: Plan, inputs: PlanInputs | None = None) -> dict[str,
             args["fsdp"] = f"{words} auto_wrap" + (" offload" if lay.offload == "params" else "")
             args["fsdp_config"] = {"transformer_layer_cls_to_wrap": [decoder_layer_class(plan.model.model_type)],
                                    "activation_checkpointing": False,
+                                   "cpu_ram_efficient_loading": _ram_efficient(plan),
                                    "version": 1 if plan.runtime.framework == "pytorch-fsdp" else 2}
         else:
             args["deepspeed"] = "deepspeed.json"

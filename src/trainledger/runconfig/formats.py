@@ -317,6 +317,11 @@ def read_accelerate(d: dict[str, Any], res: ImportResult, where: str) -> None:
             res.set("offload", "params", where)
         if f.get("fsdp_activation_checkpointing"):
             res.set("recompute", "full", where)
+        if strategy not in ("NO_SHARD", "3"):
+            # accelerate launch's --fsdp_cpu_ram_efficient_loading defaults to true: local rank 0
+            # reads the checkpoint, the others start on the meta device
+            eff = str(f.get("fsdp_cpu_ram_efficient_loading", True)).lower() in ("true", "1", "yes")
+            res.set("model_loading", "rank0" if eff else "every-rank", where)
     elif dt not in ("NO", "MULTI_GPU", "MULTI_CPU"):
         res.notes.append(f"{where}: distributed_type {dt} is not modeled; treated as plain data parallel")
 
@@ -403,6 +408,10 @@ def read_trainer_args(d: dict[str, Any], res: ImportResult, where: str) -> None:
         fc = d.get("fsdp_config") if isinstance(d.get("fsdp_config"), dict) else {}
         version = fc.get("version", fc.get("fsdp_version", 1))
         res.set("framework", "fsdp2" if str(version) == "2" else "pytorch-fsdp", where)
+        # TrainingArguments.fsdp_config cpu_ram_efficient_loading: off unless set (every process
+        # builds the model on the CPU)
+        eff = fc.get("cpu_ram_efficient_loading", fc.get("fsdp_cpu_ram_efficient_loading", False))
+        res.set("model_loading", "rank0" if str(eff).lower() in ("true", "1", "yes") else "every-rank", where)
     if d.get("deepspeed"):
         res.set("framework", "deepspeed", where)
     used = {"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "max_grad_norm",

@@ -36,6 +36,7 @@ ReduceDtype = Literal["fp32", "bf16"]
 DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
 MoeDispatcher = Literal["alltoall", "deepep"]
+ModelLoading = Literal["every-rank", "rank0", "sharded"]
 
 #: the stacks that run DeepEP's dispatch and combine kernels (github:deepseek-ai/DeepEP):
 #: Megatron-Core's flex token dispatcher (``--moe-token-dispatcher-type flex`` with
@@ -364,6 +365,15 @@ class Runtime(Spec):
         "which stops re-running a layer once the tensors its backward needs are rebuilt: the last "
         "GEMM of a pre-norm block (MLP down) is not recomputed; False = a reentrant checkpoint (Megatron's, "
         "deepspeed.checkpointing, transformers < 5 by default) or torch < 2.1 [the stack's default]")
+    model_loading: ModelLoading | None = Field(
+        None, description="how the model's weights reach the GPUs, for the host RAM at load: every-rank = "
+        "each process builds the whole model on the CPU (from_pretrained on every rank: DDP, FSDP without "
+        "cpu_ram_efficient_loading, DeepSpeed ZeRO <= 2); rank0 = one process per node does, the others "
+        "start on the meta device and receive a broadcast (accelerate fsdp_cpu_ram_efficient_loading); "
+        "sharded = each rank reads only its shard (DeepSpeed ZeRO-3 zero.Init, torchtitan's meta-device "
+        "init + DCP, Megatron's distributed checkpoint) [the stack's default: every-rank for hf and "
+        "deepspeed ZeRO <= 2, rank0 for pytorch-fsdp (accelerate config's default answer), sharded for "
+        "fsdp2, deepspeed ZeRO-3 and megatron]")
     stack_version: str | None = Field(
         None, min_length=1, max_length=80, pattern=r"^[\w.@/+ :-]+$",
         description="the stack's release, e.g. nemo-24.07, megatron-core-0.12, 'torchtitan b5bcd76 torch-2.6': "
@@ -394,6 +404,15 @@ class Runtime(Spec):
             return self.reshard_after_forward
         return self.default_reshard_after_forward(pp)
 
+    def loading(self, zero: int, tp: int = 1) -> str:
+        """How the model is loaded (``model_loading``): as stated, else the stack's default (on hf
+        with TP, transformers' ``tp_plan`` load reads each rank's slices straight to its GPU)."""
+        if self.model_loading is not None:
+            return self.model_loading
+        if (self.framework == "hf" and tp == 1) or (self.framework == "deepspeed" and zero < 3):
+            return "every-rank"
+        return "rank0" if self.framework == "pytorch-fsdp" else "sharded"
+
     @property
     def is_fsdp(self) -> bool:
         return self.framework in ("pytorch-fsdp", "fsdp2")
@@ -417,6 +436,8 @@ class Runtime(Spec):
             d["checkpoint_early_stop"] = self.checkpoint_early_stop
         if self.liger_kernel:
             d["liger_kernel"] = True
+        if self.model_loading is not None:
+            d["model_loading"] = self.model_loading
         if self.moe_dispatcher != "alltoall":
             d["moe_dispatcher"] = self.moe_dispatcher
         if self.framework == "megatron-core" or self.fused_loss:

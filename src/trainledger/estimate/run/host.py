@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainledger.spec.plan import Plan
-from trainledger.units import GB
-from trainledger.estimate.run.checkpoint import rank_share
+from trainledger.units import DTYPE_BYTES, GB
+from trainledger.estimate.run.checkpoint import expert_split, moe_shard_bytes, rank_share
 from trainledger.estimate.run.common import RunFigures, Section, run_figures, state_bytes_per_param, trainable_params
 from trainledger.estimate.options import CostOptions
 from trainledger.estimate.run.prices import PriceCatalog, load_prices
@@ -93,6 +93,56 @@ def offloaded_states_bytes(plan: Plan) -> float:
                                                                               plan.layout.offload)
 
 
+#: what each ``Runtime.model_loading`` mode holds on a node's host while the model loads
+LOADING_TEXT = {
+    "every-rank": "every process builds the whole model on the CPU",
+    "rank0": "one process per node builds the model on the CPU, the others start on the meta device",
+    "sharded": "each rank reads only its shard",
+    "to-gpu": "the quantized weights go tensor by tensor to each rank's GPU (device_map)",
+}
+
+
+def model_loading(plan: Plan) -> str:
+    """How the plan's model reaches its GPUs (``Runtime.loading``); QLoRA loads through
+    bitsandbytes with a device map, each tensor quantized on its way to the GPU (transformers loads
+    quantized checkpoints on every rank, never to the meta device: ``load_state_dict`` excludes
+    ``is_quantized`` from its rank-0-only paths)."""
+    if plan.recipe.method == "qlora":
+        return "to-gpu"
+    return plan.runtime.loading(plan.layout.zero, plan.layout.tp)
+
+
+def model_load_bytes(plan: Plan) -> float:
+    """Host RAM per node while the model loads, before training starts (``model_loading``):
+
+    * every-rank: each of the node's g processes materializes the whole model in its weight dtype
+      (``from_pretrained`` on every rank; e.g. 8 × 160 GB for Falcon-40B in fp32 on a DGX node,
+      pytorch/pytorch#105840);
+    * rank0: one copy per node (accelerate's ``cpu_ram_efficient_loading``: transformers'
+      ``load_state_dict`` maps non-local-rank-0 processes to the meta device under FSDP, and every
+      global rank > 0 under DeepSpeed ZeRO-3; FSDP's ``sync_module_states`` broadcasts the weights);
+    * sharded: each rank's shard of the weights (``checkpoint.moe_shard_bytes``);
+    * to-gpu (QLoRA): nothing lasting.
+    Checkpoint files are read through the page cache, which the kernel reclaims; not counted."""
+    mode = model_loading(plan)
+    if mode == "to-gpu":
+        return 0.0
+    params = plan.model.params.total
+    wb = float(DTYPE_BYTES[plan.recipe.policy["weights"]])
+    g = plan.cluster.gpus_per_node
+    if mode == "every-rank":
+        return g * params * wb
+    if mode == "rank0":
+        return params * wb
+    lay = plan.layout
+    n_exp, _ = expert_split(plan)
+    # an FSDP stack shards the weights at every --zero (memory.runtimes.fsdp_sharded); Megatron and
+    # DeepSpeed below ZeRO-3 replicate them over data parallelism
+    zero = 3 if plan.runtime.is_fsdp else lay.zero
+    return g * moe_shard_bytes(params, n_exp, wb, 0.0, tp=lay.tp, pp=lay.pp, zero=zero, zero_shards=lay.zero_shards,
+                               ep=lay.ep, etp=lay.expert_tp, expert_dp=lay.expert_dp)
+
+
 def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: Any = None,
                  time: Any = None, prices: PriceCatalog | None = None,
                  checkpoint: Section | None = None) -> Section:
@@ -112,8 +162,11 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     parts = {"offloaded_states_bytes": offload, "pinned_batch_bytes": pinned_batches,
              "dataloader_workers_bytes": g * workers * rss.value, "checkpoint_staging_bytes": staging}
     total = sum(parts.values())
+    load = model_load_bytes(plan) if r.is_training else 0.0
     v: dict[str, Any] = {"ram_bytes": total, **parts, "installed_ram_bytes": c.host_ram_bytes,
                          "ram_fits": None if c.host_ram_bytes is None else total <= c.host_ram_bytes,
+                         "model_load_bytes": load, "model_loading": model_loading(plan),
+                         "load_fits": None if c.host_ram_bytes is None else load <= c.host_ram_bytes,
                          "offload_bandwidth_bytes_per_s": None,
                          "host_bandwidth_bytes_per_s": c.host_mem_bw_gb_per_s * GB,
                          "offload_step_s": None, "bandwidth_ok": True}
@@ -125,7 +178,11 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
                   "fp32 master + fp32 grads + optimizer states on the CPU"),
              Term("dataloader_workers_bytes", parts["dataloader_workers_bytes"], "bytes", rss.source),
              Term("checkpoint_staging_bytes", staging, "bytes", "checkpoint section: bytes per writer node",
-                  "async save stages a node's shards in host RAM before writing")]
+                  "async save stages a node's shards in host RAM before writing"),
+             Term("model_load_bytes", load, "bytes", "transformers modeling_utils load_state_dict (meta device "
+                  "off local rank 0 under FSDP cpu_ram_efficient_loading, off rank 0 under ZeRO-3); "
+                  "pytorch/pytorch#105840", f"{model_loading(plan)}: {LOADING_TEXT[model_loading(plan)]}; "
+                  "before training, not added to ram_bytes")]
     notes: list[str] = []
     if lay.offload != "none":
         _offload_bandwidth(plan, g * per_gpu, b, run_figures(plan, compute, time), v, terms)
@@ -135,7 +192,38 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
     elif not v["ram_fits"]:
         notes.append(f"host RAM: {total / 2**30:,.0f} GiB needed per node, "
                      f"{c.host_ram_bytes / 2**30:,.0f} GiB installed")
+    if v["load_fits"] is False:
+        notes.append(_load_note(plan, load, c.host_ram_bytes))
     if not v["bandwidth_ok"]:
         notes.append("CPU offload needs more host memory bandwidth than the node has: the optimizer "
                      "step on the CPU will exceed the GPU step time")
     return Section(values=v, inputs=inputs, terms=terms, notes=notes)
+
+
+def _load_note(plan: Plan, load: float, ram: float) -> str:
+    """Why the model does not load in the node's RAM, and what does."""
+    mode, fw = model_loading(plan), plan.runtime.framework
+    fix = {"hf": "shard the load: --framework deepspeed --zero 3 (zero.Init) or --framework pytorch-fsdp "
+                 "(accelerate's fsdp_cpu_ram_efficient_loading: one copy per node)",
+           "deepspeed": "--zero 3 (zero.Init: only rank 0 reads the checkpoint, each rank keeps its partition)",
+           "pytorch-fsdp": "--model-loading rank0 (accelerate's fsdp_cpu_ram_efficient_loading)",
+           "fsdp2": "--model-loading rank0 (accelerate's fsdp_cpu_ram_efficient_loading) or a sharded load "
+                    "(torchtitan's meta-device init + DCP)"}.get(fw, "a sharded checkpoint load")
+    return (f"host RAM at model load: {LOADING_TEXT[mode]} ({mode}): {load / 2**30:,.0f} GiB per node, "
+            f"{ram / 2**30:,.0f} GiB installed: the processes are killed for lack of host memory before "
+            f"training starts; {fix}")
+
+
+def host_shortfall(plan: Plan) -> tuple[str, float] | None:
+    """(what, bytes per node) when the node's installed host RAM cannot hold the plan's offloaded
+    states or its model while it loads, else None (the planner's host check)."""
+    ram = plan.cluster.host_ram_bytes
+    if ram is None:
+        return None
+    off = offloaded_states_bytes(plan)
+    if off > ram:
+        return "the optimizer states offloaded to make it fit", off
+    load = model_load_bytes(plan) if plan.recipe.is_training else 0.0
+    if load > ram:
+        return f"the model while it loads ({model_loading(plan)}: {LOADING_TEXT[model_loading(plan)]})", load
+    return None
