@@ -195,7 +195,7 @@ _MEGATRON = ("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-paralle
     ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", "deepep", False),
     ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "deepep", True),
     ("--moe-token-dispatcher-type alltoall", "alltoall", False),
-    ("", None, True),   # Megatron's default allgather: sized as alltoall, with a note
+    ("", "allgather", False),   # Megatron's default
 ])
 def test_megatron_dispatcher_flags(tmp_path, extra, want, noted):
     from trainledger.runconfig import import_configs
@@ -218,3 +218,34 @@ def test_torchtitan_ep_comm_backend(tmp_path, backend, want):
     res = import_configs([p])
     assert res.merged().get("moe_dispatcher") == want
     assert not any("expert_parallel_comm_backend" in u for u in res.unknown_keys)
+
+
+# ----------------------------------------------------------------------------- allgather
+def test_allgather_moves_every_token_to_every_rank_whatever_the_routing():
+    # Megatron's MoEAllGatherTokenDispatcher: all-gather of the group's tokens, then reduce-scatter:
+    # the ring all-gather of n × the rank's bytes, with no routing-imbalance share
+    from trainledger.estimate.time.comm import all_gather_s
+
+    plan, grp, links = _ep_group(ep=16, gpus=16)
+    moe = plan.model.moe
+    t = dispatch_s(grp, moe, "allgather", 1e8, plan.cluster, links, imbalance=1.3)
+    assert t == all_gather_s(grp, 16 * 1e8)
+    assert token_copies(moe, 16, 8, "allgather").total == 15
+    # top-2 of 8 experts inside one node (Mixtral): 7 NVLink copies against the all-to-all's 1.75
+    plan8, grp8, _ = _ep_group(ep=8)
+    top2 = MoESpec(num_experts=8, top_k=2, expert_intermediate_size=14336)
+    ag = dispatch_s(grp8, top2, "allgather", 1e8, plan8.cluster, links)
+    a2a = dispatch_s(grp8, top2, "alltoall", 1e8, plan8.cluster, links)
+    assert 3.0 < ag / a2a < 4.5
+
+
+def test_allgather_only_under_megatron_core_and_noted():
+    with pytest.raises(PlanError) as e:
+        build_plan(PlanInputs(model="mixtral-8x7b", gpus=8, ep=8, framework="fsdp2", moe_dispatcher="allgather"))
+    assert e.value.field == "moe_dispatcher"
+    p = build_plan(PlanInputs(model="mixtral-8x7b", gpus=16, ep=8, framework="megatron-core",
+                              moe_dispatcher="allgather"))
+    c = estimate_compute(p)
+    assert any("all-gather" in n for n in c.notes)
+    a = estimate_compute(p.model_copy(update={"runtime": p.runtime.model_copy(update={"moe_dispatcher": "alltoall"})}))
+    assert c.breakdown["comm_ep"] > a.breakdown["comm_ep"]   # top-2 of 8: 7 copies against 1.75

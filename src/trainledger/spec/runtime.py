@@ -35,7 +35,7 @@ ParamDtype = Literal["bf16", "fp32"]
 ReduceDtype = Literal["fp32", "bf16"]
 DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
-MoeDispatcher = Literal["alltoall", "deepep"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
 ModelLoading = Literal["every-rank", "rank0", "sharded"]
 
 #: the stacks that run DeepEP's dispatch and combine kernels (github:deepseek-ai/DeepEP):
@@ -148,6 +148,11 @@ def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
 
 def dispatcher_problem(dispatcher: str, framework: str, ep: int) -> tuple[str, str] | None:
     """(field, reason) when a stack or an EP size cannot run an MoE token dispatcher, else None."""
+    if dispatcher == "allgather" and framework != "megatron-core":
+        return "moe_dispatcher", (
+            f"--moe-dispatcher allgather with --framework {framework}: the all-gather token dispatcher is "
+            "Megatron-Core's (MoEAllGatherTokenDispatcher); use --framework megatron-core or "
+            "--moe-dispatcher alltoall")
     if dispatcher != "deepep":
         return None
     if framework not in DEEPEP_STACKS:
@@ -350,7 +355,8 @@ class Runtime(Spec):
     moe_dispatcher: MoeDispatcher = Field(
         "alltoall", description="MoE token dispatch under expert parallelism: alltoall = NCCL all-to-all "
         "of one copy per routed expert (Megatron-Core's alltoall dispatcher, torchtitan's standard "
-        "backend); deepep = DeepEP's kernels, one copy per destination rank over NVLink and one per "
+        "backend); allgather = Megatron-Core's default dispatcher, all tokens all-gathered over the TP×EP "
+        "group and reduce-scattered back; deepep = DeepEP's kernels, one copy per destination rank over NVLink and one per "
         "destination node over the network (Megatron-Core flex + DeepEP, torchtitan "
         "expert_parallel_comm_backend deepep)")
     dist_optimizer: DistOptimizer = Field(

@@ -8,6 +8,11 @@ expert outputs back (combine). What a rank sends depends on the dispatcher:
   torchtitan's standard ``ExpertParallel`` all-to-alls the top-k-replicated tokens: a token with
   two experts on one rank travels there twice. Of its k copies, (g-1)/n go to the other ranks of
   the node and (n-g)/n across the network (n EP ranks, g of them per node).
+* ``allgather`` — Megatron-Core's ``MoEAllGatherTokenDispatcher`` (its ``--moe-token-dispatcher-type``
+  default): every rank all-gathers all tokens of the TP×EP group, keeps the ones its experts take,
+  and reduce-scatters the outputs back: n-1 copies of each token whatever the routing, the routing
+  imbalance playing no part in the collective. Megatron recommends alltoall with expert
+  parallelism; allgather moves more once the group exceeds top-k.
 * ``deepep`` — DeepEP's normal (high-throughput) kernels (github:deepseek-ai/DeepEP, docs/
   legacy.md; DeepSeek-V3 report, arXiv:2412.19437 §3.2.2): a token goes once to every *rank* that
   holds one of its experts, and across the network once per *node*: RDMA to the rank of the same
@@ -36,7 +41,7 @@ from trainledger.spec.cluster import Cluster
 from trainledger.spec.model import MoESpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import DEEPEP_CONFIGS, DEEPEP_STACKS
-from trainledger.estimate.time.comm import Group, all_to_all_s, topology
+from trainledger.estimate.time.comm import Group, all_gather_s, all_to_all_s, topology
 from trainledger.estimate.time.efficiency import LinkEfficiency, link_efficiency
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,8 @@ def token_copies(moe: MoESpec, n: int, per_node: int, dispatcher: str) -> Copies
         return Copies(0.0, 0.0)
     k, g = moe.top_k, per_node
     nodes = max(1, n // g)
+    if dispatcher == "allgather":
+        return Copies(float(g - 1), float(n - g))
     if dispatcher != "deepep":
         return Copies(k * (g - 1) / n, k * (n - g) / n)
     E, G, tg = moe.num_experts, moe.num_groups, moe.topk_groups
@@ -92,15 +99,19 @@ def token_copies(moe: MoESpec, n: int, per_node: int, dispatcher: str) -> Copies
 
 
 def dispatch_s(grp: Group, moe: MoESpec, dispatcher: str, token_bytes: float, cluster: Cluster,
-               links: LinkEfficiency | None = None) -> float:
+               links: LinkEfficiency | None = None, imbalance: float = 1.0) -> float:
     """Seconds of one dispatch (or combine) of ``token_bytes`` (tokens on the rank × bytes per
-    token, the busiest rank's share) over the EP group ``grp``: the NVLink and network copies of
+    token) over the EP group ``grp``, the busiest rank's share (``imbalance``, which the
+    all-gather's fixed volume does not see): the NVLink and network copies of
     :func:`token_copies` run at once, the slower sets the time, plus one latency per peer
     (the all-to-all's n-1; DeepEP's RDMA peers are the other nodes and its NVLink peers the other
-    ranks of the node, addressed in parallel)."""
+    ranks of the node, addressed in parallel); the all-gather (reduce-scatter) as a ring."""
     n = grp.n
     if n <= 1 or token_bytes <= 0:
         return 0.0
+    if dispatcher == "allgather":
+        return all_gather_s(grp, n * token_bytes)
+    token_bytes *= imbalance
     if dispatcher != "deepep":   # one copy per routed expert: the plain all-to-all
         return all_to_all_s(grp, token_bytes * moe.top_k, cluster, links)
     links = links or link_efficiency()
@@ -119,8 +130,9 @@ def dispatch_note(plan: Plan, links: LinkEfficiency | None = None) -> str | None
     that has DeepEP, what DeepEP would send instead), or None without expert parallelism."""
     m, lay, cl = plan.model, plan.layout, plan.cluster
     if m.moe is None or lay.ep <= 1:
-        if plan.runtime.moe_dispatcher == "deepep":
-            return "--moe-dispatcher deepep: no effect without routed experts and expert parallelism (--ep > 1)"
+        if plan.runtime.moe_dispatcher != "alltoall":
+            return (f"--moe-dispatcher {plan.runtime.moe_dispatcher}: no effect without routed experts and "
+                    "expert parallelism (--ep > 1)")
         return None
     topo = topology(cl, lay.tp, lay.cp, lay.ep, lay.dp_size, lay.pp, links or link_efficiency(), lay.expert_tp)
     grp, k = topo.ep, m.moe.top_k
@@ -136,6 +148,11 @@ def dispatch_note(plan: Plan, links: LinkEfficiency | None = None) -> str | None
         return (f"MoE dispatch via DeepEP: each token makes {c.nvlink:.1f} copies over {cl.intra.name} (one per "
                 f"target rank, forwarded inside the target nodes){net}, per dispatch and per combine (uniform "
                 f"routing{groups}); an all-to-all sends one copy per routed expert (top-{k}: {where})")
+    if plan.runtime.moe_dispatcher == "allgather":
+        return (f"MoE dispatch by all-gather (Megatron's allgather dispatcher): every rank receives all "
+                f"{grp.n} ranks' tokens and reduce-scatters the outputs, {grp.n - 1} copies of each token, where "
+                f"an all-to-all sends one per routed expert (top-{k}: {where}; --moe-dispatcher alltoall, "
+                "Megatron's recommendation with expert parallelism)")
     if grp.nodes > 1 and plan.runtime.framework in DEEPEP_STACKS and grp.n in DEEPEP_CONFIGS:
         c = token_copies(m.moe, grp.n, grp.per_node, "deepep")
         return (f"MoE all-to-all: one copy of each token per routed expert (top-{k}: {where}); DeepEP "

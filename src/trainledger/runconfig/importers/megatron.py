@@ -246,10 +246,10 @@ def detect_nemo_yaml(d: dict[str, Any]) -> bool:
 
 
 def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
-    """The MoE token dispatcher: ``--moe-token-dispatcher-type`` alltoall, or flex with DeepEP
+    """The MoE token dispatcher: ``--moe-token-dispatcher-type`` allgather (Megatron's default:
+    all-gather the tokens over the TP×EP group), alltoall, or flex with DeepEP
     (``--moe-enable-deepep``; later releases ``--moe-flex-dispatcher-backend deepep|hybridep``, deepep
-    by default). Megatron's own default, allgather (all-gather the tokens over the TP×EP group), is
-    not modeled: it is sized as alltoall, with a note."""
+    by default)."""
     kind = str(a.get("moe_token_dispatcher_type", "allgather")).lower()
     backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
     if kind == "flex" or _on(a, "moe_enable_deepep"):
@@ -260,9 +260,10 @@ def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
                              "not modeled")
     elif kind == "alltoall":
         res.set("moe_dispatcher", "alltoall", where)
-    elif (_int(a, "expert_model_parallel_size", where) or 1) > 1:
-        res.notes.append(f"{where}: --moe-token-dispatcher-type {kind} (all-gathers the tokens over the TP×EP "
-                         "group) is sized as the alltoall dispatcher, which moves fewer bytes once EP exceeds top-k")
+    elif kind == "allgather" and (a.get("num_experts") or a.get("num_moe_experts")):
+        res.set("moe_dispatcher", "allgather", where)
+    elif kind not in ("allgather", "alltoall"):
+        res.unknown_keys.append(f"{where}: --moe-token-dispatcher-type {kind} (sized as alltoall)")
 
 
 def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
