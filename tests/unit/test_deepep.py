@@ -121,6 +121,10 @@ def test_fabric_bytes_follow_the_copies():
     a, d = _groups(_dsv3("alltoall"))["ep"][0], _groups(_dsv3("deepep"))["ep"][0]
     c = token_copies(_dsv3("deepep").model.moe, 64, 8, "deepep")
     assert d / a == pytest.approx(c.total / (8 * 63 / 64))
+    mix = dict(model="mixtral-8x7b", gpus=16, ep=8, framework="megatron-core")
+    a = _groups(build_plan(PlanInputs(**mix)))["ep"][0]
+    g = _groups(build_plan(PlanInputs(**mix, moe_dispatcher="allgather")))["ep"][0]
+    assert g / a == pytest.approx(7 / (2 * 7 / 8))   # every other rank against top-2 of 8
 
 
 def test_deepep_buffer_from_its_size_hints():

@@ -122,8 +122,9 @@ def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
         moe_layers = st.moe_layers
         a2a = 4 * moe_layers * mb * r.micro_batch * s_local * m.moe.top_k * m.hidden_size * act / lay.tp
         sent = a2a * (lay.ep - 1) / lay.ep
-        if plan.runtime.moe_dispatcher == "deepep":  # one copy per rank and per node, not per expert
-            copies = token_copies(m.moe, lay.ep, _per_node(plan, lay.ep, lay.expert_tp), "deepep")
+        dispatcher = plan.runtime.moe_dispatcher
+        if dispatcher != "alltoall":  # DeepEP: per rank and node, not per expert; all-gather: to every rank
+            copies = token_copies(m.moe, lay.ep, _per_node(plan, lay.ep, lay.expert_tp), dispatcher)
             sent = a2a / m.moe.top_k * copies.total
         out["ep"] = (sent, lay.ep, lay.expert_tp)
     return out
