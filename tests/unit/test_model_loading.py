@@ -96,3 +96,17 @@ def test_accelerate_export_states_the_loading(loading, want):
                                    model_loading=loading), "accelerate")
     text = files[0].text
     assert f"fsdp_cpu_ram_efficient_loading: {str(want).lower()}" in text
+
+
+def test_procurement_sheet_asks_for_the_load_when_it_is_the_larger_need():
+    from trainledger.report.sheet import hardware_rows
+
+    p = _plan(model="llama-3.1-70b", gpus=8, method="full")
+    host = host_section(p, CostOptions()).values
+    rows = hardware_rows(p, {"host": host})
+    row = next(r for r in rows if r["item"] == "host RAM")
+    assert "while the model loads" in row["value"] and "every-rank" in row["value"]
+    small = _plan(model="llama-3.1-8b", gpus=8, framework="pytorch-fsdp", zero=3)
+    row = next(r for r in hardware_rows(small, {"host": host_section(small, CostOptions()).values})
+               if r["item"] == "host RAM")
+    assert "while the model loads" not in row["value"]

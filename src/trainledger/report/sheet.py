@@ -142,7 +142,10 @@ def hardware_rows(plan: Plan, est: dict[str, Any]) -> list[dict[str, str]]:
         rows.append(_row("node network", f"{cl.nics_per_node} x {cl.inter.display_name} ({cl.inter.bandwidth_label}) "
                          "per node", "each GPU shares a PCIe switch with one NIC (PIX/PXB to mlx5_*)"))
     if host:
-        rows.append(_row("host RAM", f">= {fmt_bytes(host['ram_bytes'])} per node",
+        load = host.get("model_load_bytes") or 0.0
+        need = (f">= {fmt_bytes(load)} per node (while the model loads, {host.get('model_loading')})"
+                if load > host["ram_bytes"] else f">= {fmt_bytes(host['ram_bytes'])} per node")
+        rows.append(_row("host RAM", need,
                          f"plan assumes {fmt_bytes(host['installed_ram_bytes'])} installed"
                          if host.get("installed_ram_bytes") is not None else "`verify probe` reads it"))
     if io.get("read_bytes_per_s_per_node") is not None:
