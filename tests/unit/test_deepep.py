@@ -162,6 +162,15 @@ def test_deepep_refused_where_it_cannot_run():
     with pytest.raises(PlanError) as e:
         build_plan(PlanInputs(model="deepseek-v3", gpus=256, ep=256, framework="fsdp2", moe_dispatcher="deepep"))
     assert e.value.field == "ep"
+    with pytest.raises(PlanError) as e:   # internode DeepEP pairs 8 NVLink peers per node
+        build_plan(PlanInputs(model="deepseek-v3", gpus=64, gpus_per_node=4, ep=16, framework="fsdp2",
+                              moe_dispatcher="deepep"))
+    assert e.value.field == "moe_dispatcher" and "8-GPU nodes" in str(e.value)
+    build_plan(PlanInputs(model="deepseek-v3", gpus=64, gpus_per_node=4, ep=4, framework="fsdp2",
+                          moe_dispatcher="deepep"))   # inside a node: any node size
+    with pytest.raises(PlanError):   # 8 ranks over two 4-GPU nodes: no NVLink between them
+        build_plan(PlanInputs(model="deepseek-v3", gpus=64, gpus_per_node=4, ep=8, framework="fsdp2",
+                              moe_dispatcher="deepep"))
     # a dense model: a note, no effect
     p = build_plan(PlanInputs(model="llama-3.1-8b", framework="fsdp2", moe_dispatcher="deepep"))
     assert any("no effect" in n for n in estimate_compute(p).notes)

@@ -57,7 +57,8 @@ class Plan(Spec):
             liger = liger_stack_problem(self.runtime.liger_kernel, self.runtime.framework)
             if liger is not None:
                 raise PlanError(field="liger_kernel", message=liger)
-            dispatch = dispatcher_problem(self.runtime.moe_dispatcher, self.runtime.framework, self.layout.ep)
+            dispatch = dispatcher_problem(self.runtime.moe_dispatcher, self.runtime.framework, self.layout.ep,
+                                          self.cluster.gpus_per_node)
             if dispatch is not None:
                 raise PlanError(field=dispatch[0], message=dispatch[1])
         m = self.model

@@ -44,6 +44,9 @@ ModelLoading = Literal["every-rank", "rank0", "sharded"]
 #: ``moe_token_dispatcher_type``/``moe_enable_deepep``) and torchtitan's
 #: ``[parallelism] expert_parallel_comm_backend = "deepep"`` (torchtitan/distributed/deepep).
 DEEPEP_STACKS = ("megatron-core", "fsdp2")
+#: NVLink peers per node DeepEP's legacy kernels pair a rank with (csrc/legacy/buffer.hpp
+#: LEGACY_NUM_MAX_NVL_PEERS): beyond one node each node must hold 8 ranks of the group
+DEEPEP_NVL_PEERS = 8
 #: DeepEP's recommended normal-kernel configs by EP size, as both stacks size their buffer
 #: (Megatron-Core moe/fused_a2a.py and torchtitan distributed/deepep ``get_buffer``: the larger of
 #: ``Buffer.get_dispatch_config(n)`` and ``get_combine_config(n)``), from deep_ep/buffers/legacy.py
@@ -146,8 +149,9 @@ def liger_flce_chunk(tokens: float, h: int, V: int) -> int:
     return min(bt, 1 << (rows - 1).bit_length())
 
 
-def dispatcher_problem(dispatcher: str, framework: str, ep: int) -> tuple[str, str] | None:
-    """(field, reason) when a stack or an EP size cannot run an MoE token dispatcher, else None."""
+def dispatcher_problem(dispatcher: str, framework: str, ep: int, gpus_per_node: int = 8) -> tuple[str, str] | None:
+    """(field, reason) when a stack, an EP size or the node size cannot run an MoE token
+    dispatcher, else None."""
     if dispatcher == "allgather" and framework != "megatron-core":
         return "moe_dispatcher", (
             f"--moe-dispatcher allgather with --framework {framework}: the all-gather token dispatcher is "
@@ -165,6 +169,12 @@ def dispatcher_problem(dispatcher: str, framework: str, ep: int) -> tuple[str, s
         return "ep", (f"ep={ep} with --moe-dispatcher deepep: DeepEP's buffer configs exist for "
                       f"{', '.join(map(str, DEEPEP_CONFIGS))} EP ranks only (get_dispatch_config asserts "
                       "'Unsupported number of EP ranks'); pick one of those or --moe-dispatcher alltoall")
+    if (ep > DEEPEP_NVL_PEERS or ep > gpus_per_node) and gpus_per_node != DEEPEP_NVL_PEERS:
+        return "moe_dispatcher", (
+            f"--moe-dispatcher deepep with ep={ep} on {gpus_per_node}-GPU nodes: DeepEP's internode kernels "
+            f"pair each rank with the ranks of its {DEEPEP_NVL_PEERS}-GPU node over NVLink "
+            f"(LEGACY_NUM_MAX_NVL_PEERS = {DEEPEP_NVL_PEERS}); use 8-GPU nodes, ep <= 8, or --moe-dispatcher "
+            "alltoall (NVL72 racks run NVIDIA's HybridEP, not modeled)")
     return None
 
 

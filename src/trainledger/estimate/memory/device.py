@@ -13,7 +13,7 @@ from functools import lru_cache
 from trainledger.load.catalog import catalog_dir, read_data_file
 from trainledger.errors import CatalogError
 from trainledger.spec.plan import Plan
-from trainledger.spec.runtime import DEEPEP_CONFIGS
+from trainledger.spec.runtime import DEEPEP_CONFIGS, DEEPEP_NVL_PEERS
 from trainledger.units import DTYPE_BYTES, MIB
 
 
@@ -56,8 +56,6 @@ def runtime_defaults() -> RuntimeDefaults:
 #: DeepEP's normal kernels run on ``Buffer.num_sms`` SMs, two per channel (deep_ep/buffers/legacy.py
 #: ``num_sms = 20``; Megatron-Core's --moe-deepep-num-sms and torchtitan keep 20)
 DEEPEP_NUM_SMS = 20
-#: NVLink peers per node DeepEP's legacy kernels assume (csrc/legacy/buffer.hpp LEGACY_NUM_MAX_NVL_PEERS)
-DEEPEP_NVL_PEERS = 8
 #: per-token metadata slots of its buffers (csrc/legacy/config.hpp): top-k indices (int64) and
 #: weights (fp32) for up to 128 experts, 128 fp32 scales, the 8-byte SourceMeta and an int4
 _DEEPEP_TOPK, _DEEPEP_SCALES, _DEEPEP_META, _INT4 = 128, 128, 8, 16
