@@ -81,7 +81,8 @@ NUMERIC = {
     "ds_stage3_max_live_parameters": (None, 10 ** 8), "ds_overlap_comm": (None, True, False),
     "mla_latent_cache": (None, True, False), "stack_version": (None, "nemo-24.07"),
     "checkpoint_early_stop": (None, True, False), "reshard_after_forward": (None, True, False),
-    "doc_len": (None, 512),
+    "doc_len": (None, 512), "model_loading": (None, "every-rank", "rank0", "sharded"),
+    "moe_capacity_factor": (None, 0.5, 2.0),
 }
 SKIP = {"dp"}  # resolved from the world size (perturbed through tp/pp/cp/gpus_per_node/nodes)
 

@@ -108,6 +108,8 @@ class PlanInputs(Spec):
                                  description="token budget of the run, e.g. 2B")
     generate_len: int = _RECIPE["generate_len"]
     fp4_bf16_layers: int | None = _RECIPE["fp4_bf16_layers"]
+    moe_capacity_factor: float | None = _RECIPE["moe_capacity_factor"]
+    moe_pad_to_capacity: bool = _RECIPE["moe_pad_to_capacity"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]
     quantization: QuantizationInput = Field(
@@ -341,6 +343,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             lora_rank=inputs.lora_rank, lora_alpha=inputs.lora_alpha, lora_targets=inputs.lora_targets,
             train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
             grad_clip=inputs.grad_clip or None, fp4_bf16_layers=inputs.fp4_bf16_layers,
+            moe_capacity_factor=inputs.moe_capacity_factor, moe_pad_to_capacity=inputs.moe_pad_to_capacity,
         )
         # every Runtime field is a PlanInputs field of the same name (declared there from it)
         runtime = Runtime(**{k: getattr(inputs, k) for k in Runtime.model_fields})

@@ -99,9 +99,37 @@ class Recipe(Spec):
     generate_len: int = Field(0, ge=0, le=10_000_000, description="inference: new tokens per sequence beyond --seq-len")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="attention/hidden dropout probability")
     grad_clip: float | None = Field(1.0, description="max grad norm (None = no clipping)")
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=64, allow_inf_nan=False, description="MoE expert capacity factor: an expert takes at "
+        "most this many times its mean share of the routed tokens, the rest are dropped (GShard; Megatron "
+        "--moe-expert-capacity-factor, DeepSpeed-MoE capacity_factor) [none: dropless]")
+    moe_pad_to_capacity: bool = Field(
+        False, description="MoE: every expert's input padded to its capacity (Megatron "
+        "--moe-pad-expert-input-to-capacity; DeepSpeed-MoE's einsum dispatch always pads): the experts "
+        "compute, and the all-to-all moves, the capacity whatever the routing")
     fp4_bf16_layers: int | None = Field(
         None, ge=0, le=10_000, description="--precision nvfp4-mixed: decoder layers whose linear layers stay "
         "in bf16 [16% of the layers, rounded up, as arXiv:2509.25149 keeps 10 of 62]")
+
+    def expert_load(self, imbalance: float) -> float:
+        """The busiest EP rank's routed tokens relative to the mean, given the routing's own
+        ``imbalance``: uncapped (dropless), capped at the capacity factor (tokens beyond an
+        expert's capacity are dropped: Lepikhin et al. 2020, GShard, arXiv:2006.16668 §2.2), or
+        exactly the capacity when every expert's input is padded to it."""
+        c = self.moe_capacity_factor
+        if c is None:
+            return imbalance
+        return c if self.moe_pad_to_capacity else min(imbalance, c)
+
+    @property
+    def expert_rows(self) -> float:
+        """Rows an expert's input holds relative to its mean share of the routed tokens (the
+        activations it saves): its capacity when padded to it, fewer when the capacity is below the
+        mean (tokens dropped), else the mean."""
+        c = self.moe_capacity_factor
+        if c is None:
+            return 1.0
+        return c if self.moe_pad_to_capacity else min(1.0, c)
 
     @field_validator("lora_targets")
     @classmethod

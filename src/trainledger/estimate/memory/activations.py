@@ -70,6 +70,9 @@ class Flow:
     adapter: int = 4
     #: Liger Kernel's replacements of the transformers modules (``Plan.liger``; None: the model's own)
     liger: LigerOps | None = None
+    #: routed rows an expert holds relative to its mean share (``Recipe.expert_rows``: padding to
+    #: the capacity factor, or dropping below it)
+    expert_rows: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +318,7 @@ def _moe(x: _Layer) -> tuple[float, float]:
     # frozen experts (LoRA elsewhere): neither the gathered input nor act·up is kept
     per_routed = (4 * R * fe + 2 * R * h if grad_w else 3 * R * fe + R * h) + f.c + 3 * INT64
     router = x.inputs(h, R, ("mlp.gate",)) + FP32 * mo.num_experts + 3 * FP32 * mo.top_k + FP32
-    rep, sh = 0.0, mo.top_k * per_routed
+    rep, sh = 0.0, mo.top_k * per_routed * f.expert_rows
     if mo.num_shared_experts and mo.shared_intermediate_size:
         name = "mlp.shared_expert" if mo.shared_expert_gate else "mlp.shared_experts"
         r2, s2 = _mlp(x, name, mo.shared_intermediate_size)

@@ -107,15 +107,16 @@ def _flow_of(plan: Plan) -> tuple[Flow, float, float]:
     w = DTYPE_BYTES[pol["weights"]]
     if r.method == "qlora":  # bnb 4-bit base, other weights in the 16-bit compute dtype
         w_emb = 2.0 if c == 2 else 4.0
-        return (Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed"), liger=plan.liger),
+        return (Flow(c=c, R=int(max(w_emb, c)), autocast=r.precision.endswith("-mixed"), liger=plan.liger,
+                     expert_rows=r.expert_rows),
                 w_emb, 4.0)
     if sixteen_bit_model(plan):  # DeepSpeed / Megatron / FSDP param_dtype=bf16: all in 16 bits
-        return (Flow(c=c, R=c, autocast=False, adapter=c, liger=plan.liger), float(c),
+        return (Flow(c=c, R=c, autocast=False, adapter=c, liger=plan.liger, expert_rows=r.expert_rows), float(c),
                 4.0 if r.method == "lora" else float(c))
     autocast = r.precision.endswith("-mixed") and w > c and pol["master"] == "none"
     R = int(max(w, c))
     train_w = 4.0 if r.method == "lora" else w
-    return Flow(c=c, R=R, autocast=autocast, liger=plan.liger), w, train_w
+    return Flow(c=c, R=R, autocast=autocast, liger=plan.liger, expert_rows=r.expert_rows), w, train_w
 
 
 def _layer_kinds(plan: Plan) -> dict[tuple[bool, bool], int]:

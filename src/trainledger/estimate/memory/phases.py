@@ -175,7 +175,8 @@ _STATES_LAYOUT = attrgetter("tp", "pp", "cp", "ep", "etp", "sp", "zero", "hybrid
 #: or nvfp4 bf16 layers, nor the data-parallel, expert or ZeRO layout, offload or node shape; the
 #: accumulation only with a pipeline, through the micro-batches in flight and receive buffers
 _ACTS_RECIPE = attrgetter("method", "precision", "seq_len", "micro_batch", "recompute", "recompute_layers",
-                          "attention", "lora_rank", "lora_targets", "dropout")
+                          "attention", "lora_rank", "lora_targets", "dropout", "moe_capacity_factor",
+                          "moe_pad_to_capacity")
 _ACTS_LAYOUT = attrgetter("tp", "pp", "cp", "sp", "vp", "pp_schedule", "pp_microbatches")
 #: every runtime option but the release tag (it keys time calibrations; no estimate reads it)
 _RUNTIME = attrgetter(*(f for f in Runtime.model_fields if f != "stack_version"))

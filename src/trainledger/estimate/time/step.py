@@ -425,7 +425,7 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.moe_layer_mask) / m.num_layers  # is_moe_layer of every layer
         size = tokens * m.hidden_size * act / lay.tp
-        busiest = routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep)
+        busiest = r.expert_load(routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep))
         t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * dispatch_s(
             topo.ep, m.moe, plan.runtime.moe_dispatcher, size, cl, links, busiest)
     t_pp = 0.0

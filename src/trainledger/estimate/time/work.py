@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from functools import lru_cache
 
 from trainledger.spec.plan import Plan
@@ -120,9 +121,11 @@ def routing_imbalance(routed_tokens: float, ep: int) -> float:
 
 
 def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: float,
-                hbm: float, eff: GpuEfficiency, eta: float, bpe: float, etp: int | None = None) -> float:
+                hbm: float, eff: GpuEfficiency, eta: float, bpe: float, etp: int | None = None,
+                load: Callable[[float], float] | None = None) -> float:
     """Forward seconds of a layer's GEMMs on one GPU (TP-sharded, experts spread over EP; the
-    busiest EP rank's share, see :func:`routing_imbalance`).
+    busiest EP rank's share, see :func:`routing_imbalance`, through ``load``: the recipe's
+    capacity factor, ``Recipe.expert_load``).
 
     ``etp``: the experts' own tensor-parallel degree (Megatron-Core MoE parallel folding,
     arXiv:2504.14960): an expert GEMM is split etp ways and, as each expert shard is held by
@@ -138,7 +141,8 @@ def _gemm_set_s(gemms: tuple[Gemm, ...], tokens: float, tp: int, ep: int, peak: 
             k = max(1, k // d) if k >= d else k / d
         if g.experts:
             local = max(1.0, g.experts / ep)
-            m = tokens * g.mult * ep / g.experts * routing_imbalance(tokens * ep * g.mult, ep) * d / tp
+            busiest = routing_imbalance(tokens * ep * g.mult, ep)
+            m = tokens * g.mult * ep / g.experts * (load(busiest) if load else busiest) * d / tp
             t += local * gemm_time_s(m, k, n, peak, hbm, eff, eta, bpe)
         else:
             t += gemm_time_s(tokens * g.mult, k, n, peak, hbm, eff, eta, bpe)
@@ -255,29 +259,30 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     # pp the last stage, which holds most of them, is slower than this average)
     hp_share = r.bf16_layers(m.num_layers) / m.num_layers if matmul_dtype == "nvfp4" else 0.0
     share = stage_layers / m.num_layers  # the busiest stage holds ceil(L/p) layers
+    cap = r.expert_load if r.moe_capacity_factor is not None else None  # experts' capacity (or dropless)
     mm = att = ew = 0.0
     for kind in layer_kinds(m):
         nl = kind.count * share
         base, router = _split_router(kind.gemms)
-        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, lay.expert_tp)
+        t_main = _gemm_set_s(base, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, lay.expert_tp, load=cap)
         if hp_share:  # nvfp4-mixed: these layers' linear GEMMs stay in bf16 (arXiv:2509.25149)
             t_main += hp_share * (_gemm_set_s(base, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16,
-                                              lay.expert_tp) - t_main)
-        t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+                                              lay.expert_tp, load=cap) - t_main)
+        t_main += _gemm_set_s(router, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16, load=cap)
         adapters = lora_gemms(m, kind, r.lora_targets, r.lora_rank) if frozen else ()
         skips = early_stop_skips(kind, r.dropout, adapters) if (early_stop and rc) else ()
         t_skip = 0.0
         if skips and skips[0].name.startswith("lora_"):  # an adapter's B GEMM, at the adapters' rate
-            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16, load=cap)
         elif skips:
-            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm)
+            t_skip = _gemm_set_s(skips, tokens, tp, ep, peak_mm, hbm, eff, eta_mm, bpe_mm, load=cap)
             if hp_share:
-                t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16) - t_skip)
+                t_skip += hp_share * (_gemm_set_s(skips, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16, load=cap) - t_skip)
         t_lora = 0.0
         if frozen:
             # priced at the 16-bit rate even where peft runs them in fp32 without autocast (SIMT
             # kernels): the family's GEMM shape model describes tensor-core tiles, not rank-16 fp32
-            t_lora = _gemm_set_s(adapters, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16)
+            t_lora = _gemm_set_s(adapters, tokens, tp, ep, peak16, hbm, eff, eta16, bpe16, load=cap)
             if peft_adapters:  # peft's fp32 adapters: their casts and sums
                 fwd_a, bwd_a = peft_adapter_bytes(adapters, autocast)
                 ew += nl * tokens * (fwd_a * (1 + rc) + (bwd_a if training else 0.0)) / (hbm * eff.hbm)

@@ -60,7 +60,8 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
         "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion",
         "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
-        "moe_flex_dispatcher_backend"}
+        "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+        "moe_train_capacity_factor", "disable_moe_token_dropping"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -245,6 +246,25 @@ def detect_nemo_yaml(d: dict[str, Any]) -> bool:
         and any(k in d["model"] for k in ("tensor_model_parallel_size", "encoder_seq_length", "micro_batch_size"))
 
 
+def _read_capacity(a: dict[str, Any], res: ImportResult, where: str, deepspeed: bool) -> None:
+    """The experts' capacity: Megatron-Core ``--moe-expert-capacity-factor`` (dropless when unset)
+    with ``--moe-pad-expert-input-to-capacity``; Megatron-DeepSpeed ``--moe-train-capacity-factor``
+    (DeepSpeed-MoE's top-k gating dispatches through an [S, E, C] einsum: always padded)."""
+    key = "moe_train_capacity_factor" if deepspeed else "moe_expert_capacity_factor"
+    v = a.get(key)
+    if deepspeed and v is None and a.get("num_experts") and not _on(a, "disable_moe_token_dropping"):
+        v = 1.0  # Megatron-DeepSpeed's default --moe-train-capacity-factor
+    if v is None or str(v).lower() in ("none", "null") or (deepspeed and _on(a, "disable_moe_token_dropping")):
+        return
+    try:
+        factor = float(str(v))
+    except ValueError:
+        res.unknown_keys.append(f"{where}: --{key.replace('_', '-')} {v} (not a number)")
+        return
+    res.set("moe_capacity_factor", factor, where)
+    res.set("moe_pad_to_capacity", deepspeed or _on(a, "moe_pad_expert_input_to_capacity"), where)
+
+
 def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
     """The MoE token dispatcher: ``--moe-token-dispatcher-type`` allgather (Megatron's default:
     all-gather the tokens over the TP×EP group), alltoall, or flex with DeepEP
@@ -359,6 +379,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
             res.set("dist_optimizer", "apex", where)
             res.set("zero", 1, where)
         _read_dispatcher(a, res, where)
+    _read_capacity(a, res, where, deepspeed)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
     _model(a, res, where, layers)
