@@ -229,7 +229,7 @@ def test_pipeline_memory_note_names_the_stage_the_time_term_prices():
     for role in ("first", "last"):
         with pipeline_role(role):
             peaks[role] = peak_bytes(step_points(p, MemoryOptions(), runtime_defaults())[1],
-                                     MemoryOptions(), runtime_defaults()).allocated
+                                     MemoryOptions(), runtime_defaults(), p).allocated
             with_role = allocator_pressure(p)
         peaks[role + " retries"] = with_role.retries_per_step
     assert peaks["last"] > peaks["first"] and peaks["first retries"] > peaks["last retries"] > 0

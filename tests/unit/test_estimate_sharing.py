@@ -100,7 +100,7 @@ def test_fit_bytes_equals_the_full_peak(name):
     figures = []
     for role in roles:
         with pipeline_role(role):
-            pk = peak_bytes(step_points(p, opts, rt)[1], opts, rt)
+            pk = peak_bytes(step_points(p, opts, rt)[1], opts, rt, p)
             figures.append((pk.allocated, pk.device_total))
             if role is not None:
                 assert fit_bytes(p, opts)[:2] == figures[-1]

@@ -63,14 +63,15 @@ def test_planner_skips_layouts_whose_model_does_not_load():
     from trainledger.planner import search
     from trainledger.planner.job import Job
 
-    # 8B full fine-tune (fp32 weights, 32 GB), hf stack, 200 GiB of host RAM: 8 data-parallel ranks
-    # on a node (8 × 32 GB) do not load; TP-sharded loads and 4-GPU nodes do
-    job = dict(model="llama-3.1-8b", method="full", framework="hf", gpus=("h100-sxm",), max_gpus=16, tokens=1e9)
+    # 8B full fine-tune (fp32 weights, 32 GB) loaded on every rank, 200 GiB of host RAM: 8
+    # data-parallel ranks on a node (8 × 32 GB) do not load; TP-sharded loads and 4-GPU nodes do
+    job = dict(model="llama-3.1-8b", method="full", framework="hf", gpus=("h100-sxm",), max_gpus=16, tokens=1e9,
+               model_loading="every-rank")
     res = search(Job(host_ram_gib=200, **job))
     assert res.plans and all(model_load_bytes(c.plan) <= 200 * 2**30 for c in res.plans)
-    assert not any(c.plan.cluster.gpus_per_node == 8 and model_loading(c.plan) == "every-rank" for c in res.plans)
-    assert any(c.plan.cluster.gpus_per_node == 8 and model_loading(c.plan) == "every-rank"
-               for c in search(Job(**job)).plans)
+    assert all(c.plan.runtime.model_loading == "every-rank" for c in res.plans)
+    assert not any(c.plan.cluster.gpus_per_node == 8 and c.plan.layout.tp == 1 for c in res.plans)
+    assert any(c.plan.cluster.gpus_per_node == 8 and c.plan.layout.tp == 1 for c in search(Job(**job)).plans)
     # 20 GiB: no layout loads; the rejection says why
     tiny = search(Job(host_ram_gib=20, **job))
     assert not tiny.plans and any("while it loads" in r.reason for r in tiny.rejected)

@@ -14,7 +14,7 @@ from trainledger.estimate.options import CostOptions, TimeOptions
 from trainledger.load.plan import PlanInputs
 from trainledger.spec.base import Spec
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision
-from trainledger.spec.runtime import Framework, MoeDispatcher
+from trainledger.spec.runtime import Framework, ModelLoading, MoeDispatcher
 
 __all__ = ["EXAMPLE_JOB", "DeadlineQuantile", "Job", "RankBy"]
 
@@ -36,6 +36,7 @@ class Job(Spec):
     framework: Framework = _SHARED["framework"]
     liger_kernel: bool = _SHARED["liger_kernel"]
     moe_dispatcher: MoeDispatcher = _SHARED["moe_dispatcher"]
+    model_loading: ModelLoading | None = _SHARED["model_loading"]
     method: Method = _SHARED["method"]
     precision: Precision | None = _SHARED["precision"]
     optimizer: Optimizer | None = _SHARED["optimizer"]

@@ -109,11 +109,12 @@ def _make_plan(space: Space, cluster, tp: int, pp: int, dp: int, zero: int, reco
 def _runtime(space: Space) -> Runtime:
     """The searched stack with the job's Liger kernels where the stack runs transformers' modules
     (Megatron stacks compared beside them run their own fused layers), and the job's MoE dispatcher
-    where the stack has it (DeepEP: Megatron-Core and torchtitan; the others all-to-all)."""
+    where the stack has it (DeepEP: Megatron-Core and torchtitan; the others all-to-all), and how
+    the job loads its model when stated (else each stack's own way)."""
     fw = space.framework or space.job.framework
     dispatcher = space.job.moe_dispatcher if fw in DEEPEP_STACKS else "alltoall"
     return Runtime(framework=fw, liger_kernel=space.job.liger_kernel and fw in LIGER_STACKS,
-                   moe_dispatcher=dispatcher)
+                   moe_dispatcher=dispatcher, model_loading=space.job.model_loading)
 
 def _batch_unit(mb: int, dp: int, pp: int, vp: int) -> int:
     """What the global batch must be a multiple of: micro-batch × DP, and with an interleaved

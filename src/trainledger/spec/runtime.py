@@ -387,9 +387,9 @@ class Runtime(Spec):
         "cpu_ram_efficient_loading, DeepSpeed ZeRO <= 2); rank0 = one process per node does, the others "
         "start on the meta device and receive a broadcast (accelerate fsdp_cpu_ram_efficient_loading); "
         "sharded = each rank reads only its shard (DeepSpeed ZeRO-3 zero.Init, torchtitan's meta-device "
-        "init + DCP, Megatron's distributed checkpoint) [the stack's default: every-rank for hf and "
-        "deepspeed ZeRO <= 2, rank0 for pytorch-fsdp (accelerate config's default answer), sharded for "
-        "fsdp2, deepspeed ZeRO-3 and megatron]")
+        "init + DCP, Megatron's distributed checkpoint) [the stack's default: every-rank for hf below ZeRO-3 "
+        "and deepspeed ZeRO <= 2, rank0 for pytorch-fsdp and hf ZeRO-3 (accelerate launch's default), "
+        "sharded for fsdp2, deepspeed ZeRO-3, megatron and TP loads]")
     stack_version: str | None = Field(
         None, min_length=1, max_length=80, pattern=r"^[\w.@/+ :-]+$",
         description="the stack's release, e.g. nemo-24.07, megatron-core-0.12, 'torchtitan b5bcd76 torch-2.6': "
@@ -425,7 +425,11 @@ class Runtime(Spec):
         with TP, transformers' ``tp_plan`` load reads each rank's slices straight to its GPU)."""
         if self.model_loading is not None:
             return self.model_loading
-        if (self.framework == "hf" and tp == 1) or (self.framework == "deepspeed" and zero < 3):
+        if self.framework == "hf":
+            # the Trainer's sharding (zero 3) runs under accelerate launch, whose FSDP loads on local
+            # rank 0 (and ZeRO-3 through zero.Init); DDP and ZeRO <= 2 load on every rank
+            return "sharded" if tp > 1 else ("rank0" if zero >= 3 else "every-rank")
+        if self.framework == "deepspeed" and zero < 3:
             return "every-rank"
         return "rank0" if self.framework == "pytorch-fsdp" else "sharded"
 
