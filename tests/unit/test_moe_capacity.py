@@ -80,3 +80,19 @@ def test_megatron_capacity_flags(tmp_path, extra, want):
     p.write_text(_SCRIPT.format(extra=extra))
     m = import_configs([p]).merged()
     assert (m.get("moe_capacity_factor"), m.get("moe_pad_to_capacity")) == want
+
+
+def test_plan_takes_the_capacity():
+    from trainledger.planner import search
+    from trainledger.planner.job import Job
+
+    job = dict(model="mixtral-8x7b", method="full", framework="megatron-core", gpus=("h100-sxm",), max_gpus=64,
+               tokens=1e10)
+    base = search(Job(**job))
+    pad = search(Job(**job, moe_capacity_factor=2.0, moe_pad_to_capacity=True))
+    assert all(c.plan.recipe.moe_capacity_factor == 2.0 and c.plan.recipe.moe_pad_to_capacity for c in pad.plans)
+    assert min(c.compute.step_time_s / c.plan.tokens_per_step * c.plan.cluster.world_size for c in pad.plans) > \
+        min(c.compute.step_time_s / c.plan.tokens_per_step * c.plan.cluster.world_size for c in base.plans)
+    with pytest.raises(TrainledgerError) as e:
+        search(Job(**job, moe_pad_to_capacity=True))
+    assert e.value.field == "moe_pad_to_capacity"

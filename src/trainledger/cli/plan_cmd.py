@@ -187,7 +187,8 @@ def _rejected_kinds(rejected: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _FLAG_OF = {"gpus": "--gpu", "gpus_per_node": "--gpus-per-node", "networks": "--network",
             "frameworks": "--search-framework"}
 #: job flags that are the estimate's flags too (declared once in PlanInputs)
-_SHARED_FLAGS = ("model", "framework", "liger_kernel", "moe_dispatcher", "model_loading", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
+_SHARED_FLAGS = ("model", "framework", "liger_kernel", "moe_dispatcher", "model_loading", "moe_capacity_factor",
+                 "moe_pad_to_capacity", "method", "precision", "optimizer", "attention", "seq_len", "doc_len", "tokens",
                  "lora_rank", "headroom", "host_ram_gib", "corpus")
 #: the planner's own flags, generated from its Job fields
 _JOB_FLAGS = ("global_batch", "batch_rounding", "deadline_days", "deadline_quantile", "max_gpus", "rank_by", "top")

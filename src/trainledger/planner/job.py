@@ -37,6 +37,8 @@ class Job(Spec):
     liger_kernel: bool = _SHARED["liger_kernel"]
     moe_dispatcher: MoeDispatcher = _SHARED["moe_dispatcher"]
     model_loading: ModelLoading | None = _SHARED["model_loading"]
+    moe_capacity_factor: float | None = _SHARED["moe_capacity_factor"]
+    moe_pad_to_capacity: bool = _SHARED["moe_pad_to_capacity"]
     method: Method = _SHARED["method"]
     precision: Precision | None = _SHARED["precision"]
     optimizer: Optimizer | None = _SHARED["optimizer"]

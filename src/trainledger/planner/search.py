@@ -137,9 +137,13 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
                                      "optimizer": used.pop() if len(used) == 1 else None})
         recipe = Recipe(method=job.method, precision=precision, optimizer=optimizer,
                         seq_len=job.seq_len, doc_len=job.doc_len, micro_batch=1, global_batch=gb,
-                        attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens)
+                        attention=job.attention, lora_rank=job.lora_rank, train_tokens=job.tokens,
+                        moe_capacity_factor=job.moe_capacity_factor, moe_pad_to_capacity=job.moe_pad_to_capacity)
     except Exception as exc:  # pydantic validation of the job's recipe fields
         raise PlanError(f"plan: {exc}") from None
+    if recipe.moe_pad_to_capacity and recipe.moe_capacity_factor is None:
+        raise PlanError(field="moe_pad_to_capacity", message="--moe-pad-to-capacity pads each expert's input "
+                        "to its capacity: give --moe-capacity-factor too")
     gpus = [load_gpu(g) for g in (job.gpus or tuple(names("gpus")))]
     nets = [load_network(n) for n in (job.networks or ("ib-ndr",))]
     sizes = job.gpus_per_node or (8,)
