@@ -203,12 +203,16 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
 def _load_note(plan: Plan, load: float, ram: float) -> str:
     """Why the model does not load in the node's RAM, and what does."""
     mode, fw = model_loading(plan), plan.runtime.framework
-    fix = {"hf": "shard the load: --framework deepspeed --zero 3 (zero.Init) or --framework pytorch-fsdp "
-                 "(accelerate's fsdp_cpu_ram_efficient_loading: one copy per node)",
-           "deepspeed": "--zero 3 (zero.Init: only rank 0 reads the checkpoint, each rank keeps its partition)",
-           "pytorch-fsdp": "--model-loading rank0 (accelerate's fsdp_cpu_ram_efficient_loading)",
-           "fsdp2": "--model-loading rank0 (accelerate's fsdp_cpu_ram_efficient_loading) or a sharded load "
-                    "(torchtitan's meta-device init + DCP)"}.get(fw, "a sharded checkpoint load")
+    if mode == "rank0":  # one copy per node is already too much: only a sharded load helps
+        fix = ("a sharded load: --model-loading sharded (torchtitan's meta-device init + DCP, DeepSpeed "
+               "ZeRO-3's zero.Init, Megatron's distributed checkpoint)")
+    elif mode == "sharded":
+        fix = "more nodes (each holds only its ranks' shards) or nodes with more RAM (--host-ram-gib)"
+    else:
+        fix = {"hf": "shard the load: --zero 3 (accelerate's FSDP loads on local rank 0), --framework "
+                     "deepspeed --zero 3 (zero.Init) or --framework pytorch-fsdp",
+               "deepspeed": "--zero 3 (zero.Init: only rank 0 reads the checkpoint, each rank keeps its partition)",
+               }.get(fw, "--model-loading rank0 (accelerate's fsdp_cpu_ram_efficient_loading) or a sharded load")
     return (f"host RAM at model load: {LOADING_TEXT[mode]} ({mode}): {load / 2**30:,.0f} GiB per node, "
             f"{ram / 2**30:,.0f} GiB installed: the processes are killed for lack of host memory before "
             f"training starts; {fix}")
