@@ -272,12 +272,11 @@ def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
     by default)."""
     kind = str(a.get("moe_token_dispatcher_type", "allgather")).lower()
     backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
-    if kind == "flex" or _on(a, "moe_enable_deepep"):
+    if (kind == "flex" or _on(a, "moe_enable_deepep")) and backend == "hybridep":
+        res.notes.append(f"{where}: --moe-flex-dispatcher-backend hybridep (NVIDIA's HybridEP, for NVL72 "
+                         "racks) is not modeled: sized as the all-to-all")
+    elif kind == "flex" or _on(a, "moe_enable_deepep"):
         res.set("moe_dispatcher", "deepep", where)
-        if backend == "hybridep":
-            res.notes.append(f"{where}: --moe-flex-dispatcher-backend hybridep is sized as DeepEP (one copy per "
-                             "destination rank, one per destination node); its own buffers and kernels are "
-                             "not modeled")
     elif kind == "alltoall":
         res.set("moe_dispatcher", "alltoall", where)
     elif kind == "allgather" and (a.get("num_experts") or a.get("num_moe_experts")):

@@ -144,16 +144,15 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
 
 def _read_ep_backend(par: dict[str, Any], ep: int, res: ImportResult, where: str) -> None:
     """``[parallelism] expert_parallel_comm_backend``: standard (all-to-all), deepep, hybridep
-    (torchtitan/distributed/deepep: NVIDIA's HybridEP for NVL72, the same one-copy-per-rank,
-    one-per-node dispatch; sized as DeepEP)."""
+    (torchtitan/distributed/deepep: NVIDIA's HybridEP for NVL72 racks, not modeled: sized as the
+    all-to-all, with a note)."""
     backend = str(par.get("expert_parallel_comm_backend", "standard")).lower()
-    if backend in ("deepep", "hybridep") and ep > 1:
+    if backend == "deepep" and ep > 1:
         res.set("moe_dispatcher", "deepep", where)
-        if backend == "hybridep":
-            res.notes.append(f"{where}: expert_parallel_comm_backend hybridep is sized as DeepEP (one copy "
-                             "per destination rank, one per destination node); its own buffers and kernels "
-                             "are not modeled")
-    elif backend not in ("standard", "deepep", "hybridep"):
+    elif backend == "hybridep":
+        res.notes.append(f"{where}: expert_parallel_comm_backend hybridep (NVIDIA's HybridEP, for NVL72 racks) "
+                         "is not modeled: sized as the all-to-all")
+    elif backend not in ("standard", "deepep"):
         res.unknown_keys.append(f"{where}: [parallelism] expert_parallel_comm_backend={backend} (not modeled)")
 
 
