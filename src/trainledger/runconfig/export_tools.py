@@ -146,7 +146,7 @@ def megatron_args(plan: Plan) -> list[str]:
     if m.source and "/" in m.source:
         a += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", m.source]
     if r.attention != "sdpa":  # sdpa: Megatron's default (auto: TE fused attention)
-        a += ["--attention-backend", "flash" if r.attention in ("flash", "flash1") else "unfused"]
+        a += ["--attention-backend", {"flash": "flash", "flash1": "flash", "cudnn": "fused"}.get(r.attention, "unfused")]
     a += ["--attention-dropout", str(r.dropout), "--hidden-dropout", str(r.dropout)]
     a += ["--micro-batch-size", str(r.micro_batch), "--global-batch-size", str(plan.global_batch)]
     if r.train_tokens:

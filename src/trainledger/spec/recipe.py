@@ -12,7 +12,7 @@ Method = Literal["pretrain", "full", "lora", "qlora", "inference"]
 Precision = Literal["fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed", "mxfp8-mixed", "nvfp4-mixed", "bf16", "fp16"]
 Optimizer = Literal["adamw", "adamw-fused", "adamw-loop", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]
 Recompute = Literal["none", "selective", "full"]
-Attention = Literal["sdpa", "flash", "flash1", "eager"]
+Attention = Literal["sdpa", "flash", "flash1", "cudnn", "eager"]
 
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
@@ -91,7 +91,10 @@ class Recipe(Spec):
         None, ge=0, description="with --recompute full: only this many layers are checkpointed [all]"
     )
     attention: Attention = Field("sdpa", description="attention kernel (sdpa/flash keep no s×s scores; "
-                                 "flash1: a FlashAttention-1-generation kernel - FA1, Triton FA, xformers)")
+                                 "flash1: a FlashAttention-1-generation kernel - FA1, Triton FA, xformers; "
+                                 "cudnn: cuDNN's fused attention - Transformer Engine's DotProductAttention, "
+                                 "NeMo AutoModel's attn: te, torch SDPA's cuDNN backend - at its own rate "
+                                 "on every stack)")
     lora_rank: int = Field(16, gt=0, le=65536, description="LoRA rank")
     lora_alpha: float = Field(32.0, gt=0, allow_inf_nan=False, description="LoRA alpha (scaling only; no memory effect)")
     lora_targets: tuple[str, ...] = Field(DEFAULT_LORA_TARGETS, description="comma-separated module names LoRA wraps [all linear]")

@@ -117,6 +117,9 @@ def attn_implementation(recipe: Recipe, device: str, notes: list[str]) -> str:
     if recipe.attention in ("flash", "flash1"):
         notes.append("attention=flash is measured with torch SDPA (flash-attn is not used); on CUDA "
                      "SDPA runs its flash kernel for fp16/bf16 inputs")
+    elif recipe.attention == "cudnn":
+        notes.append("attention=cudnn is measured with torch SDPA's default backend (cuDNN's attention is "
+                     "not forced): memory alike, time of SDPA's kernel")
     return "sdpa"
 
 

@@ -230,8 +230,9 @@ class FlopCount:
 
 def uses_flash(attention: str) -> bool:
     """sdpa on a GPU with 16-bit inputs dispatches to the flash kernel; eager materializes s×s.
-    flash1 (FlashAttention-1 generation: FA1, Triton FA, xformers) is tiled the same way."""
-    return attention in ("flash", "sdpa", "flash1")
+    flash1 (FlashAttention-1 generation: FA1, Triton FA, xformers) and cuDNN's fused attention are
+    tiled the same way."""
+    return attention in ("flash", "sdpa", "flash1", "cudnn")
 
 
 def skips_masked_blocks(m: ModelSpec, attention: str) -> bool:

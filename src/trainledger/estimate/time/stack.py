@@ -175,6 +175,20 @@ def clock_scale(gpu: GpuSpec) -> float:
 _CACHE: dict[tuple, StackProfile] = {}
 
 
+#: the stack whose attention is cuDNN's fused kernel (Transformer Engine's DotProductAttention):
+#: its profile's ``attention_efficiency`` for a family is cuDNN's rate there
+_CUDNN_STACK = "megatron-core"
+
+
+def cudnn_attention_efficiency(gpu: GpuSpec) -> float:
+    """η of cuDNN's fused attention on ``gpu``'s family (``--attention cudnn``, on any stack): the
+    rate the megatron-core profile holds for that family, since that stack runs Transformer
+    Engine's cuDNN attention (stacks/megatron-core.yaml: FlashAttention-3 paper's cuDNN bars on
+    Hopper), else the family's own; one fact for every stack that selects the kernel."""
+    fam = for_gpu(gpu)
+    return float(stack_values(_CUDNN_STACK, fam.family).get("attention_efficiency", fam.attention))
+
+
 def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None) -> StackProfile:
     """The profile of ``framework`` on ``gpu``'s family, with the user's overrides applied."""
     opts = opts or TimeOptions()

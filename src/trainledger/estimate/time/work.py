@@ -22,7 +22,7 @@ are always sharded over TP.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -33,6 +33,7 @@ from trainledger.estimate.time.compute import (Gemm, attention_core_recomputed, 
                                               lm_head_gemm, lora_gemms, recompute_fraction,
                                               skips_masked_blocks, uses_flash)
 from trainledger.estimate.time.efficiency import GpuEfficiency, attention_efficiency, gemm_time_s
+from trainledger.estimate.time.stack import cudnn_attention_efficiency
 
 #: Streaming bytes per element of the layer's small ops, (forward, backward), by runtime.
 #: "megatron": fused kernels (Transformer Engine / Apex: one pass per norm, fused RoPE, fused
@@ -358,6 +359,8 @@ def _attention_s(plan: Plan, kind, tokens: float, peak16: float, hbm: float, eff
         # with context parallelism the kernel runs once per blockwise step on one rank's chunk of
         # s/c keys (the diagonal step; the load-balanced later steps pair s/c with s/(2c)), never
         # on the whole sequence (Liu et al. 2023, Ring Attention, arXiv:2310.01889, §3)
+        if r.attention == "cudnn":  # cuDNN's own rate on this GPU family, whatever the stack
+            eff = replace(eff, attention=cudnn_attention_efficiency(plan.cluster.gpu))
         eta = attention_efficiency(eff, min(s / lay.cp, kind.window or s, s_att), d, r.attention)
         mult = 1.0 + (2.5 if training else 0.0) + rc
         return fwd * mult / (peak16 * eta)
