@@ -59,7 +59,7 @@ def detect_format(data: Any, path: Path) -> str:
     if keys & {"per_device_train_batch_size", "gradient_accumulation_steps", "optim", "output_dir"}:
         return "trainer-args"
     raise SpecError(f"{path}: not a DeepSpeed, Accelerate, TrainingArguments, FSDP, peft, axolotl, TRL, "
-                    f"LLaMA-Factory, torchtitan, Megatron or NeMo config (keys: {', '.join(sorted(map(str, keys))[:8])})")
+                    f"LLaMA-Factory, torchtitan, Megatron, NeMo or NeMo AutoModel config (keys: {', '.join(sorted(map(str, keys))[:8])})")
 
 
 _HEADER_RE = re.compile(r"^#\s*trainledger-plan:\s*(\{.*\})\s*$", re.M)

@@ -1,4 +1,5 @@
-"""Per-tool readers of training configs: axolotl, TRL, LLaMA-Factory, torchtitan, Megatron-LM / NeMo.
+"""Per-tool readers of training configs: axolotl, TRL, LLaMA-Factory, torchtitan, Megatron-LM / NeMo,
+NeMo AutoModel.
 
 Each module has ``detect`` (does this mapping/text look like the tool's config?) and ``read``
 (fill an :class:`~trainledger.runconfig.importer.ImportResult`). DeepSpeed, Accelerate, Trainer
@@ -13,9 +14,9 @@ from typing import Any
 
 from trainledger.errors import SpecError
 from trainledger.runconfig.formats import ImportResult
-from trainledger.runconfig.importers import axolotl, llamafactory, megatron, torchtitan, trl
+from trainledger.runconfig.importers import automodel, axolotl, llamafactory, megatron, torchtitan, trl
 
-TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo")
+TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo", "automodel")
 
 
 def read_toml(text: str, path: Path) -> Any:
@@ -34,6 +35,8 @@ def detect_tool(data: Any, path: Path) -> str | None:
     keys = set(data) - {"_trainledger"}
     if torchtitan.detect(data):
         return "torchtitan"
+    if automodel.detect(data):
+        return "automodel"
     if megatron.detect_nemo_yaml(data):
         return "nemo"
     if axolotl.detect(keys):
@@ -52,6 +55,8 @@ def read_tool(fmt: str, data: Any, res: ImportResult, where: str) -> None:
         megatron.read_nemo_yaml(data, res, where)
     elif fmt == "torchtitan":
         torchtitan.read(data, res, where)
+    elif fmt == "automodel":
+        automodel.read(data, res, where)
     elif fmt == "axolotl":
         axolotl.read(data, res, where)
     elif fmt == "llamafactory":
@@ -65,9 +70,11 @@ def read_tool(fmt: str, data: Any, res: ImportResult, where: str) -> None:
 #: where each tool states the essentials (named in the error when a file leaves them out)
 ESSENTIAL_KEYS = {
     "model": "base_model (axolotl), model_name_or_path (TRL, LLaMA-Factory), [model] name + flavor "
-             "(torchtitan), --num-layers/--hidden-size/... or --tokenizer-model (Megatron)",
+             "(torchtitan), --num-layers/--hidden-size/... or --tokenizer-model (Megatron), "
+             "model.config.pretrained_model_name_or_path (NeMo AutoModel)",
     "seq_len": "sequence_len (axolotl), max_length (TRL), cutoff_len (LLaMA-Factory), [training] seq_len "
-               "(torchtitan), --seq-length (Megatron), encoder_seq_length (NeMo)",
+               "(torchtitan), --seq-length (Megatron), encoder_seq_length (NeMo), dataset.seq_len "
+               "(NeMo AutoModel)",
 }
 
 
