@@ -347,8 +347,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
         )
         # every Runtime field is a PlanInputs field of the same name (declared there from it)
         runtime = Runtime(**{k: getattr(inputs, k) for k in Runtime.model_fields})
-        if runtime.model_loading is not None and runtime.model_loading == runtime.model_copy(
-                update={"model_loading": None}).loading(inputs.zero, inputs.tp):
+        if runtime.model_loading == runtime.default_loading(inputs.zero, inputs.tp):
             runtime = runtime.model_copy(update={"model_loading": None})  # the stack's own: one form
         schedule = inputs.pp_schedule or ("interleaved" if inputs.vp > 1 else "1f1b")
         layout = Layout(

@@ -141,9 +141,8 @@ def search(job: Job, progress: Callable[[int, int], None] | None = None,
                         moe_capacity_factor=job.moe_capacity_factor, moe_pad_to_capacity=job.moe_pad_to_capacity)
     except Exception as exc:  # pydantic validation of the job's recipe fields
         raise PlanError(f"plan: {exc}") from None
-    if recipe.moe_pad_to_capacity and recipe.moe_capacity_factor is None:
-        raise PlanError(field="moe_pad_to_capacity", message="--moe-pad-to-capacity pads each expert's input "
-                        "to its capacity: give --moe-capacity-factor too")
+    if recipe.capacity_problem:
+        raise PlanError(field="moe_pad_to_capacity", message=recipe.capacity_problem)
     gpus = [load_gpu(g) for g in (job.gpus or tuple(names("gpus")))]
     nets = [load_network(n) for n in (job.networks or ("ib-ndr",))]
     sizes = job.gpus_per_node or (8,)

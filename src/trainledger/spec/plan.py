@@ -68,10 +68,8 @@ class Plan(Spec):
                 f"none: use nvfp4, fp8, awq or gptq")
         r = self.recipe
         if changed & _RECIPE_INPUTS:
-            if r.moe_pad_to_capacity and r.moe_capacity_factor is None:
-                raise PlanError(field="moe_pad_to_capacity", message=
-                    "--moe-pad-to-capacity pads each expert's input to its capacity: give "
-                    "--moe-capacity-factor too (Megatron asserts the same)")
+            if r.capacity_problem:
+                raise PlanError(field="moe_pad_to_capacity", message=r.capacity_problem)
             check_precision(r.precision, self.cluster.gpu)
             check_recipe_method(r.precision, r.method)
             if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:

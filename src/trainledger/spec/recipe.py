@@ -125,6 +125,14 @@ class Recipe(Spec):
         return c if self.moe_pad_to_capacity else min(imbalance, c)
 
     @property
+    def capacity_problem(self) -> str | None:
+        """Why the experts' capacity settings cannot run (padding with no capacity), else None."""
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            return ("--moe-pad-to-capacity pads each expert's input to its capacity: give "
+                    "--moe-capacity-factor too (Megatron asserts the same)")
+        return None
+
+    @property
     def expert_rows(self) -> float:
         """Rows an expert's input holds relative to its mean share of the routed tokens (the
         activations it saves): its capacity when padded to it, fewer when the capacity is below the

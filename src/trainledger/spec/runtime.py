@@ -421,10 +421,12 @@ class Runtime(Spec):
         return self.default_reshard_after_forward(pp)
 
     def loading(self, zero: int, tp: int = 1) -> str:
-        """How the model is loaded (``model_loading``): as stated, else the stack's default (on hf
-        with TP, transformers' ``tp_plan`` load reads each rank's slices straight to its GPU)."""
-        if self.model_loading is not None:
-            return self.model_loading
+        """How the model is loaded (``model_loading``): as stated, else the stack's default."""
+        return self.model_loading or self.default_loading(zero, tp)
+
+    def default_loading(self, zero: int, tp: int = 1) -> str:
+        """The stack's own way to load the model (on hf with TP, transformers' ``tp_plan`` load
+        reads each rank's slices straight to its GPU)."""
         if self.framework == "hf":
             # the Trainer's sharding (zero 3) runs under accelerate launch, whose FSDP loads on local
             # rank 0 (and ZeRO-3 through zero.Init); DDP and ZeRO <= 2 load on every rank

@@ -56,9 +56,12 @@ def runtime_defaults() -> RuntimeDefaults:
 #: DeepEP's normal kernels run on ``Buffer.num_sms`` SMs, two per channel (deep_ep/buffers/legacy.py
 #: ``num_sms = 20``; Megatron-Core's --moe-deepep-num-sms and torchtitan keep 20)
 DEEPEP_NUM_SMS = 20
-#: per-token metadata slots of its buffers (csrc/legacy/config.hpp): top-k indices (int64) and
-#: weights (fp32) for up to 128 experts, 128 fp32 scales, the 8-byte SourceMeta and an int4
+#: per-token metadata slots of its buffers (csrc/legacy/config.hpp): top-k indices and weights for
+#: up to 128 experts, 128 scales, the SourceMeta (two ints) and an int4
 _DEEPEP_TOPK, _DEEPEP_SCALES, _DEEPEP_META, _INT4 = 128, 128, 8, 16
+#: bytes of its element types: topk_idx_t (int64 in the legacy kernels), the fp32 weights and
+#: scales, and the int32 head/tail counters per channel
+_IDX, _F32, _I32 = 8, 4, 4
 
 
 def deepep_buffer_bytes(ep: int, hidden: int, element_bytes: float) -> int:
@@ -74,14 +77,14 @@ def deepep_buffer_bytes(ep: int, hidden: int, element_bytes: float) -> int:
     channels = DEEPEP_NUM_SMS // 2
     rdma = max(ep // DEEPEP_NVL_PEERS, 1)
     nvl = min(ep, DEEPEP_NVL_PEERS)
-    per_token = hb + _DEEPEP_META + _DEEPEP_TOPK * (8 + 4) + _DEEPEP_SCALES * 4
+    per_token = hb + _DEEPEP_META + _DEEPEP_TOPK * (_IDX + _F32) + _DEEPEP_SCALES * _F32
     nvl_bytes = rdma_bytes = 0
     for nvl_recv, rdma_send, rdma_recv in DEEPEP_CONFIGS[ep]:
-        b = channels * nvl * ((2 * rdma + 3) * 4 + nvl_recv * per_token)
+        b = channels * nvl * ((2 * rdma + 3) * _I32 + nvl_recv * per_token)
         nvl_bytes = max(nvl_bytes, -(-b // 128) * 128)
         if ep > DEEPEP_NVL_PEERS:
             recv = -(-rdma_recv // rdma_send) * rdma_send   # aligned up to the send chunk
-            b = channels * rdma * ((DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4 + recv * 2 * (per_token + _INT4))
+            b = channels * rdma * ((DEEPEP_NVL_PEERS * 2 + 2) * 2 * _I32 + recv * 2 * (per_token + _INT4))
             rdma_bytes = max(rdma_bytes, -(-b // 128) * 128)
     return nvl_bytes + rdma_bytes
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from trainledger.spec.plan import Plan
 from trainledger.units import DTYPE_BYTES
+from trainledger.estimate.time.comm import ranks_per_node
 from trainledger.estimate.time.dispatch import token_copies
 from trainledger.estimate.run.common import Section, run_figures, trainable_params
 from trainledger.estimate.stage import Stage
@@ -75,17 +76,11 @@ def _link(plan: Plan, n: int, stride: int) -> tuple[str, float]:
     """
     c = plan.cluster
     g = c.gpus_per_node
-    per_node = _per_node(plan, n, stride)
+    per_node = ranks_per_node(g, n, stride)
     if n <= per_node or c.inter is None:
         return c.intra.name, c.intra.bytes_per_s
     nic_per_gpu = c.inter.bytes_per_s * c.nics_per_node / g
     return c.inter.name, min(c.intra.bytes_per_s, per_node * nic_per_gpu)
-
-
-def _per_node(plan: Plan, n: int, stride: int) -> int:
-    """Members of a group of ``n`` ranks spaced ``stride`` apart on one node."""
-    g = plan.cluster.gpus_per_node
-    return max(1, min(n, g // stride)) if stride < g else 1
 
 
 def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
@@ -124,7 +119,7 @@ def _groups(plan: Plan) -> dict[str, tuple[float, int, int]]:
         sent = a2a * (lay.ep - 1) / lay.ep
         dispatcher = plan.runtime.moe_dispatcher
         if dispatcher != "alltoall":  # DeepEP: per rank and node, not per expert; all-gather: to every rank
-            copies = token_copies(m.moe, lay.ep, _per_node(plan, lay.ep, lay.expert_tp), dispatcher)
+            copies = token_copies(m.moe, lay.ep, ranks_per_node(plan.cluster.gpus_per_node, lay.ep, lay.expert_tp), dispatcher)
             sent = a2a / m.moe.top_k * copies.total
         out["ep"] = (sent, lay.ep, lay.expert_tp)
     return out

@@ -163,9 +163,10 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
              "dataloader_workers_bytes": g * workers * rss.value, "checkpoint_staging_bytes": staging}
     total = sum(parts.values())
     load = model_load_bytes(plan) if r.is_training else 0.0
+    loading = model_loading(plan)
     v: dict[str, Any] = {"ram_bytes": total, **parts, "installed_ram_bytes": c.host_ram_bytes,
                          "ram_fits": None if c.host_ram_bytes is None else total <= c.host_ram_bytes,
-                         "model_load_bytes": load, "model_loading": model_loading(plan),
+                         "model_load_bytes": load, "model_loading": loading,
                          "load_fits": None if c.host_ram_bytes is None else load <= c.host_ram_bytes,
                          "offload_bandwidth_bytes_per_s": None,
                          "host_bandwidth_bytes_per_s": c.host_mem_bw_gb_per_s * GB,
@@ -181,7 +182,7 @@ def host_section(plan: Plan, options: CostOptions, memory: Any = None, compute: 
                   "async save stages a node's shards in host RAM before writing"),
              Term("model_load_bytes", load, "bytes", "transformers modeling_utils load_state_dict (meta device "
                   "off local rank 0 under FSDP cpu_ram_efficient_loading, off rank 0 under ZeRO-3); "
-                  "pytorch/pytorch#105840", f"{model_loading(plan)}: {LOADING_TEXT[model_loading(plan)]}; "
+                  "pytorch/pytorch#105840", f"{loading}: {LOADING_TEXT[loading]}; "
                   "before training, not added to ram_bytes")]
     notes: list[str] = []
     if lay.offload != "none":
@@ -229,5 +230,6 @@ def host_shortfall(plan: Plan) -> tuple[str, float] | None:
         return "the optimizer states offloaded to make it fit", off
     load = model_load_bytes(plan) if plan.recipe.is_training else 0.0
     if load > ram:
-        return f"the model while it loads ({model_loading(plan)}: {LOADING_TEXT[model_loading(plan)]})", load
+        mode = model_loading(plan)
+        return f"the model while it loads ({mode}: {LOADING_TEXT[mode]})", load
     return None

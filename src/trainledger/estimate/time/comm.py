@@ -65,6 +65,17 @@ class Group:
 _GROUPS = KeyedMemo(256)
 
 
+def ranks_per_node(gpus_per_node: int, n: int, stride: int) -> int:
+    """Members of a group of ``n`` ranks spaced ``stride`` apart in rank order on one node."""
+    g = gpus_per_node
+    return max(1, min(n, g // stride)) if stride < g else 1
+
+
+def nic_bytes_per_s(cluster: Cluster, links: LinkEfficiency) -> float:
+    """One GPU's share of its node's network bandwidth (the node's NICs over its GPUs)."""
+    return links.bytes_per_s(cluster.inter) * cluster.nics_per_node / cluster.gpus_per_node
+
+
 def group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency | None = None) -> Group:
     """The communicator of ``n`` ranks spaced ``stride`` apart in rank order on ``cluster``."""
     links = links or link_efficiency()
@@ -78,11 +89,11 @@ def _group(cluster: Cluster, n: int, stride: int, links: LinkEfficiency) -> Grou
     intra_bw = links.bytes_per_s(cluster.intra)
     if n <= 1:
         return Group(1, 1, 1, intra_bw, 0.0, cluster.intra.name)
-    per_node = max(1, min(n, g // stride)) if stride < g else 1
+    per_node = ranks_per_node(g, n, stride)
     nodes = math.ceil(n / per_node)
     if nodes <= 1 or cluster.inter is None:
         return Group(n, n, 1, intra_bw, cluster.intra.latency_s, cluster.intra.name)
-    nic_per_gpu = links.bytes_per_s(cluster.inter) * cluster.nics_per_node / g
+    nic_per_gpu = nic_bytes_per_s(cluster, links)
     beta = min(intra_bw, per_node * nic_per_gpu) if per_node > 1 else nic_per_gpu
     return Group(n, per_node, nodes, beta, cluster.inter.latency_s, cluster.inter.name,
                  alpha_intra=cluster.intra.latency_s if per_node > 1 else None)
@@ -124,7 +135,7 @@ def all_to_all_s(grp: Group, size: float, cluster: Cluster,
     local = (grp.per_node - 1) / n * size / intra
     remote = 0.0
     if grp.nodes > 1 and cluster.inter is not None:
-        nic = links.bytes_per_s(cluster.inter) * cluster.nics_per_node / cluster.gpus_per_node
+        nic = nic_bytes_per_s(cluster, links)
         remote = (n - grp.per_node) / n * size / nic
     return max(local, remote) + (n - 1) * grp.alpha
 
@@ -136,7 +147,7 @@ def p2p_s(cluster: Cluster, size: float, crosses_node: bool,
         return 0.0
     links = links or link_efficiency()
     if crosses_node and cluster.inter is not None:
-        nic = links.bytes_per_s(cluster.inter) * cluster.nics_per_node / cluster.gpus_per_node
+        nic = nic_bytes_per_s(cluster, links)
         return size / nic + cluster.inter.latency_s
     return size / links.bytes_per_s(cluster.intra) + cluster.intra.latency_s
 

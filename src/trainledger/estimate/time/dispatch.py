@@ -41,8 +41,9 @@ from trainledger.spec.cluster import Cluster
 from trainledger.spec.model import MoESpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import DEEPEP_CONFIGS, DEEPEP_STACKS
-from trainledger.estimate.time.comm import Group, all_gather_s, all_to_all_s, topology
+from trainledger.estimate.time.comm import Group, all_gather_s, all_to_all_s, nic_bytes_per_s, topology
 from trainledger.estimate.time.efficiency import LinkEfficiency, link_efficiency
+
 
 @dataclass(frozen=True, slots=True)
 class Copies:
@@ -119,8 +120,7 @@ def dispatch_s(grp: Group, moe: MoESpec, dispatcher: str, token_bytes: float, cl
     local = c.nvlink * token_bytes / links.bytes_per_s(cluster.intra)
     remote = 0.0
     if grp.nodes > 1 and cluster.inter is not None:
-        nic = links.bytes_per_s(cluster.inter) * cluster.nics_per_node / cluster.gpus_per_node
-        remote = c.network * token_bytes / nic
+        remote = c.network * token_bytes / nic_bytes_per_s(cluster, links)
     latency = grp.ring_latency(grp.nodes - 1 + grp.per_node - 1, grp.nodes - 1)
     return max(local, remote) + latency
 

@@ -186,7 +186,12 @@ def cudnn_attention_efficiency(gpu: GpuSpec) -> float:
     Engine's cuDNN attention (stacks/megatron-core.yaml: FlashAttention-3 paper's cuDNN bars on
     Hopper), else the family's own; one fact for every stack that selects the kernel."""
     fam = for_gpu(gpu)
-    return float(stack_values(_CUDNN_STACK, fam.family).get("attention_efficiency", fam.attention))
+    return _cudnn_rate(fam.family, fam.attention)
+
+
+@lru_cache(maxsize=64)
+def _cudnn_rate(family: str, family_rate: float) -> float:
+    return float(stack_values(_CUDNN_STACK, family).get("attention_efficiency", family_rate))
 
 
 def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None) -> StackProfile:
