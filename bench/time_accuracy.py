@@ -24,7 +24,7 @@ Facts a case does not state are filled by one rule for all cases of its source, 
     FlashAttention kernel (attention flash1) and llm-foundry's default fused cross-entropy
     (flash-attn); torchtitan: fsdp2 (its defaults: loss parallel with TP, no reshard after forward
     with PP; recompute "selective (op)" is its per-op SAC), torch.compile rows with fused kernels
-    (--runtime megatron), AsyncTP rows with --tp-comm-overlap, Float8 rows fp8-mixed (the 2024-12
+    (--kernels fused), AsyncTP rows with --tp-comm-overlap (both plan fields), Float8 rows fp8-mixed (the 2024-12
     benchmark's techniques read from its table captions, which cover every row of the table; the
     2024-08 405B Float8 rows compiled, as the preset committed with that table), H100
     rows on the 96 GB HBM2e part at --power-limit-w 500; Llama 2: pytorch-fsdp (Meta's FSDP + xformers
@@ -411,13 +411,14 @@ def torchtitan_cases() -> list[Case]:
         # ``get_fsdp_reshard_after_forward_policy`` @ b5bcd76, policy "default"; the same rule as
         # Runtime.default_reshard_after_forward)
         compiled_loss = "compile" in text and yymm >= TITAN_LOSS_COMPILED_FROM
+        # compiled rows run fused kernels, AsyncTP rows overlap their TP collectives: stated in the
+        # plan, as the torchtitan importer reads [compile] enable and enable_async_tensor_parallel
         p = p.model_copy(update={"runtime": Runtime(
             framework="fsdp2", loss_parallel=tp > 1, reshard_after_forward=pp == 1,
-            fused_loss=compiled_loss,
+            fused_loss=compiled_loss, kernels="fused" if "compile" in text else None,
+            tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None,
             checkpoint_early_stop=True if yymm < TITAN_NO_EARLY_STOP_FROM else None)})  # None: fsdp2's default
-        opts = TimeOptions(runtime="megatron" if "compile" in text else None,
-                           tp_comm_overlap=True if "asynctp" in text.replace(" ", "") else None)
-        out.append(Case(c["id"], "torchtitan", p, opts, "tokens_per_s_per_gpu",
+        out.append(Case(c["id"], "torchtitan", p, STACK, "tokens_per_s_per_gpu",
                         m["tokens_per_s_per_gpu"], memory_gib=m.get("memory_gib")))
     return out
 

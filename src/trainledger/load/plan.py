@@ -24,7 +24,7 @@ from trainledger.spec.model import ModelSpec
 from trainledger.spec.plan import Plan
 from trainledger.spec.precision import default_precision
 from trainledger.spec.runtime import (
-    DistOptimizer, Framework, ModelLoading, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
+    DistOptimizer, Framework, Kernels, ModelLoading, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
 )
 from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
 from trainledger.units import GIB
@@ -70,6 +70,8 @@ class PlanInputs(Spec):
     gradient_as_bucket_view: bool = _RUNTIME["gradient_as_bucket_view"]
     fused_loss: bool = _RUNTIME["fused_loss"]
     liger_kernel: bool = _RUNTIME["liger_kernel"]
+    kernels: Kernels | None = _RUNTIME["kernels"]
+    tp_comm_overlap: bool | None = _RUNTIME["tp_comm_overlap"]
     moe_dispatcher: MoeDispatcher = _RUNTIME["moe_dispatcher"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]

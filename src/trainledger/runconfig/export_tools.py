@@ -13,6 +13,8 @@ import shlex
 from typing import Any
 
 from trainledger.errors import SpecError
+from trainledger.estimate.time.efficiency import gpu_efficiency
+from trainledger.estimate.time.stack import tp_overlaps_by_default
 from trainledger.spec.plan import Plan
 from trainledger.spec.runtime import Runtime
 from trainledger.runconfig.importers.torchtitan import PRESET_FLAVOR
@@ -94,14 +96,22 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
     if r.recompute == "full" and rt.checkpoint_early_stop:
         # torchtitan >= 2025-08-29 (PR #1580) takes early stop as a key, off by default
         ac["early_stop"] = True
+    if rt.tp_comm_overlap and lay.tp > 1:
+        if rt.kernels != "fused":  # torchtitan refuses AsyncTP without compile (parallelize.py)
+            raise SpecError("torchtitan runs AsyncTP (--tp-comm-overlap) only under torch.compile: plan "
+                            "--kernels fused too")
+        par["enable_async_tensor_parallel"] = True
     model: dict[str, Any] = {"name": name, "flavor": fl}
     if r.precision == "fp8-mixed":
         model["converters"] = ["float8"]
     # torchtitan's [optimizer] implementation: "fused" (its default) or "foreach" (torch's AdamW
     # default on CUDA), torchtitan/components/optimizer/optimizer.py
     impl = {"adamw-fused": "fused", "adamw-loop": "for-loop"}.get(r.optimizer, "foreach")
-    return {"model": model, "optimizer": {"name": "AdamW", "implementation": impl}, "training": training,
-            "parallelism": par, "activation_checkpoint": ac}
+    out = {"model": model, "optimizer": {"name": "AdamW", "implementation": impl}, "training": training,
+           "parallelism": par, "activation_checkpoint": ac}
+    if rt.kernels == "fused":  # torch.compile of the blocks and the loss ([compile], torchtitan >= 2025-06)
+        out["compile"] = {"enable": True, "components": ["model", "loss"]}
+    return out
 
 
 def torchtitan_toml(plan: Plan, head: str) -> str:
@@ -110,6 +120,17 @@ def torchtitan_toml(plan: Plan, head: str) -> str:
         out.append(f"\n[{section}]")
         out += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
     return "\n".join(out) + "\n"
+
+
+def _tp_overlap(plan: Plan) -> bool:
+    """Whether the plan was priced with its TP collectives overlapped: as it states, else the
+    stack's default on its GPU (megatron-core on Hopper: on, as NeMo's recipes run it). An exported
+    Megatron-LM script must say so, since its own --tp-comm-overlap is off unless given."""
+    rt = plan.runtime
+    if rt.tp_comm_overlap is not None:
+        return rt.tp_comm_overlap
+    return rt.framework == "megatron-core" and tp_overlaps_by_default(
+        rt.framework, gpu_efficiency(plan.cluster.gpu.architecture).family)
 
 
 def megatron_args(plan: Plan) -> list[str]:
@@ -177,6 +198,12 @@ def megatron_args(plan: Plan) -> list[str]:
           "--context-parallel-size", str(lay.cp)]
     if lay.tp > 1 and lay.sp:
         a.append("--sequence-parallel")
+    if lay.tp > 1 and _tp_overlap(plan):
+        if lay.sp:
+            a.append("--tp-comm-overlap")
+        elif plan.runtime.tp_comm_overlap:  # megatron/training/arguments.py asserts sequence parallelism
+            raise SpecError("Megatron-LM overlaps TP communication (--tp-comm-overlap) only with sequence "
+                            "parallelism: plan --sp, or --no-tp-comm-overlap")
     if lay.vp > 1:
         if m.num_layers % (lay.pp * lay.vp):  # Megatron's virtual stages hold equal layer counts
             raise SpecError(f"{m.name}'s {m.num_layers} layers do not split into pp·vp = {lay.pp}·{lay.vp} "

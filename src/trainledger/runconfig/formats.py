@@ -16,10 +16,23 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from trainledger.errors import PlanError, SpecError
-from trainledger.estimate.time.stack import stops_early_by_default
+from trainledger.errors import CatalogError, PlanError, SpecError
+from trainledger.estimate.time.efficiency import gpu_efficiency
+from trainledger.load.catalog import load_gpu
+from trainledger.load.plan import DEFAULT_GPU
+from trainledger.estimate.time.stack import stops_early_by_default, tp_overlaps_by_default
 
 _AUTO = "auto"
+
+
+def _tp_overlap_default(framework: str, inputs: dict[str, Any]) -> bool | None:
+    """The stack's own TP-overlap choice on the GPU the imported inputs name (the default GPU when
+    none does); None when that GPU cannot be read here (a spec file): no normalisation then."""
+    try:
+        gpu = load_gpu(str(inputs.get("gpu") or DEFAULT_GPU))
+    except (CatalogError, SpecError, OSError):
+        return None
+    return tp_overlaps_by_default(framework, gpu_efficiency(gpu.architecture).family)
 
 
 @dataclass
@@ -55,6 +68,8 @@ class ImportResult:
                 # a file states the checkpoint's early stop (our exports do, so that the launcher
                 # runs what was priced); the stack's own default is no choice of the user's
                 continue
+            if k == "tp_comm_overlap" and self.header.get(k) is None and v == _tp_overlap_default(fw, out):
+                continue  # the same for a script's --tp-comm-overlap (or its absence) on the stack's GPU
             if k in self.header and self.header[k] != v:
                 self.notes.append(f"{k}: {self.sources[k]} says {v!r}, its trainledger header says "
                                   f"{self.header[k]!r} (edited after export?) — using {v!r}")

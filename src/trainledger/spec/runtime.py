@@ -37,6 +37,7 @@ DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
 MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
 ModelLoading = Literal["every-rank", "rank0", "sharded"]
+Kernels = Literal["fused", "unfused"]
 
 #: the stacks that run DeepEP's dispatch and combine kernels (github:deepseek-ai/DeepEP):
 #: Megatron-Core's flex token dispatcher (``--moe-token-dispatcher-type flex`` with
@@ -362,6 +363,16 @@ class Runtime(Spec):
         "RMSNorm, RoPE and SwiGLU/GeGLU and the chunked fused linear cross-entropy that never holds the "
         "logits; stacks that run transformers' modules (hf, pytorch-fsdp, fsdp2, deepspeed), model types "
         "Liger patches")
+    kernels: Kernels | None = Field(
+        None, description="the small-op kernels between the GEMMs (norms, RoPE, activations, residual "
+        "adds): fused = Transformer Engine / Apex / torch.compile kernels, unfused = PyTorch eager modules "
+        "(transformers', torchtitan's without compile) [the stack's: fused for megatron-core and "
+        "megatron-deepspeed, unfused for the others]")
+    tp_comm_overlap: bool | None = Field(
+        None, description="tensor-parallel collectives overlapped with the GEMMs (Megatron-Core "
+        "--tp-comm-overlap with Transformer Engine's userbuffers, torch AsyncTP: torchtitan "
+        "enable_async_tensor_parallel) [the stack's: on for megatron-core on Hopper and newer, as "
+        "NeMo's recipes run it; off otherwise]")
     moe_dispatcher: MoeDispatcher = Field(
         "alltoall", description="MoE token dispatch under expert parallelism: alltoall = NCCL all-to-all "
         "of one copy per routed expert (Megatron-Core's alltoall dispatcher, torchtitan's standard "
@@ -462,6 +473,10 @@ class Runtime(Spec):
             d["model_loading"] = self.model_loading
         if self.moe_dispatcher != "alltoall":
             d["moe_dispatcher"] = self.moe_dispatcher
+        if self.kernels is not None:
+            d["kernels"] = self.kernels
+        if self.tp_comm_overlap is not None:
+            d["tp_comm_overlap"] = self.tp_comm_overlap
         if self.framework == "megatron-core" or self.fused_loss:
             d["fused_loss"] = self.fused_loss
         if self.is_megatron:

@@ -22,8 +22,11 @@ framework on one GPU family (catalog/efficiency/stacks/<framework>.yaml):
 * whether its full recomputation stops early (torch's non-reentrant checkpoint) or re-runs the
   whole layer (``Runtime.checkpoint_early_stop`` overrides it per plan).
 
-The user's overrides (``TimeOptions``: ``--runtime`` for the kernels, ``--tp-comm-overlap``,
-``--no-grad-overlap``, ``--matmul-efficiency``) win over the profile. The power limit of the GPU
+What the plan states about its run wins over the profile: its kernels (``Runtime.kernels``, e.g.
+a torchtitan TOML with compile on) and whether its TP collectives overlap (``Runtime.tp_comm_overlap``,
+e.g. a Megatron script's ``--tp-comm-overlap``). The user's time-model overrides (``TimeOptions``:
+``--runtime`` for the kernels, ``--no-grad-overlap``, ``--matmul-efficiency``; ``tp_comm_overlap`` for
+API callers) win over both. The power limit of the GPU
 (``--power-limit-w``) scales the compute-bound rates through :func:`clock_scale`.
 """
 
@@ -84,7 +87,8 @@ class StackProfile:
                                                # (None: PyTorch's, work.XENT_BYTES_PER_VOCAB)
     xent_bytes_per_vocab_fused: float | None = None  # the same with the stack's fused loss
     clock_scale: float = 1.0
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # the user's time-model overrides (TimeOptions) applied
+    stated: tuple[str, ...] = ()     # what the plan states over the profile (Runtime.kernels, .tp_comm_overlap)
     gpu: str = ""
     power_limit_w: float | None = None
 
@@ -117,7 +121,7 @@ class StackProfile:
             "xent_bytes_per_vocab": self.xent_bytes_per_vocab,
             "xent_bytes_per_vocab_fused": self.xent_bytes_per_vocab_fused,
             "clock_scale": self.clock_scale, "overrides": list(self.overrides),
-            "gpu": self.gpu, "power_limit_w": self.power_limit_w,
+            "stated": list(self.stated), "gpu": self.gpu, "power_limit_w": self.power_limit_w,
         }
 
 
@@ -157,6 +161,14 @@ def stops_early_by_default(framework: str, family: str = "") -> bool:
     return bool(stack_values(framework, family).get("checkpoint_early_stop", False))
 
 
+@lru_cache(maxsize=64)
+def tp_overlaps_by_default(framework: str, family: str = "") -> bool:
+    """The stack overlaps its TP collectives unless the plan says (``tp_comm_overlap`` in
+    stacks/<framework>.yaml: megatron-core on Hopper, as NeMo's recipes run it); read by the time
+    model and by the importers' normalisation (a script stating the default states no choice)."""
+    return float(stack_values(framework, family).get("tp_comm_overlap", 0.0)) > 0.0
+
+
 def clock_scale(gpu: GpuSpec) -> float:
     """Sustained tensor-core clock under a power limit, relative to the TDP clock.
 
@@ -194,11 +206,15 @@ def _cudnn_rate(family: str, family_rate: float) -> float:
     return float(stack_values(_CUDNN_STACK, family).get("attention_efficiency", family_rate))
 
 
-def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None) -> StackProfile:
-    """The profile of ``framework`` on ``gpu``'s family, with the user's overrides applied."""
+def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None,
+                  stated_kernels: str | None = None, stated_tp_overlap: bool | None = None) -> StackProfile:
+    """The profile of ``framework`` on ``gpu``'s family, with what the plan states (``stated_kernels``:
+    fused | unfused, ``stated_tp_overlap``: the plan's ``Runtime.kernels`` and ``.tp_comm_overlap``,
+    None = the profile's) and then the user's overrides applied."""
     opts = opts or TimeOptions()
     key = (framework, gpu.name, gpu.architecture, getattr(gpu, "power_limit_w", None), gpu.tdp_w, gpu.idle_w,
-           opts.runtime, opts.tp_comm_overlap, opts.overlap_grad_reduce, opts.matmul_efficiency)
+           opts.runtime, opts.tp_comm_overlap, opts.overlap_grad_reduce, opts.matmul_efficiency,
+           stated_kernels, stated_tp_overlap)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -247,7 +263,13 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
             raise ValueError(f"cp_rotate {prof['cp_rotate']!r} (ring | allgather)")
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogError(f"catalog/efficiency/stacks/{framework}.yaml: invalid value ({exc})") from None
-    over = []
+    over, stated = [], []
+    if stated_kernels is not None:  # stated by the plan (an imported config's compile / TE layers)
+        kernels = {"fused": "megatron", "unfused": "hf"}[stated_kernels]
+        stated.append("kernels")
+    if stated_tp_overlap is not None:
+        tp_overlap = link_efficiency().tp_overlap_fraction if stated_tp_overlap else 0.0
+        stated.append("tp_comm_overlap")
     if opts.matmul_efficiency is not None:
         eff = eff.with_matmul(opts.matmul_efficiency)
         over.append("matmul_efficiency")
@@ -261,7 +283,7 @@ def stack_profile(framework: str, gpu: GpuSpec, opts: TimeOptions | None = None)
         prof["dp_overlap"] = False
         over.append("overlap_grad_reduce")
     out = StackProfile(framework=framework, family=fam.family, eff=eff, kernels=kernels,
-                       tp_overlap=tp_overlap, clock_scale=clock_scale(gpu), overrides=tuple(over),
+                       tp_overlap=tp_overlap, clock_scale=clock_scale(gpu), overrides=tuple(over), stated=tuple(stated),
                        gpu=gpu.name, power_limit_w=getattr(gpu, "power_limit_w", None), **prof)
     if len(_CACHE) > 512:
         _CACHE.clear()

@@ -393,6 +393,12 @@ def bubble_s(plan: Plan, t_mb: float) -> float:
     return ((lay.pp - m) + (m - 1) * chunk_share(plan)) * t_mb
 
 
+def tp_overlap(plan: Plan, prof: StackProfile) -> float:
+    """Share of the TP collectives the stack hides behind the GEMMs: the profile's (or the plan's,
+    ``Runtime.tp_comm_overlap``), with sequence parallelism only (see ``_micro_batch_comm``)."""
+    return prof.tp_overlap if plan.layout.sp else 0.0
+
+
 def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOptions,
                       links: LinkEfficiency, prof: StackProfile) -> _Comm:
     m, r, lay, cl = plan.model, plan.recipe, plan.layout, plan.cluster
@@ -417,7 +423,11 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
         if training and r.recompute == "selective" and prof.sac_regathers_tp:
             n_ag += 2 * layers
         t_tp -= n_ag * (all_gather_s(topo.tp, A) - all_gather_s(topo.tp, A * DTYPE_BYTES["fp8"] / act))
-    ov = prof.tp_overlap
+    # the overlap runs on sequence parallelism's all-gathers and reduce-scatters (Transformer Engine's
+    # userbuffers: Megatron-LM asserts --sequence-parallel with --tp-comm-overlap; torch AsyncTP
+    # micro-pipelines the SP all-gather/reduce-scatter around its matmuls); TP without SP all-reduces
+    # between the GEMMs, exposed
+    ov = tp_overlap(plan, prof)
     # each TP collective is launched on the critical path between two GEMMs
     tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
     t_cp, cp_exposed, cp_merge = _cp_comm(plan, topo, work, prof, act, training, rc)
@@ -553,7 +563,7 @@ def _tp_decomposition_s(plan: Plan, prof: StackProfile, peak: float, dtype: str)
     (output k/tp); the other passes have the full hidden size as N and lose nothing.
     """
     lay, r, m = plan.layout, plan.recipe, plan.model
-    if not (prof.tp_overlap_chunks and prof.tp_overlap > 0 and lay.tp > 1):
+    if not (prof.tp_overlap_chunks and tp_overlap(plan, prof) > 0 and lay.tp > 1):
         return 0.0
     eff, tp = prof.eff, lay.tp
     M = Stage.of(plan).tokens_per_micro_batch
@@ -833,7 +843,8 @@ def _step_figures(plan: Plan, opts: TimeOptions, shared_work: list[StageWork] | 
     """``brief``: only the step's seconds are read (a scaling-curve point): the allocator term
     may stop at a bound of its stage's memory (``phases.allocator_pressure``)."""
     gpu, lay, r = plan.cluster.gpu, plan.layout, plan.recipe
-    prof = stack_profile(plan.runtime.framework, gpu, opts)
+    rt = plan.runtime
+    prof = stack_profile(rt.framework, gpu, opts, rt.kernels, rt.tp_comm_overlap)
     eff = prof.eff
     links = link_efficiency()
     dtype = matmul_dtype(plan)
@@ -915,8 +926,12 @@ def estimate_compute(plan: Plan, opts: TimeOptions | None = None,
     kernels = "fused" if prof.kernels == "megatron" else ("unfused except Liger's" if plan.liger else "unfused")
     notes = [f"stack profile: catalog/efficiency/stacks/{prof.framework}.yaml on {eff.family} "
              f"(catalog/efficiency/{eff.family}.yaml); kernels {kernels}, TP comm "
-             f"{100 * prof.tp_overlap:.0f}% overlapped"
+             f"{100 * tp_overlap(plan, prof):.0f}% overlapped"
+             + (f"; stated by the plan: {', '.join(prof.stated)}" if prof.stated else "")
              + (f"; overrides: {', '.join(prof.overrides)}" if prof.overrides else "")]
+    if lay.tp > 1 and not lay.sp and prof.tp_overlap > 0:
+        notes.append("TP comm overlap needs sequence parallelism (--sp): without it the TP all-reduces run "
+                     "exposed between the GEMMs")
     if clk < 1.0:
         notes.append(f"power limit {gpu.power_limit_w:g} W of {gpu.tdp_w:g} W TDP: tensor clock "
                      f"x{clk:.3f} (DVFS cube law, estimate/time/stack.py)")

@@ -4,7 +4,8 @@ Keys follow NeMo AutoModel's recipes (github:NVIDIA-NeMo/Automodel, e.g.
 examples/benchmark/configs/qwen3_moe_30b_te_deepep.yaml): ``distributed`` (``_target_``
 ``...fsdp2.FSDP2Manager``, ``tp_size``, ``cp_size``, ``pp_size``, ``ep_size``, ``dp_replicate_size``,
 ``sequence_parallel``), ``step_scheduler`` (``global_batch_size``, ``local_batch_size``),
-``autopipeline`` (``pp_schedule``, ``pp_microbatch_size``), ``parallelizer``
+``autopipeline`` (``pp_schedule``, ``pp_microbatch_size``, ``layers_per_stage``,
+``round_virtual_stages_to_pp_multiple``: the interleaving, ``--vp``), ``parallelizer``
 (``activation_checkpointing``, ``reshard_after_forward``), ``model`` (``config.
 pretrained_model_name_or_path`` or ``pretrained_model_name_or_path``, ``is_meta_device``, ``backend``:
 ``attn`` te|sdpa|flex, ``linear``/``rms_norm`` te|torch, ``enable_deepep``), ``dataset.seq_len``,
@@ -13,14 +14,17 @@ pretrained_model_name_or_path`` or ``pretrained_model_name_or_path``, ``is_meta_
 AutoModel runs PyTorch FSDP2 (``fully_shard``): framework ``fsdp2``, every rank's parameters sharded
 (ZeRO-3). Its backend choices map to our switches: ``attn: te`` is Transformer Engine's cuDNN
 attention (``--attention cudnn``), ``enable_deepep`` DeepEP's dispatch (``--moe-dispatcher deepep``),
-``is_meta_device`` a sharded load (``--model-loading sharded``). TE's linear and norm layers are
-fused kernels, a time-model option (``--runtime megatron``) rather than a plan field: a note says so.
+``is_meta_device`` a sharded load (``--model-loading sharded``), ``linear``/``rms_norm: te``
+Transformer Engine's fused layers (``--kernels fused``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from trainledger.errors import SpecError, TrainledgerError
+from trainledger.load.hf import load_model
 from trainledger.runconfig.formats import ImportResult
 from trainledger.runconfig.importers._common import num, truthy
 
@@ -71,8 +75,7 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         mapped = SCHEDULES.get(str(pipe.get("pp_schedule", "1f1b")).lower())
         res.set("pp_schedule", mapped, where)
         if mapped == "interleaved":
-            res.notes.append(f"{where}: autopipeline interleaved1f1b: its virtual stages follow layers_per_stage "
-                             f"({pipe.get('layers_per_stage')}); give --vp for them")
+            _read_virtual_stages(pipe, pp, res, where)
     elif lbs is not None:
         res.set("micro_batch", num(lbs, where, "local_batch_size"), where)
     ds = d.get("dataset") or {}
@@ -95,6 +98,46 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.unknown_keys.append(f"{where}: peft (read the adapter settings with --method lora --lora-rank)")
 
 
+def virtual_stages(layers: int, layers_per_stage: int | None, pp: int, rounding: str | None) -> int:
+    """Model chunks per pipeline rank of AutoModel's interleaved schedules (AutoPipeline's rule,
+    nemo_automodel/components/distributed/pipelining/functional.py ``calculate_virtual_stages``):
+    ceil(layers / layers_per_stage) virtual stages, rounded to a multiple of pp ``up`` or ``down``
+    (else they must divide evenly), at least 2 per rank; 2 per rank when layers_per_stage is unset."""
+    if layers_per_stage is None:
+        return 2
+    stages = math.ceil(layers / layers_per_stage)
+    if stages % pp:
+        if rounding == "up":
+            stages += pp - stages % pp
+        elif rounding == "down":
+            stages -= stages % pp
+        else:
+            raise SpecError(f"autopipeline: {stages} virtual stages ({layers} layers at layers_per_stage "
+                            f"{layers_per_stage}) do not divide over pp_size {pp}, which AutoPipeline refuses "
+                            "without round_virtual_stages_to_pp_multiple")
+    if stages // pp < 2:
+        raise SpecError(f"autopipeline: interleaved1f1b needs at least 2 virtual stages per rank; {layers} layers "
+                        f"at layers_per_stage {layers_per_stage} give {stages} over pp_size {pp}")
+    return stages // pp
+
+
+def _read_virtual_stages(pipe: dict[str, Any], pp: int, res: ImportResult, where: str) -> None:
+    """``--vp`` from AutoPipeline's keys; it needs the model's layer count (a preset, a local
+    config.json or a cached Hub config): without it, a note asks for --vp."""
+    per = pipe.get("layers_per_stage")
+    per = num(per, where, "layers_per_stage") if per is not None else None
+    try:
+        layers = load_model(str(res.inputs["model"])).num_layers if "model" in res.inputs else None
+    except (TrainledgerError, OSError):  # not a preset, not cached and the Hub unreachable
+        layers = None
+    if layers is None:
+        res.notes.append(f"{where}: autopipeline interleaved1f1b: its virtual stages follow layers_per_stage "
+                         f"({per}) and the model's layers, which could not be read here; give --vp for them")
+        return
+    rounding = pipe.get("round_virtual_stages_to_pp_multiple")
+    res.set("vp", virtual_stages(layers, per, pp, str(rounding).lower() if rounding else None), where)
+
+
 def _read_model(m: dict[str, Any], res: ImportResult, where: str) -> None:
     cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
     ref = cfg.get("pretrained_model_name_or_path") or m.get("pretrained_model_name_or_path")
@@ -112,8 +155,9 @@ def _read_model(m: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("moe_dispatcher", "deepep", where)
     te_layers = [k for k in ("linear", "rms_norm") if str(backend.get(k, "")).lower() == "te"]
     if te_layers:
+        res.set("kernels", "fused", where)
         res.notes.append(f"{where}: model.backend {', '.join(te_layers)}: te runs Transformer Engine's fused "
-                         "layers: price them with --runtime megatron (a time-model option, not a plan field)")
+                         "layers (priced with fused kernels)")
     if truthy(backend.get("fake_balanced_gate", False)):
         res.notes.append(f"{where}: model.backend.fake_balanced_gate spreads tokens evenly over the experts "
                          "(a benchmark setting); the estimate keeps the statistical routing imbalance of a "

@@ -56,7 +56,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "optimizer_cpu_offload", "accumulate_grad_batches", "limit_val_batches", "limit_test_batches",
         "grad_div_ar_fusion", "max_steps", "use_megatron_fsdp", "data_parallel_sharding_strategy", "recompute_modules", "make_vocab_size_divisible_by", "merge_file", "transformer_impl", "gradient_accumulation_fusion", "num_experts",
         "moe_router_topk", "mtp_num_layers", "fp8_param_gather", "overlap_grad_reduce",
-        "overlap_param_gather", "tp_comm_overlap", "empty_unused_memory_level", "activation_func",
+        "overlap_param_gather", "tp_comm_overlap", "ub_tp_comm_overlap", "empty_unused_memory_level", "activation_func",
         "fp8_recipe", "fp4_format", "fp4_recipe", "expert_tensor_parallel_size", "first_last_layers_bf16",
         "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion",
         "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
@@ -233,8 +233,14 @@ def _on(a: dict[str, Any], key: str) -> bool:
     return v is True or str(v).lower() in ("true", "1", "yes")
 
 
+#: Megatron-LM's own entry points: their ``--tp-comm-overlap`` is off unless given (store_true in
+#: megatron/training/arguments.py), where NeMo's recipes turn it on for their performance runs
+_MEGATRON_LM_ENTRY = ("pretrain_gpt.py", "pretrain_mamba.py")
+
+
 def read_text(text: str, res: ImportResult, where: str) -> None:
-    read_args(parse_args(script_tokens(text)), res, where)
+    read_args(parse_args(script_tokens(text)), res, where,
+              megatron_lm=any(e in text for e in _MEGATRON_LM_ENTRY))
 
 
 def read_nemo_yaml(d: dict[str, Any], res: ImportResult, where: str) -> None:
@@ -285,7 +291,20 @@ def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
         res.unknown_keys.append(f"{where}: --moe-token-dispatcher-type {kind} (sized as alltoall)")
 
 
-def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
+def _read_tp_overlap(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: bool) -> None:
+    """TP communication overlap (Transformer Engine's userbuffers): Megatron-LM ``--tp-comm-overlap``,
+    NeMo ``model.ub_tp_comm_overlap`` (NeMo 1.x configs; NeMo 2's recipes set it through their
+    comm-overlap callback, the stack profile's Hopper default). A Megatron-LM script without the flag
+    runs its TP collectives exposed."""
+    if "tp_comm_overlap" in a or "ub_tp_comm_overlap" in a:
+        res.set("tp_comm_overlap", _on(a, "tp_comm_overlap") or _on(a, "ub_tp_comm_overlap"), where)
+    elif megatron_lm:
+        res.set("tp_comm_overlap", False, where)
+
+
+def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: bool = False) -> None:
+    """``megatron_lm``: the arguments of a Megatron-LM entry point (``pretrain_gpt.py``), whose
+    switches are off unless given (a NeMo config leaves what it does not say to its recipe)."""
     deepspeed = _on(a, "deepspeed") or a.get("deepspeed_config") is not None
     res.set("framework", "megatron-deepspeed" if deepspeed else "megatron-core", where)
     tp = _int(a, "tensor_model_parallel_size", where) or 1
@@ -378,6 +397,8 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str) -> None:
             res.set("dist_optimizer", "apex", where)
             res.set("zero", 1, where)
         _read_dispatcher(a, res, where)
+        if tp > 1:
+            _read_tp_overlap(a, res, where, megatron_lm)
     _read_capacity(a, res, where, deepspeed)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)

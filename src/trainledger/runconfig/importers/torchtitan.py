@@ -139,7 +139,11 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         res.unknown_keys.append(f"{where}: [optimizer] name={opt_name} (state size not modeled)")
     comp = (d.get("compile") or {}).get("enable", tr.get("compile"))
     if comp:
-        res.notes.append(f"{where}: torch.compile on — the estimate assumes eager kernels (an upper bound on activation memory)")
+        # torch.compile (Inductor) fuses the elementwise ops between the matmuls: the time model's
+        # fused kernels; the memory model keeps eager's saved tensors (an upper bound)
+        res.set("kernels", "fused", where)
+        res.notes.append(f"{where}: torch.compile on — priced with fused kernels; activation memory is "
+                         "sized for eager modules (an upper bound)")
 
 
 def _read_ep_backend(par: dict[str, Any], ep: int, res: ImportResult, where: str) -> None:
@@ -176,6 +180,10 @@ def _read_parallel(par: dict[str, Any], tr: dict[str, Any], res: ImportResult, w
         res.set("loss_parallel", tp > 1 and not par["disable_loss_parallel"], where)
     elif tp > 1:
         res.set("loss_parallel", True, where)  # torchtitan's default: loss parallel on with TP
+    if tp > 1 and par.get("enable_async_tensor_parallel"):
+        # AsyncTP (torch's micro-pipelined TP: each all-gather / reduce-scatter split and overlapped
+        # with its matmul; torchtitan requires compile for it)
+        res.set("tp_comm_overlap", True, where)
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
     if reshard in ("never", "always"):  # "default": the stack's own (Runtime.reshards_after_forward)
         res.set("reshard_after_forward", reshard == "always", where)
