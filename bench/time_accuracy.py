@@ -305,9 +305,9 @@ def reported_cases() -> list[Case]:
             # DualPipe's 0.31 -- the schedule itself is not modelled
             p = plan(mdl, cluster("h800", 2048, inter="ib-ndr"), pp=16, vp=3, ep=64, dp=128, zero=1,
                      gbs=15360, seq=4096, precision="fp8-mixed")
-            p = p.model_copy(update={"recipe": p.recipe.model_copy(
-                update={"train_tokens": m["pretrain_tokens"]})})
-            out.append(Case(c["id"], "deepseek", p, TimeOptions(ep_comm_overlap=True), "gpu_hours",
+            p = p.model_copy(update={"recipe": p.recipe.model_copy(update={"train_tokens": m["pretrain_tokens"]}),
+                                     "runtime": p.runtime.model_copy(update={"ep_comm_overlap": True})})
+            out.append(Case(c["id"], "deepseek", p, STACK, "gpu_hours",
                             m["gpu_hours_full_training_H800"], secondary=True,
                             note="total GPU-hours incl. context extension and post-training"))
         elif c["id"] == "megascale-175b-secondary":

@@ -202,13 +202,12 @@ def plan_from_options(kwargs: dict[str, Any]) -> Plan:
 
 
 #: time-model overrides (issue 4); ``time_options_from_kwargs`` turns them into TimeOptions.
-#: (``--tp-comm-overlap`` is a plan flag: the plan's ``Runtime.tp_comm_overlap``, which an imported
-#: Megatron script or torchtitan TOML states too; ``--runtime`` overrides the plan's ``--kernels``.)
+#: (``--tp-comm-overlap`` and ``--ep-comm-overlap`` are plan flags: the plan's ``Runtime`` fields, which
+#: an imported Megatron script or torchtitan TOML states too; ``--runtime`` overrides ``--kernels``.)
 TIME_OPTIONS: list[Callable] = [
     click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), help="force this model-FLOPs utilization (sets the step time)"),
     click.option("--matmul-efficiency", type=click.FloatRange(0, 1, min_open=True), help="override the GPU family's achievable fraction of dense peak for GEMMs"),
     click.option("--no-grad-overlap", is_flag=True, default=None, help="DP gradient reduction not overlapped with backward"),
-    click.option("--ep-comm-overlap", is_flag=True, default=None, help="the runtime hides the MoE all-to-all behind compute (DualPipe)"),
     click.option("--runtime", type=click.Choice(["hf", "megatron"]), default=None, help="override the plan's kernel fusion (--kernels) for the time model: hf (PyTorch eager modules) or megatron (fused: TE, Apex, torch.compile) [the plan's --kernels, else the --framework profile's]"),
 ]
 
@@ -226,5 +225,4 @@ def time_options_from_kwargs(kwargs: dict[str, Any]):
 
     return TimeOptions(mfu=kwargs.pop("mfu", None), matmul_efficiency=kwargs.pop("matmul_efficiency", None),
                        overlap_grad_reduce=not kwargs.pop("no_grad_overlap", None),
-                       ep_comm_overlap=bool(kwargs.pop("ep_comm_overlap", None)),
                        runtime=kwargs.pop("runtime", None))

@@ -73,6 +73,8 @@ class PlanInputs(Spec):
     kernels: Kernels | None = _RUNTIME["kernels"]
     tp_comm_overlap: bool | None = _RUNTIME["tp_comm_overlap"]
     moe_dispatcher: MoeDispatcher = _RUNTIME["moe_dispatcher"]
+    moe_shared_expert_overlap: bool = _RUNTIME["moe_shared_expert_overlap"]
+    ep_comm_overlap: bool = _RUNTIME["ep_comm_overlap"]
     dist_optimizer: DistOptimizer = _RUNTIME["dist_optimizer"]
     fp8_params: bool = _RUNTIME["fp8_params"]
     checkpoint_early_stop: bool | None = _RUNTIME["checkpoint_early_stop"]

@@ -373,6 +373,14 @@ class Runtime(Spec):
         "--tp-comm-overlap with Transformer Engine's userbuffers, torch AsyncTP: torchtitan "
         "enable_async_tensor_parallel) [the stack's: on for megatron-core on Hopper and newer, as "
         "NeMo's recipes run it; off otherwise]")
+    moe_shared_expert_overlap: bool = Field(
+        False, description="MoE: the shared experts run on a side stream while the routed tokens are "
+        "dispatched and combined, hiding up to their own GEMM time of that communication (Megatron-Core "
+        "--moe-shared-expert-overlap; NeMo AutoModel's MoE block always does it)")
+    ep_comm_overlap: bool = Field(
+        False, description="MoE: the expert-parallel dispatch and combine of one micro-batch run under "
+        "another's compute (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): "
+        "hidden up to the micro-batch's compute")
     moe_dispatcher: MoeDispatcher = Field(
         "alltoall", description="MoE token dispatch under expert parallelism: alltoall = NCCL all-to-all "
         "of one copy per routed expert (Megatron-Core's alltoall dispatcher, torchtitan's standard "
@@ -473,6 +481,10 @@ class Runtime(Spec):
             d["model_loading"] = self.model_loading
         if self.moe_dispatcher != "alltoall":
             d["moe_dispatcher"] = self.moe_dispatcher
+        if self.moe_shared_expert_overlap:
+            d["moe_shared_expert_overlap"] = True
+        if self.ep_comm_overlap:
+            d["ep_comm_overlap"] = True
         if self.kernels is not None:
             d["kernels"] = self.kernels
         if self.tp_comm_overlap is not None:

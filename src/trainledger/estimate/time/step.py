@@ -48,7 +48,7 @@ from trainledger.estimate.optimizers import DISPATCHES_PER_TENSOR, FOREACH_EXTRA
 from trainledger.estimate.time.stack import StackProfile, stack_profile
 from trainledger.estimate.stage import Stage
 from trainledger.estimate.time.intervals import time_interval
-from trainledger.estimate.time.work import StageWork, routing_imbalance, stage_work
+from trainledger.estimate.time.work import StageWork, routing_imbalance, shared_expert_s, stage_work
 from trainledger.estimate.time.allocator import RetryTerm, allocator_retries
 from trainledger.estimate.memory.runtimes import (fsdp_sharded, lora_layer_params, pipeline_nosync,
                                                   reshard_after_forward)
@@ -431,13 +431,21 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     # each TP collective is launched on the critical path between two GEMMs
     tp_launch = n_tp * prof.collective_launch_s if lay.tp > 1 else 0.0
     t_cp, cp_exposed, cp_merge = _cp_comm(plan, topo, work, prof, act, training, rc)
-    t_ep = 0.0
+    t_ep = ep_shared = 0.0
     if m.moe is not None and lay.ep > 1:
         moe_layers = layers * sum(m.moe_layer_mask) / m.num_layers  # is_moe_layer of every layer
         size = tokens * m.hidden_size * act / lay.tp
         busiest = r.expert_load(routing_imbalance(tokens * lay.ep * m.moe.top_k, lay.ep))
-        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * dispatch_s(
-            topo.ep, m.moe, plan.runtime.moe_dispatcher, size, cl, links, busiest)
+        one = dispatch_s(topo.ep, m.moe, plan.runtime.moe_dispatcher, size, cl, links, busiest)
+        t_ep = moe_layers * (2 + (2 if training else 0) + 2 * rc) * one
+        if plan.runtime.moe_shared_expert_overlap and plan.runtime.moe_dispatcher != "allgather":
+            # the shared experts on a side stream under each pass's dispatch + combine: forward (and
+            # its recomputation) hides up to their forward GEMMs, backward up to their dgrad + wgrad
+            t_sh = shared_expert_s(plan, prof.eff, _peak(cl.gpu, matmul_dtype(plan)) * prof.clock_scale,
+                                   matmul_dtype(plan))
+            bwd = (1.0 if r.method in ("lora", "qlora") else 2.0) if training else 0.0
+            ep_shared = moe_layers * (min(2 * one, t_sh) * (1 + rc)
+                                      + (min(2 * one, bwd * t_sh) if training else 0.0))
     t_pp = 0.0
     if lay.pp > 1:
         size = A / lay.tp if lay.sp else A
@@ -446,7 +454,9 @@ def _micro_batch_comm(plan: Plan, topo: Topology, work: StageWork, opts: TimeOpt
     off = 0.0
     if lay.offload == "params":
         off = (2 if training else 1) * _stage_params(plan) / lay.tp * 2.0 / HOST_PCIE_BYTES_PER_S
-    ep_exposed = max(0.0, t_ep - work.total_s) if opts.ep_comm_overlap else t_ep
+    ep_exposed = t_ep - ep_shared
+    if opts.ep_comm_overlap or plan.runtime.ep_comm_overlap:  # under another micro-batch's compute
+        ep_exposed = max(0.0, ep_exposed - work.total_s)
     return _Comm(tp=t_tp * (1 - ov) + tp_launch, cp=cp_exposed, fsdp_copy=fs.copy, cp_merge=cp_merge,
                  ep=ep_exposed, pp=t_pp, fsdp=fs.exposed, fsdp_hidden=fs.hidden, tp_hidden=t_tp * ov,
                  cp_hidden=t_cp - cp_exposed, ep_hidden=t_ep - ep_exposed, offload=off,

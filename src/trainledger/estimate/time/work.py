@@ -306,6 +306,22 @@ def stage_work(plan: Plan, eff: GpuEfficiency, peak_mm: float, peak16: float,
     return StageWork(mm, att, ew, kernels * eff.kernel_overhead_s, stage_layers)
 
 
+def shared_expert_s(plan: Plan, eff: GpuEfficiency, peak_mm: float, matmul_dtype: str) -> float:
+    """Forward seconds of one MoE layer's shared-expert GEMMs on one GPU for one micro-batch (split
+    over TP like the dense MLP; every token runs them): the compute a side stream can lay under the
+    layer's dispatch and combine (``Runtime.moe_shared_expert_overlap``). Zero without shared experts."""
+    m, r, lay = plan.model, plan.recipe, plan.layout
+    kind = next((k for k in layer_kinds(m) if k.is_moe), None)
+    if kind is None:
+        return 0.0
+    shared = tuple(g for g in kind.gemms if g.name.startswith("shared_"))
+    if not shared:
+        return 0.0
+    tokens = r.micro_batch * r.seq_len / lay.cp
+    return _gemm_set_s(shared, tokens, lay.tp, lay.ep, peak_mm, plan.cluster.gpu.hbm_bytes_per_s, eff,
+                       eff.matmul_max(matmul_dtype), DTYPE_BYTES.get(matmul_dtype, 2.0))
+
+
 def head_s(plan: Plan, tokens: float, eff: GpuEfficiency, peak16: float, eta16: float,
            runtime: str = "hf", xent_bytes: float | None = None) -> tuple[float, float]:
     """(GEMM seconds, loss seconds) of the lm_head and the cross-entropy for ``tokens`` tokens of

@@ -15,7 +15,8 @@ AutoModel runs PyTorch FSDP2 (``fully_shard``): framework ``fsdp2``, every rank'
 (ZeRO-3). Its backend choices map to our switches: ``attn: te`` is Transformer Engine's cuDNN
 attention (``--attention cudnn``), ``enable_deepep`` DeepEP's dispatch (``--moe-dispatcher deepep``),
 ``is_meta_device`` a sharded load (``--model-loading sharded``), ``linear``/``rms_norm: te``
-Transformer Engine's fused layers (``--kernels fused``).
+Transformer Engine's fused layers (``--kernels fused``); AutoModel's own model classes run their
+shared experts under the dispatch (``--moe-shared-expert-overlap``).
 """
 
 from __future__ import annotations
@@ -153,6 +154,11 @@ def _read_model(m: dict[str, Any], res: ImportResult, where: str) -> None:
             res.unknown_keys.append(f"{where}: model.backend.attn {attn} (priced as sdpa)")
     if truthy(backend.get("enable_deepep", False)):
         res.set("moe_dispatcher", "deepep", where)
+    if str(m.get("_target_", "")).startswith("nemo_automodel.components.models."):
+        # AutoModel's own MoE block runs the shared experts on a side stream while the routed tokens
+        # are dispatched (nemo_automodel/components/moe/layers.py ``MoE.forward``); no effect on
+        # models without shared experts
+        res.set("moe_shared_expert_overlap", True, where)
     te_layers = [k for k in ("linear", "rms_norm") if str(backend.get(k, "")).lower() == "te"]
     if te_layers:
         res.set("kernels", "fused", where)

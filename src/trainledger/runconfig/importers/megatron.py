@@ -61,7 +61,8 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "cross_entropy_loss_fusion",
         "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
         "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-        "moe_train_capacity_factor", "disable_moe_token_dropping"}
+        "moe_train_capacity_factor", "disable_moe_token_dropping", "moe_shared_expert_overlap",
+        "overlap_moe_expert_parallel_comm"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -397,6 +398,12 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: boo
             res.set("dist_optimizer", "apex", where)
             res.set("zero", 1, where)
         _read_dispatcher(a, res, where)
+        # MoE communication overlap: the shared experts under the dispatch (--moe-shared-expert-overlap),
+        # one micro-batch's all-to-all under another's compute (--overlap-moe-expert-parallel-comm)
+        if _on(a, "moe_shared_expert_overlap"):
+            res.set("moe_shared_expert_overlap", True, where)
+        if _on(a, "overlap_moe_expert_parallel_comm"):
+            res.set("ep_comm_overlap", True, where)
         if tp > 1:
             _read_tp_overlap(a, res, where, megatron_lm)
     _read_capacity(a, res, where, deepspeed)
