@@ -9,6 +9,7 @@ import pytest
 from trainledger.errors import TrainledgerError
 from trainledger.estimate.memory import estimate_memory
 from trainledger.estimate.time import estimate_compute
+from trainledger.estimate.time.compute import layer_kinds, step_flops
 from trainledger.load.plan import PlanInputs, build_plan
 from trainledger.runconfig import import_configs
 from trainledger.spec.recipe import Recipe
@@ -96,3 +97,19 @@ def test_plan_takes_the_capacity():
     with pytest.raises(TrainledgerError) as e:
         search(Job(**job, moe_pad_to_capacity=True))
     assert e.value.field == "moe_pad_to_capacity"
+
+
+def test_hardware_flops_count_the_rows_the_experts_execute():
+    """HFU counts what the GPUs execute: padded to capacity c, the routed-expert GEMMs run c times
+    the mean rows (fwd + dgrad + wgrad); a capacity below the mean drops tokens, which run nowhere.
+    Model FLOPs (MFU) keep the routed tokens' own work."""
+    kw = dict(model="mixtral-8x7b", gpus=16, ep=8, zero=3, framework="fsdp2", seq_len=4096)
+    base = build_plan(PlanInputs(**kw))
+    f0 = step_flops(base)
+    experts = sum(k.count * sum(g.flops_per_token for g in k.gemms if g.experts) for k in layer_kinds(base.model))
+    # Mixtral: 32 layers x top-2 x 3 GEMMs of 4096 x 14336, 2 FLOPs per multiply-add
+    assert experts == 32 * 2 * 3 * 2 * 4096 * 14336
+    for c, pad, rows in ((2.0, True, 2.0), (0.5, False, 0.5), (1.5, False, 1.0)):
+        f = step_flops(build_plan(PlanInputs(**kw, moe_capacity_factor=c, moe_pad_to_capacity=pad)))
+        assert f.model == f0.model
+        assert f.hardware - f0.hardware == pytest.approx((rows - 1) * experts * 3 * base.tokens_per_step, rel=1e-9)

@@ -261,9 +261,10 @@ def step_flops(plan: Plan) -> FlopCount:
     frozen = r.method in ("lora", "qlora")
     flash = uses_flash(r.attention)
     w_mult = 1.0 if not training else (2.0 if frozen else 3.0)  # fwd, dgrad, wgrad
-    layers_fwd = attn_full = attn_causal = adapters = 0.0
+    layers_fwd = attn_full = attn_causal = adapters = experts_fwd = 0.0
     for kind in layer_kinds(m):
         layers_fwd += kind.count * kind.gemm_flops_per_token
+        experts_fwd += kind.count * sum(g.flops_per_token for g in kind.gemms if g.experts)
         attn_full += kind.count * kind.attn_core_flops_per_token(s, causal=False)
         attn_causal += kind.count * kind.attn_core_flops_per_token(s, causal=True)
         if frozen:
@@ -283,11 +284,16 @@ def step_flops(plan: Plan) -> FlopCount:
     model = sum(bd.values())
     model_causal = model - (attn_full - attn_causal) * a_mult * tokens
     executed_attn = attn_causal if skips_masked_blocks(m, r.attention) else attn_masked
+    # the routed experts execute the rows their inputs hold: padded to the capacity (Megatron
+    # --moe-pad-expert-input-to-capacity), or fewer when tokens beyond it are dropped (Recipe.expert_rows)
+    layers_hw = layers_fwd + (r.expert_rows - 1.0) * experts_fwd
     hw = model - bd["attention_core"] + executed_attn * a_mult * tokens
+    if layers_hw != layers_fwd:
+        hw += (layers_hw - layers_fwd) * w_mult * tokens
     if training and flash:
         hw += 0.5 * executed_attn * tokens  # flash backward recomputes QKᵀ (Dao 2023, §3.1)
     if training:
-        hw += recompute_flops_per_token(plan, executed_attn, layers_fwd, adapters) * tokens
+        hw += recompute_flops_per_token(plan, executed_attn, layers_hw, adapters) * tokens
     return FlopCount(model=model, model_causal=model_causal, hardware=hw,
                      six_nt=(6.0 if training else 2.0) * matmul_params(m) * tokens,
                      breakdown={k: v for k, v in bd.items() if v})
