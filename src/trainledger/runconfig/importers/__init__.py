@@ -1,5 +1,5 @@
 """Per-tool readers of training configs: axolotl, TRL, LLaMA-Factory, torchtitan, Megatron-LM / NeMo,
-NeMo AutoModel.
+NeMo AutoModel, Megatron-Bridge.
 
 Each module has ``detect`` (does this mapping/text look like the tool's config?) and ``read``
 (fill an :class:`~trainledger.runconfig.importer.ImportResult`). DeepSpeed, Accelerate, Trainer
@@ -14,9 +14,9 @@ from typing import Any
 
 from trainledger.errors import SpecError
 from trainledger.runconfig.formats import ImportResult
-from trainledger.runconfig.importers import automodel, axolotl, llamafactory, megatron, torchtitan, trl
+from trainledger.runconfig.importers import automodel, axolotl, bridge, llamafactory, megatron, torchtitan, trl
 
-TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo", "automodel")
+TOOLS = ("axolotl", "trl", "llamafactory", "torchtitan", "megatron", "nemo", "automodel", "bridge")
 
 
 def read_toml(text: str, path: Path) -> Any:
@@ -37,6 +37,8 @@ def detect_tool(data: Any, path: Path) -> str | None:
         return "torchtitan"
     if automodel.detect(data):
         return "automodel"
+    if bridge.detect(data):
+        return "bridge"
     if megatron.detect_nemo_yaml(data):
         return "nemo"
     if axolotl.detect(keys):
@@ -57,6 +59,8 @@ def read_tool(fmt: str, data: Any, res: ImportResult, where: str) -> None:
         torchtitan.read(data, res, where)
     elif fmt == "automodel":
         automodel.read(data, res, where)
+    elif fmt == "bridge":
+        bridge.read(data, res, where)
     elif fmt == "axolotl":
         axolotl.read(data, res, where)
     elif fmt == "llamafactory":
@@ -71,10 +75,10 @@ def read_tool(fmt: str, data: Any, res: ImportResult, where: str) -> None:
 ESSENTIAL_KEYS = {
     "model": "base_model (axolotl), model_name_or_path (TRL, LLaMA-Factory), [model] name + flavor "
              "(torchtitan), --num-layers/--hidden-size/... or --tokenizer-model (Megatron), "
-             "model.config.pretrained_model_name_or_path (NeMo AutoModel)",
+             "model.config.pretrained_model_name_or_path (NeMo AutoModel), model.hf_model_id (Megatron-Bridge)",
     "seq_len": "sequence_len (axolotl), max_length (TRL), cutoff_len (LLaMA-Factory), [training] seq_len "
                "(torchtitan), --seq-length (Megatron), encoder_seq_length (NeMo), dataset.seq_len "
-               "(NeMo AutoModel)",
+               "(NeMo AutoModel), model.seq_length (Megatron-Bridge)",
 }
 
 

@@ -303,9 +303,11 @@ def _read_tp_overlap(a: dict[str, Any], res: ImportResult, where: str, megatron_
         res.set("tp_comm_overlap", False, where)
 
 
-def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: bool = False) -> None:
+def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: bool = False,
+              dims: bool = True) -> None:
     """``megatron_lm``: the arguments of a Megatron-LM entry point (``pretrain_gpt.py``), whose
-    switches are off unless given (a NeMo config leaves what it does not say to its recipe)."""
+    switches are off unless given (a NeMo config leaves what it does not say to its recipe).
+    ``dims``: build the model from its dimension arguments (False: the caller named the model)."""
     deepspeed = _on(a, "deepspeed") or a.get("deepspeed_config") is not None
     res.set("framework", "megatron-deepspeed" if deepspeed else "megatron-core", where)
     tp = _int(a, "tensor_model_parallel_size", where) or 1
@@ -409,7 +411,8 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: boo
     _read_capacity(a, res, where, deepspeed)
     _gpus(a, res, where)
     _global_batch(a, res, where, tp, pp)
-    _model(a, res, where, layers)
+    if dims:
+        _model(a, res, where, layers)
     if _on(a, "cpu_offloading") or _on(a, "optimizer_cpu_offload"):
         res.set("offload", "optimizer" if _on(a, "optimizer_cpu_offload") else "params", where)
     if a.get("num_experts"):
