@@ -63,7 +63,8 @@ def test_deepseek_v3_container(tmp_path):
     assert (m["moe_dispatcher"], m["moe_shared_expert_overlap"], m["tp_comm_overlap"]) == ("alltoall", True, False)
     assert "ep_comm_overlap" not in m and m["grad_clip"] == 1.0
     listed = " ".join(res.unknown_keys)
-    for what in ("exp_avg_dtype", "pipeline_model_parallel_layout", "recompute_modules", "blockwise"):
+    assert m["optimizer_states_dtype"] == "bf16"  # the precision-aware optimizer's bf16 moments
+    for what in ("pipeline_model_parallel_layout", "recompute_modules", "blockwise"):
         assert what in listed
     for neutral in ("sequence-length", "moe_router_topk", "moe_layer_freq", "fp8_amax_history_len", "tp_comm_overlap_ag", "num_moe_experts"):
         assert neutral not in listed

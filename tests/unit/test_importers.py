@@ -173,13 +173,15 @@ def test_torchtitan_llama3_70b_toml_keeps_tp8():
                                        ("for-loop", "adamw-loop"), ("fused_opt_states_bf16", "adamw-fused")])
 def test_torchtitan_optimizer_implementation(tmp_path, impl, want):
     """torchtitan's [optimizer] implementation defaults to "fused" (PR #881, 2025-02); foreach is
-    torch's multi-tensor AdamW, for-loop its per-tensor loop; bf16 states are named as not modeled."""
+    torch's multi-tensor AdamW, for-loop its per-tensor loop; fused_opt_states_bf16 keeps bf16 moments."""
     p = tmp_path / "t.toml"
     opt = '[optimizer]\nname = "AdamW"\n' + (f'implementation = "{impl}"\n' if impl else "")
     p.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 2048\n[parallelism]\n' + opt)
     res = import_configs([p])
     assert res.merged()["optimizer"] == want
-    assert any("bf16 Adam states" in k for k in res.unknown_keys) == (impl == "fused_opt_states_bf16")
+    # fused_opt_states_bf16: the fused kernel with bf16 moments (--optimizer-states-dtype bf16)
+    assert res.merged().get("optimizer_states_dtype") == ("bf16" if impl == "fused_opt_states_bf16" else None)
+    assert not res.unknown_keys
 
 
 def test_torchtitan_unknown_flavor_is_an_error(tmp_path):

@@ -82,7 +82,8 @@ NUMERIC = {
     "mla_latent_cache": (None, True, False), "stack_version": (None, "nemo-24.07"),
     "checkpoint_early_stop": (None, True, False), "reshard_after_forward": (None, True, False),
     "doc_len": (None, 512), "model_loading": (None, "every-rank", "rank0", "sharded"),
-    "moe_capacity_factor": (None, 0.5, 2.0),
+    "moe_capacity_factor": (None, 0.5, 2.0), "optimizer_states_dtype": (None, "fp32", "bf16"),
+    "kernels": (None, "fused", "unfused"), "tp_comm_overlap": (None, True, False),
 }
 SKIP = {"dp"}  # resolved from the world size (perturbed through tp/pp/cp/gpus_per_node/nodes)
 

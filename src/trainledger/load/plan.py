@@ -26,7 +26,9 @@ from trainledger.spec.precision import default_precision
 from trainledger.spec.runtime import (
     DistOptimizer, Framework, Kernels, ModelLoading, MoeDispatcher, ParamDtype, ReduceDtype, Runtime, Wrap, stack_optimizer,
 )
-from trainledger.spec.recipe import Attention, Method, Optimizer, Precision, Recipe, Recompute
+from trainledger.spec.recipe import (
+    PRECISION_POLICY, Attention, Method, Optimizer, Precision, Recipe, Recompute, StatesDtype,
+)
 from trainledger.units import GIB
 from trainledger.safety import check_tree, clip, path_exists, read_text, shorten
 from trainledger.spec.serving import Engine, KvCacheDtype, QuantizationInput, Serving
@@ -113,6 +115,7 @@ class PlanInputs(Spec):
     generate_len: int = _RECIPE["generate_len"]
     fp4_bf16_layers: int | None = _RECIPE["fp4_bf16_layers"]
     moe_capacity_factor: float | None = _RECIPE["moe_capacity_factor"]
+    optimizer_states_dtype: StatesDtype | None = _RECIPE["optimizer_states_dtype"]
     moe_pad_to_capacity: bool = _RECIPE["moe_pad_to_capacity"]
     # -- serving (method inference; declared in serving_spec.Serving)
     serving_engine: Engine = _SERVING["engine"]
@@ -324,6 +327,15 @@ def serving_of(inputs: PlanInputs, model: ModelSpec | None = None) -> Serving:
     return Serving(engine=inputs.serving_engine, quantization=q, **{k: getattr(inputs, v) for k, v in keys.items()})
 
 
+def _states_dtype(inputs: PlanInputs, precision: str) -> str | None:
+    """The optimizer-state dtype as stated, or None where it is the precision policy's own (one form;
+    on megatron-core a stated dtype also selects the precision-aware optimizer, so it stays)."""
+    s = inputs.optimizer_states_dtype
+    if s is not None and inputs.framework != "megatron-core" and s == PRECISION_POLICY[precision]["states"]:
+        return None
+    return s
+
+
 def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
     """Resolve names (model preset, GPU, links) and validate the whole plan.
 
@@ -348,6 +360,7 @@ def build_plan(inputs: PlanInputs, model: ModelSpec | None = None) -> Plan:
             train_tokens=inputs.tokens, generate_len=inputs.generate_len, dropout=inputs.dropout,
             grad_clip=inputs.grad_clip or None, fp4_bf16_layers=inputs.fp4_bf16_layers,
             moe_capacity_factor=inputs.moe_capacity_factor, moe_pad_to_capacity=inputs.moe_pad_to_capacity,
+            optimizer_states_dtype=_states_dtype(inputs, precision),
         )
         # every Runtime field is a PlanInputs field of the same name (declared there from it)
         runtime = Runtime(**{k: getattr(inputs, k) for k in Runtime.model_fields})

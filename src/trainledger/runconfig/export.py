@@ -463,6 +463,11 @@ def export_plan(inputs: PlanInputs, fmt: str, model: Any = None) -> list[Exporte
     if plan.recipe.precision in ("mxfp8-mixed", "nvfp4-mixed") and fmt not in ("megatron", "slurm", "torchrun"):
         raise SpecError(f"--precision {plan.recipe.precision} is a Transformer Engine block-scaling recipe "
                         f"that Megatron-Core drives (--fp8-recipe mxfp8 / --fp4-recipe nvfp4); export megatron")
+    states = plan.recipe.optimizer_states_dtype
+    if states is not None and fmt in ("accelerate", "fsdp", "trainer-args", "nemo", "deepspeed"):
+        raise SpecError(f"--optimizer-states-dtype {states}: the {fmt} config has no key for the optimizer's "
+                        "state dtype; export megatron (--use-precision-aware-optimizer --exp-avg-dtype ...) or "
+                        "torchtitan (implementation fused_opt_states_bf16)")
     pred = predictions(plan)
     head = _header_lines(plan, inputs, pred)
     if fmt == "torchrun":

@@ -107,6 +107,12 @@ def torchtitan_config(plan: Plan) -> dict[str, dict[str, Any]]:
     # torchtitan's [optimizer] implementation: "fused" (its default) or "foreach" (torch's AdamW
     # default on CUDA), torchtitan/components/optimizer/optimizer.py
     impl = {"adamw-fused": "fused", "adamw-loop": "for-loop"}.get(r.optimizer, "foreach")
+    if r.optimizer_states_dtype not in (None, "fp32"):
+        if r.optimizer_states_dtype != "bf16" or impl != "fused":
+            raise SpecError(f"torchtitan keeps 16-bit Adam moments only as bf16 in its fused AdamW "
+                            f"(implementation fused_opt_states_bf16); the plan has {r.optimizer_states_dtype} states "
+                            f"with {r.optimizer} — plan --optimizer adamw-fused --optimizer-states-dtype bf16")
+        impl = "fused_opt_states_bf16"
     out = {"model": model, "optimizer": {"name": "AdamW", "implementation": impl}, "training": training,
            "parallelism": par, "activation_checkpoint": ac}
     if rt.kernels == "fused":  # torch.compile of the blocks and the loss ([compile], torchtitan >= 2025-06)
@@ -227,6 +233,9 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--grad-reduce-in-bf16"]  # megatron/training/arguments.py (core_r0.12.0 on)
     if rt.fp8_params and r.precision == "fp8-mixed":
         a += ["--fp8-param-gather"]
+    if r.optimizer_states_dtype is not None and r.is_training:  # the precision-aware optimizer
+        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", r.optimizer_states_dtype,
+              "--exp-avg-sq-dtype", r.optimizer_states_dtype]
     return a
 
 

@@ -57,6 +57,12 @@ class Plan(Spec):
             liger = liger_stack_problem(self.runtime.liger_kernel, self.runtime.framework)
             if liger is not None:
                 raise PlanError(field="liger_kernel", message=liger)
+            if self.recipe.optimizer_states_dtype not in (None, "fp32") and self.runtime.framework in (
+                    "deepspeed", "megatron-deepspeed"):
+                raise PlanError(field="optimizer_states_dtype", message=(
+                    f"--optimizer-states-dtype {self.recipe.optimizer_states_dtype} with --framework "
+                    f"{self.runtime.framework}: DeepSpeed's ZeRO optimizers keep fp32 states (Megatron-Core's "
+                    "precision-aware optimizer, or a 16-bit-state AdamW on the PyTorch stacks, keeps 16-bit ones)"))
             dispatch = dispatcher_problem(self.runtime.moe_dispatcher, self.runtime.framework, self.layout.ep,
                                           self.cluster.gpus_per_node)
             if dispatch is not None:
@@ -70,6 +76,8 @@ class Plan(Spec):
         if changed & _RECIPE_INPUTS:
             if r.capacity_problem:
                 raise PlanError(field="moe_pad_to_capacity", message=r.capacity_problem)
+            if r.states_problem:
+                raise PlanError(field="optimizer_states_dtype", message=r.states_problem)
             check_precision(r.precision, self.cluster.gpu)
             check_recipe_method(r.precision, r.method)
             if r.method in ("lora", "qlora") and m.lora_params(r.lora_targets, r.lora_rank) == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -66,6 +67,15 @@ BLOCK_SCALED: dict[str, str] = {"mxfp8-mixed": "mxfp8", "nvfp4-mixed": "nvfp4"}
 #: blocks in BF16, about 16% of the linear layers, most of them at the end of the network.
 NVFP4_BF16_LAYERS_OF: tuple[int, int] = (10, 62)
 
+StatesDtype = Literal["fp32", "bf16", "fp16"]
+
+
+@lru_cache(maxsize=64)
+def _with_states(precision: str, states: str) -> dict[str, str]:
+    """The training policy of ``precision`` with its optimizer states in ``states`` (one dict per pair)."""
+    return {**PRECISION_POLICY[precision], "states": states}
+
+
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -110,6 +120,12 @@ class Recipe(Spec):
         False, description="MoE: every expert's input padded to its capacity (Megatron "
         "--moe-pad-expert-input-to-capacity; DeepSpeed-MoE's einsum dispatch always pads): the experts "
         "compute, and the all-to-all moves, the capacity whatever the routing")
+    optimizer_states_dtype: StatesDtype | None = Field(
+        None, description="dtype of the optimizer's state tensors (AdamW's two moments): bf16 = Megatron-Core's "
+        "precision-aware optimizer (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype "
+        "bf16; Megatron-Bridge exp_avg_dtype / exp_avg_sq_dtype), torchtitan's fused_opt_states_bf16; on "
+        "megatron-core a stated dtype is the precision-aware optimizer, which also keeps only the 16-bit "
+        "remainders of the fp32 master weights [the precision policy's: fp32, bf16 under --precision bf16]")
     fp4_bf16_layers: int | None = Field(
         None, ge=0, le=10_000, description="--precision nvfp4-mixed: decoder layers whose linear layers stay "
         "in bf16 [16% of the layers, rounded up, as arXiv:2509.25149 keeps 10 of 62]")
@@ -152,8 +168,21 @@ class Recipe(Spec):
 
     @property
     def policy(self) -> dict[str, str]:
-        """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes)."""
-        return (INFERENCE_POLICY if self.method == "inference" else PRECISION_POLICY)[self.precision]
+        """Dtype of weights, compute, grads, master copy and optimizer states (inference: served dtypes);
+        ``optimizer_states_dtype`` replaces the policy's states dtype."""
+        if self.method == "inference":
+            return INFERENCE_POLICY[self.precision]
+        if self.optimizer_states_dtype is None:
+            return PRECISION_POLICY[self.precision]
+        return _with_states(self.precision, self.optimizer_states_dtype)
+
+    @property
+    def states_problem(self) -> str | None:
+        """Why the optimizer cannot keep its states in ``optimizer_states_dtype``, else None."""
+        if self.optimizer_states_dtype is not None and self.optimizer in ("adamw-8bit", "adafactor"):
+            return (f"--optimizer-states-dtype {self.optimizer_states_dtype} with --optimizer {self.optimizer}: "
+                    "its states have their own format (8-bit blocks, factored moments)")
+        return None
 
     @property
     def gemm_dtype(self) -> str:

@@ -169,7 +169,8 @@ ACT_FIELDS: tuple[str, ...] = (
 
 #: model_states: not the batch shape, recomputation, attention kernel, token budget, dropout or
 #: clipping (only the precision policy, method, optimizer, LoRA shape and nvfp4 bf16 layers)
-_STATES_RECIPE = attrgetter("method", "precision", "optimizer", "lora_rank", "lora_targets", "fp4_bf16_layers")
+_STATES_RECIPE = attrgetter("method", "precision", "optimizer", "lora_rank", "lora_targets", "fp4_bf16_layers",
+                             "optimizer_states_dtype")
 _STATES_LAYOUT = attrgetter("tp", "pp", "cp", "ep", "etp", "sp", "zero", "hybrid_shard", "offload")
 #: activations: not the optimizer, global batch, token budget, generation length, clipping, LoRA alpha
 #: or nvfp4 bf16 layers, nor the data-parallel, expert or ZeRO layout, offload or node shape; the

@@ -642,12 +642,17 @@ def megatron_states(plan: Any, parts: Any, P: float, P_t: float, te_linear: floa
     g = FP32 if c == 4.0 or rt.reduce_dtype == "fp32" else 2.0
     if c == 4.0:
         master = 0.0
-    elif apex and not fp8_params and r.precision != "fp16-mixed":  # bf16 model weights
-        master = 2.0  # store_param_remainders: the low 16 bits of the fp32 master (int16)
+    elif (apex or r.optimizer_states_dtype) and not fp8_params and r.precision != "fp16-mixed":  # bf16 weights
+        # store_param_remainders: the low 16 bits of the fp32 master (int16) -- Apex's
+        # DistributedFusedAdam, and Megatron-Core's precision-aware optimizer (a stated states dtype;
+        # OptimizerConfig.store_param_remainders, default True, megatron/core/optimizer/optimizer_config.py)
+        master = 2.0
     else:
         master = FP32
     parts.master = P_t * master / (N if dist else 1)
-    parts.states = optimizer_state_bytes(r.optimizer, P_t, FP32, sh, P_t / max(P, 1)) / (N if dist else 1)
+    # fp32 moments, or the precision-aware optimizer's (--exp-avg-dtype / --exp-avg-sq-dtype)
+    s_bytes = DTYPE_BYTES[r.optimizer_states_dtype] if r.optimizer_states_dtype else FP32
+    parts.states = optimizer_state_bytes(r.optimizer, P_t, s_bytes, sh, P_t / max(P, 1)) / (N if dist else 1)
     parts.grads_static = P_t * g / (N if lay.zero >= 2 else 1)
     parts.grads = 0.0
     if apex:

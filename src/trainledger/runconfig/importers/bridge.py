@@ -8,7 +8,7 @@ megatron.bridge.training.config.ConfigContainer``, e.g. scripts/performance/dryr
 provider: ``hf_model_id``, the parallel sizes, ``seq_length``, recomputation, the MoE dispatcher and
 its overlaps, ``cross_entropy_loss_fusion``, ``attention_backend``), ``ddp`` (distributed optimizer,
 Megatron-FSDP, ``grad_reduce_in_fp32``), ``optimizer`` (``optimizer``, ``clip_grad``, the precision-aware
-optimizer's moment dtypes), ``mixed_precision`` (``bf16``/``fp16``, ``fp8`` = the fp8 format,
+optimizer's moment dtypes ``exp_avg_dtype`` / ``exp_avg_sq_dtype``), ``mixed_precision`` (``bf16``/``fp16``, ``fp8`` = the fp8 format,
 ``fp8_recipe``, ``fp8_param``, ``fp4``), ``comm_overlap`` (``tp_comm_overlap``,
 ``overlap_moe_expert_parallel_comm``), ``dataset`` (``sequence_length``) and ``train``
 (``global_batch_size``, ``micro_batch_size``, ``train_iters``). Their keys are Megatron-Core's own
@@ -51,7 +51,7 @@ NEUTRAL = {
     "batch_p2p_comm", "batch_p2p_sync", "overlap_p2p_comm", "overlap_p2p_comm_warmup_flush",
     "overlap_param_gather", "overlap_grad_reduce", "align_param_gather", "overlap_param_gather_with_optimizer_step",
     "fsdp_all_gather_in_start_param_sync", "outer_dp_sharding_strategy", "num_distributed_optimizer_instances",
-    "store_param_remainders", "use_precision_aware_optimizer", "main_params_dtype", "params_dtype",
+    "use_precision_aware_optimizer", "main_params_dtype", "params_dtype",
     "pipeline_dtype", "autocast_dtype", "scatter_embedding_sequence_parallel", "sequence_parallel_size",
     "context_parallel_size_dataset", "hierarchical_context_parallel_sizes", "cp_comm_type",
     "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16", "fp4_recipe", "fp8_quantizer_factory",
@@ -118,10 +118,10 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
         # Llama, Qwen and DeepSeek families), not Megatron's 0.1 default
         a.setdefault("attention_dropout", 0.0)
         a.setdefault("hidden_dropout", 0.0)
-    moments = {_dtype(_section(d, "optimizer").get(k)) for k in ("exp_avg_dtype", "exp_avg_sq_dtype")} - {None}
-    if moments - {"float32"}:
-        unknown.append(f"{where}: optimizer exp_avg_dtype / exp_avg_sq_dtype {'/'.join(sorted(moments))} "
-                       "(the precision-aware optimizer's 16-bit Adam moments: sized as fp32)")
+    for k in ("exp_avg_dtype", "exp_avg_sq_dtype"):  # the precision-aware optimizer's moments
+        dt = _dtype(_section(d, "optimizer").get(k))
+        if dt is not None:
+            a[k] = dt
     if a.get("pipeline_model_parallel_layout"):
         unknown.append(f"{where}: pipeline_model_parallel_layout {a['pipeline_model_parallel_layout']} (a "
                        "hand-placed layer layout: sized as layers split evenly over the stages)")

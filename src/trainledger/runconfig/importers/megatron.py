@@ -62,7 +62,8 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
         "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
         "moe_train_capacity_factor", "disable_moe_token_dropping", "moe_shared_expert_overlap",
-        "overlap_moe_expert_parallel_comm"}
+        "overlap_moe_expert_parallel_comm", "exp_avg_dtype", "exp_avg_sq_dtype",
+        "use_precision_aware_optimizer"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
              "batch", "seq", "overlap", "mtp", "layers", "hidden", "heads", "vocab", "optimizer",
@@ -292,6 +293,27 @@ def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
         res.unknown_keys.append(f"{where}: --moe-token-dispatcher-type {kind} (sized as alltoall)")
 
 
+#: Megatron-Core's names of the precision-aware optimizer's state dtypes -> ours
+_STATE_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
+                 "float16": "fp16"}
+
+
+def _read_state_dtypes(a: dict[str, Any], res: ImportResult, where: str) -> None:
+    """The precision-aware optimizer's moment dtypes (Megatron-LM ``--exp-avg-dtype`` /
+    ``--exp-avg-sq-dtype``, with ``--use-precision-aware-optimizer``; fp32 by default)."""
+    got = [str(a[k]).lower().removeprefix("torch.") for k in ("exp_avg_dtype", "exp_avg_sq_dtype") if a.get(k)]
+    if not got:
+        if _on(a, "use_precision_aware_optimizer"):  # fp32 moments, 16-bit master remainders
+            res.set("optimizer_states_dtype", "fp32", where)
+        return
+    dtypes = {_STATE_DTYPES.get(g) for g in got}
+    if len(dtypes) == 1 and None not in dtypes:
+        res.set("optimizer_states_dtype", dtypes.pop(), where)
+    else:
+        res.unknown_keys.append(f"{where}: --exp-avg-dtype / --exp-avg-sq-dtype {' / '.join(got)} (moments in "
+                                "different or 8-bit dtypes: sized as fp32)")
+
+
 def _read_tp_overlap(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: bool) -> None:
     """TP communication overlap (Transformer Engine's userbuffers): Megatron-LM ``--tp-comm-overlap``,
     NeMo ``model.ub_tp_comm_overlap`` (NeMo 1.x configs; NeMo 2's recipes set it through their
@@ -369,6 +391,7 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: boo
                           "distributed_fused_adam": "adamw-fused", "sgd": "sgd-momentum"}.get(opt), where)
     if opt not in ("adam", "adamw", "fused_adam", "distributed_fused_adam", "sgd"):
         res.unknown_keys.append(f"{where}: --optimizer {opt} (state size not modeled)")
+    _read_state_dtypes(a, res, where)
     backend = str(a.get("attention_backend", "auto")).lower()
     # Megatron-Core's backends (megatron/core/transformer/enums.py AttnBackend): auto/fused pick
     # Transformer Engine's fused kernels, which keep no s×s scores (the estimator's sdpa = flash);

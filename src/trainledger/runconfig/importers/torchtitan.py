@@ -132,9 +132,8 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     impl = str((d.get("optimizer") or {}).get("implementation", "fused")).lower()
     adamw = "adamw-fused" if impl.startswith("fused") else ("adamw-loop" if impl == "for-loop" else "adamw")
     res.set("optimizer", {"adamw": adamw, "adam": adamw}.get(opt_name), where)
-    if impl == "fused_opt_states_bf16":
-        res.unknown_keys.append(f"{where}: [optimizer] implementation=fused_opt_states_bf16 (bf16 Adam "
-                                "states not modeled: sized as fp32)")
+    if impl == "fused_opt_states_bf16":  # the fused AdamW kernel with bf16 moments, fp32 params and grads
+        res.set("optimizer_states_dtype", "bf16", where)
     if opt_name not in ("adamw", "adam"):
         res.unknown_keys.append(f"{where}: [optimizer] name={opt_name} (state size not modeled)")
     comp = (d.get("compile") or {}).get("enable", tr.get("compile"))
