@@ -21,6 +21,16 @@ per token, the catalog's H800 NVLink and IB NDR link efficiencies) in the same u
 fitted: the kernels' time is the copies over the slower of NVLink and the NICs, plus latency.
 The V1 rows also check the H800's own NVLink (200 GB/s per direction, not NVLink 4's 450).
 
+Hybrid-EP (NVIDIA's dispatcher in DeepEP's hybrid-ep branch @ 94a9f8f, docs/README_Hybrid-EP.md)
+publishes its own tables, priced here with the same copies (``--moe-dispatcher hybridep``): 4096
+tokens per rank, 7168 hidden, 8 local experts per rank (8·EP experts), top-8 routed uniformly at
+random without groups (tests/test_hybrid_ep.py), BF16 dispatch and combine, the "Torch API" column
+at its largest SM count:
+
+* H100 (8 per node, CX7 400 Gb/s), EP 16/32/64: "IB bandwidth", RDMA bytes as DeepEP's own count
+  them (tests/utils.py ``count_rdma_send_from_routing_map``: nodes hit per token, own node included);
+* GB200 NVL72, EP 8-36 inside one NVLink domain (MNNVL): NVL bandwidth, tokens received × bytes.
+
 Usage: python bench/deepep_dispatch.py [--json]
 """
 
@@ -32,7 +42,7 @@ import sys
 from trainledger.estimate.time.comm import topology
 from trainledger.estimate.time.dispatch import dispatch_s, units_hit
 from trainledger.estimate.time.efficiency import link_efficiency
-from trainledger.load.plan import PlanInputs, build_plan
+from trainledger.load.plan import PlanInputs, build_cluster
 from trainledger.spec.model import MoESpec
 
 HIDDEN, EXPERTS, TOP_K = 7168, 256, 8
@@ -50,23 +60,36 @@ MEASURED = [
 ]
 
 
-def predict(gpu: str, ep: int, tokens: int) -> dict[str, float]:
-    """Predicted logical bandwidths (GB/s) of one dispatch (FP8) and one combine (BF16)."""
-    plan = build_plan(PlanInputs(model="deepseek-v3", gpu=gpu, gpus=ep, ep=ep, framework="megatron-core",
-                                 network="ib-ndr", gpus_per_node=8, moe_dispatcher="deepep"))
+#: Hybrid-EP: (GPU, EP ranks, GPUs per NVLink domain, dispatch GB/s, combine GB/s), BF16, Torch API
+#: at 16 SMs (H100) and 32 SMs (GB200), as published (module docstring)
+HYBRID_MEASURED = [
+    ("h100-sxm", 16, 8, 54.47, 53.35), ("h100-sxm", 32, 8, 47.36, 52.53), ("h100-sxm", 64, 8, 41.24, 46.57),
+    ("gb200", 8, 8, 545.71, 568.94), ("gb200", 16, 16, 523.48, 521.55), ("gb200", 24, 24, 507.32, 483.76),
+    ("gb200", 32, 32, 484.22, 464.54), ("gb200", 36, 36, 479.02, 447.89),
+]
+
+
+def predict(gpu: str, ep: int, tokens: int, dispatcher: str = "deepep", per_node: int = 8) -> dict[str, float]:
+    """Predicted logical bandwidths (GB/s) of one dispatch and one combine: DeepEP's setting (FP8
+    dispatch, BF16 combine, 256 experts in one group per node, up to 4 per token) or Hybrid-EP's
+    (BF16 both ways, 8 experts per rank routed without groups)."""
+    cluster = build_cluster(PlanInputs(gpu=gpu, gpus=ep, network="ib-ndr", gpus_per_node=per_node))
     links = link_efficiency()
-    grp = topology(plan.cluster, 1, 1, ep, ep, 1, links).ep
+    grp = topology(cluster, 1, 1, ep, ep, 1, links).ep
     nodes = grp.nodes
-    groups = nodes if nodes > 1 else 1
-    moe = MoESpec(num_experts=EXPERTS, top_k=TOP_K, expert_intermediate_size=2048,
+    if dispatcher == "deepep":
+        experts, groups, sizes = EXPERTS, (nodes if nodes > 1 else 1), (("dispatch", FP8_TOKEN), ("combine", BF16_TOKEN))
+    else:
+        experts, groups, sizes = 8 * ep, 1, (("dispatch", BF16_TOKEN), ("combine", BF16_TOKEN))
+    moe = MoESpec(num_experts=experts, top_k=TOP_K, expert_intermediate_size=2048,
                   num_groups=groups, topk_groups=min(groups, 4))
     out = {}
-    for name, per_token in (("dispatch", FP8_TOKEN), ("combine", BF16_TOKEN)):
-        t = dispatch_s(grp, moe, "deepep", tokens * per_token, plan.cluster, links)
+    for name, per_token in sizes:
+        t = dispatch_s(grp, moe, dispatcher, tokens * per_token, cluster, links)
         if nodes > 1:   # RDMA: tokens × nodes hit (own included) × bytes
-            hit = units_hit(EXPERTS, nodes, TOP_K, moe.num_groups, moe.topk_groups)
+            hit = units_hit(experts, nodes, TOP_K, moe.num_groups, moe.topk_groups)
         else:           # NVL: tokens received = tokens × ranks hit (by symmetry)
-            hit = units_hit(EXPERTS, ep, TOP_K)
+            hit = units_hit(experts, ep, TOP_K)
         out[name] = tokens * hit * per_token / t / 1e9
         out[name + "_us"] = t * 1e6
     return out
@@ -74,9 +97,11 @@ def predict(gpu: str, ep: int, tokens: int) -> dict[str, float]:
 
 def rows() -> list[dict]:
     out = []
-    for rel, gpu, ep, tokens, disp, comb in MEASURED:
-        p = predict(gpu, ep, tokens)
-        out.append({"release": rel, "gpu": gpu, "ep": ep, "tokens": tokens, "link": "NVL" if ep <= 8 else "RDMA",
+    measured = [(rel, gpu, ep, tokens, disp, comb, "deepep", 8) for rel, gpu, ep, tokens, disp, comb in MEASURED]
+    measured += [("hyb", gpu, ep, 4096, disp, comb, "hybridep", per) for gpu, ep, per, disp, comb in HYBRID_MEASURED]
+    for rel, gpu, ep, tokens, disp, comb, dispatcher, per_node in measured:
+        p = predict(gpu, ep, tokens, dispatcher, per_node)
+        out.append({"release": rel, "gpu": gpu, "ep": ep, "tokens": tokens, "link": "NVL" if ep <= per_node else "RDMA",
                     "dispatch_gbps": disp, "dispatch_pred_gbps": p["dispatch"], "dispatch_pred_us": p["dispatch_us"],
                     "combine_gbps": comb, "combine_pred_gbps": p["combine"], "combine_pred_us": p["combine_us"]})
     return out
@@ -87,7 +112,8 @@ def main(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps(data, indent=1))
         return 0
-    print("DeepEP normal kernels, CX7 400 Gb/s per GPU, 7168 hidden, 256 experts, top-8 (DeepEP's measurements)")
+    print("DeepEP normal kernels (v1, v2: 256 experts, FP8 dispatch) and Hybrid-EP (hyb: 8 experts per rank, BF16), "
+          "CX7 400 Gb/s per GPU, 7168 hidden, top-8 (the projects' own measurements)")
     print(f"{'rel':>3} {'GPU':>8} {'EP':>3} {'tokens':>6} {'link':>4} {'dispatch':>8} {'pred':>6} {'err':>7} "
           f"{'combine':>8} {'pred':>6} {'err':>7} {'pred us':>14}")
     for r in data:
@@ -97,6 +123,8 @@ def main(argv: list[str]) -> int:
               f"{r['combine_pred_gbps'] / r['combine_gbps'] - 1:>+7.1%} "
               f"{r['dispatch_pred_us']:>6.0f} / {r['combine_pred_us']:<6.0f}")
     print("GB/s are logical (own-node or own-rank traffic included), as DeepEP's tests report them")
+    print("hyb rows: priced at dispatcher_efficiency.hybridep (catalog/efficiency/interconnect.yaml), the median of "
+          "these rows' measured / link-bound ratios: a consistency check, not a validation")
     return 0
 
 

@@ -206,7 +206,8 @@ _MEGATRON = ("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-paralle
 @pytest.mark.parametrize("extra,want,noted", [
     ("--moe-token-dispatcher-type flex --moe-enable-deepep", "deepep", False),
     ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", "deepep", False),
-    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", None, True),   # not modeled
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "hybridep", False),
+    ("--moe-token-dispatcher-type flex --moe-enable-hybridep", "hybridep", False),
     ("--moe-token-dispatcher-type alltoall", "alltoall", False),
     ("", "allgather", False),   # Megatron's default
 ])
@@ -221,7 +222,7 @@ def test_megatron_dispatcher_flags(tmp_path, extra, want, noted):
     assert not any("dispatcher" in u or "deepep" in u for u in res.unknown_keys)
 
 
-@pytest.mark.parametrize("backend,want", [("deepep", "deepep"), ("hybridep", None), ("standard", None)])
+@pytest.mark.parametrize("backend,want", [("deepep", "deepep"), ("hybridep", "hybridep"), ("standard", None)])
 def test_torchtitan_ep_comm_backend(tmp_path, backend, want):
     from trainledger.runconfig import import_configs
 
@@ -262,3 +263,45 @@ def test_allgather_only_under_megatron_core_and_noted():
     assert any("all-gather" in n for n in c.notes)
     a = estimate_compute(p.model_copy(update={"runtime": p.runtime.model_copy(update={"moe_dispatcher": "alltoall"})}))
     assert c.breakdown["comm_ep"] > a.breakdown["comm_ep"]   # top-2 of 8: 7 copies against 1.75
+
+
+# ----------------------------------------------------------------------------- Hybrid-EP
+def test_hybridep_prices_deepeps_copies_at_its_own_share_of_the_links():
+    """Hybrid-EP makes DeepEP's copies (per destination rank over NVLink, per destination node over
+    the network) at dispatcher_efficiency.hybridep of the link rates; the latency is the same."""
+    from trainledger.estimate.time.comm import topology
+    from trainledger.estimate.time.dispatch import dispatch_s, token_copies
+    from trainledger.estimate.time.efficiency import link_efficiency
+
+    plan = _dsv3("deepep")
+    links = link_efficiency()
+    grp = topology(plan.cluster, 1, 1, 64, 64, 1, links).ep
+    moe = plan.model.moe
+    assert token_copies(moe, 64, 8, "hybridep") == token_copies(moe, 64, 8, "deepep")
+    eff = links.dispatcher_efficiency("hybridep")
+    assert 0.5 < eff < 1.0 and links.dispatcher_efficiency("deepep") == 1.0
+    lat = grp.ring_latency(grp.nodes - 1 + grp.per_node - 1, grp.nodes - 1)
+    d = dispatch_s(grp, moe, "deepep", 1e8, plan.cluster, links) - lat
+    h = dispatch_s(grp, moe, "hybridep", 1e8, plan.cluster, links) - lat
+    assert h == pytest.approx(d / eff, rel=1e-12)
+
+
+def test_hybridep_runs_where_deepep_is_refused_and_holds_no_deepep_buffer():
+    from trainledger.errors import TrainledgerError
+    from trainledger.estimate import estimate
+
+    # an EP group inside one NVL72 rack: DeepEP's kernels pair 8 NVLink peers, Hybrid-EP spans the domain
+    kw = dict(model="deepseek-v3", gpu="gb200", gpus=64, gpus_per_node=64, ep=64, framework="megatron-core",
+              zero=1, seq_len=4096)
+    with pytest.raises(TrainledgerError, match="hybridep"):
+        build_plan(PlanInputs(**kw, moe_dispatcher="deepep"))
+    est = estimate(build_plan(PlanInputs(**kw, moe_dispatcher="hybridep")))
+    assert "comm_buffers" not in {t.name for t in est.memory.terms}
+    assert any("Hybrid-EP" in n and "not in the memory" in n for n in est.compute.notes)
+    # all copies stay on NVLink, one per target rank (fewer than the all-to-all's one per routed expert)
+    from trainledger.estimate.time.dispatch import token_copies
+
+    c, a = token_copies(est.plan.model.moe, 64, 64, "hybridep"), token_copies(est.plan.model.moe, 64, 64, "alltoall")
+    assert c.network == 0 and a.network == 0 and c.nvlink < a.nvlink
+    # any EP size (JIT-compiled kernels), where DeepEP has configs for some only
+    assert build_plan(PlanInputs(**{**kw, "gpus": 8, "gpus_per_node": 8, "ep": 8}, moe_dispatcher="hybridep"))

@@ -35,7 +35,7 @@ ParamDtype = Literal["bf16", "fp32"]
 ReduceDtype = Literal["fp32", "bf16"]
 DistOptimizer = Literal["mcore", "apex"]
 Wrap = Literal["layers", "layers+embed+head"]
-MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 ModelLoading = Literal["every-rank", "rank0", "sharded"]
 Kernels = Literal["fused", "unfused"]
 
@@ -45,6 +45,12 @@ Kernels = Literal["fused", "unfused"]
 #: ``moe_token_dispatcher_type``/``moe_enable_deepep``) and torchtitan's
 #: ``[parallelism] expert_parallel_comm_backend = "deepep"`` (torchtitan/distributed/deepep).
 DEEPEP_STACKS = ("megatron-core", "fsdp2")
+#: the dispatchers with DeepEP's hierarchical copies (one per destination rank over NVLink, one per
+#: destination node or NVLink domain over the network): DeepEP's normal kernels and NVIDIA's Hybrid-EP
+#: (DeepEP's hybrid-ep branch: Megatron-Core's flex dispatcher with ``--moe-flex-dispatcher-backend
+#: hybridep``, torchtitan's ``expert_parallel_comm_backend = "hybridep"``, AutoModel's ``dispatcher:
+#: hybridep``), which runs on the same stacks and on NVLink domains beyond 8 GPUs (NVL72)
+HIERARCHICAL_DISPATCHERS = ("deepep", "hybridep")
 #: NVLink peers per node DeepEP's legacy kernels pair a rank with (csrc/legacy/buffer.hpp
 #: LEGACY_NUM_MAX_NVL_PEERS): beyond one node each node must hold 8 ranks of the group
 DEEPEP_NVL_PEERS = 8
@@ -158,14 +164,16 @@ def dispatcher_problem(dispatcher: str, framework: str, ep: int, gpus_per_node: 
             f"--moe-dispatcher allgather with --framework {framework}: the all-gather token dispatcher is "
             "Megatron-Core's (MoEAllGatherTokenDispatcher); use --framework megatron-core or "
             "--moe-dispatcher alltoall")
-    if dispatcher != "deepep":
+    if dispatcher not in HIERARCHICAL_DISPATCHERS:
         return None
     if framework not in DEEPEP_STACKS:
         return "moe_dispatcher", (
-            f"--moe-dispatcher deepep with --framework {framework}: DeepEP's dispatch and combine kernels "
-            f"are wired into Megatron-Core's flex token dispatcher and torchtitan's "
+            f"--moe-dispatcher {dispatcher} with --framework {framework}: DeepEP's and Hybrid-EP's dispatch and "
+            f"combine kernels are wired into Megatron-Core's flex token dispatcher and torchtitan's "
             f"expert_parallel_comm_backend only; use one of {', '.join(DEEPEP_STACKS)}, or "
             "--moe-dispatcher alltoall")
+    if dispatcher == "hybridep":  # JIT-compiled for the group's shape: no fixed EP sizes or node shape
+        return None
     if ep > 1 and ep not in DEEPEP_CONFIGS:
         return "ep", (f"ep={ep} with --moe-dispatcher deepep: DeepEP's buffer configs exist for "
                       f"{', '.join(map(str, DEEPEP_CONFIGS))} EP ranks only (get_dispatch_config asserts "
@@ -175,7 +183,7 @@ def dispatcher_problem(dispatcher: str, framework: str, ep: int, gpus_per_node: 
             f"--moe-dispatcher deepep with ep={ep} on {gpus_per_node}-GPU nodes: DeepEP's internode kernels "
             f"pair each rank with the ranks of its {DEEPEP_NVL_PEERS}-GPU node over NVLink "
             f"(LEGACY_NUM_MAX_NVL_PEERS = {DEEPEP_NVL_PEERS}); use 8-GPU nodes, ep <= 8, or --moe-dispatcher "
-            "alltoall (NVL72 racks run NVIDIA's HybridEP, not modeled)")
+            "alltoall, or --moe-dispatcher hybridep (NVIDIA's Hybrid-EP, which spans NVL72 domains)")
     return None
 
 
@@ -387,7 +395,9 @@ class Runtime(Spec):
         "backend); allgather = Megatron-Core's default dispatcher, all tokens all-gathered over the TP×EP "
         "group and reduce-scattered back; deepep = DeepEP's kernels, one copy per destination rank over NVLink and one per "
         "destination node over the network (Megatron-Core flex + DeepEP, torchtitan "
-        "expert_parallel_comm_backend deepep)")
+        "expert_parallel_comm_backend deepep); hybridep = NVIDIA's Hybrid-EP, the same copies with the "
+        "node's whole NVLink domain (NVL72 racks) as one unit (Megatron-Core flex backend hybridep, "
+        "torchtitan expert_parallel_comm_backend hybridep)")
     dist_optimizer: DistOptimizer = Field(
         "mcore", description="megatron: the sharded optimizer: mcore = Megatron-Core DistributedOptimizer "
         "(fp32 main params); apex = NeMo 1.x optim.name distributed_fused_adam (Apex DistributedFusedAdam: "

@@ -20,6 +20,10 @@ expert outputs back (combine). What a rank sends depends on the dispatcher:
   token that is R = nodes hit less the own node over the network and D·(1-1/g) over NVLink (D
   ranks hit; by symmetry 1/g of them are the forwarder or the sender itself, which need no NVLink
   copy). Combine returns the same copies, reduced where they were forwarded.
+* ``hybridep`` — NVIDIA's Hybrid-EP (DeepEP's hybrid-ep branch, docs/README_Hybrid-EP.md): the same
+  hierarchy, RDMA between NVLink domains and TMA copies over NVLink inside one, with the domain the
+  unit (``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN``: a whole NVL72 rack, or an 8-GPU node): priced
+  with DeepEP's copies, the node standing for the NVLink domain.
 
 D and R are expectations under uniform routing (the same assumption as
 ``work.routing_imbalance``), with DeepSeek's group-limited routing (``MoESpec.num_groups``,
@@ -40,7 +44,7 @@ from math import comb
 from trainledger.spec.cluster import Cluster
 from trainledger.spec.model import MoESpec
 from trainledger.spec.plan import Plan
-from trainledger.spec.runtime import DEEPEP_CONFIGS, DEEPEP_STACKS
+from trainledger.spec.runtime import DEEPEP_CONFIGS, DEEPEP_STACKS, HIERARCHICAL_DISPATCHERS
 from trainledger.estimate.time.comm import Group, all_gather_s, all_to_all_s, nic_bytes_per_s, topology
 from trainledger.estimate.time.efficiency import LinkEfficiency, link_efficiency
 
@@ -87,7 +91,7 @@ def token_copies(moe: MoESpec, n: int, per_node: int, dispatcher: str) -> Copies
     nodes = max(1, n // g)
     if dispatcher == "allgather":
         return Copies(float(g - 1), float(n - g))
-    if dispatcher != "deepep":
+    if dispatcher not in HIERARCHICAL_DISPATCHERS:
         return Copies(k * (g - 1) / n, k * (n - g) / n)
     E, G, tg = moe.num_experts, moe.num_groups, moe.topk_groups
     if E % n or E < n:           # experts do not split evenly over the ranks: ungrouped, per rank
@@ -113,7 +117,7 @@ def dispatch_s(grp: Group, moe: MoESpec, dispatcher: str, token_bytes: float, cl
     if dispatcher == "allgather":
         return all_gather_s(grp, n * token_bytes)
     token_bytes *= imbalance
-    if dispatcher != "deepep":   # one copy per routed expert: the plain all-to-all
+    if dispatcher not in HIERARCHICAL_DISPATCHERS:   # one copy per routed expert: the plain all-to-all
         return all_to_all_s(grp, token_bytes * moe.top_k, cluster, links)
     links = links or link_efficiency()
     c = token_copies(moe, n, grp.per_node, dispatcher)
@@ -122,7 +126,7 @@ def dispatch_s(grp: Group, moe: MoESpec, dispatcher: str, token_bytes: float, cl
     if grp.nodes > 1 and cluster.inter is not None:
         remote = c.network * token_bytes / nic_bytes_per_s(cluster, links)
     latency = grp.ring_latency(grp.nodes - 1 + grp.per_node - 1, grp.nodes - 1)
-    return max(local, remote) + latency
+    return max(local, remote) / links.dispatcher_efficiency(dispatcher) + latency
 
 
 def dispatch_note(plan: Plan, links: LinkEfficiency | None = None) -> str | None:
@@ -139,15 +143,18 @@ def dispatch_note(plan: Plan, links: LinkEfficiency | None = None) -> str | None
     a2a = token_copies(m.moe, grp.n, grp.per_node, "alltoall")
     where = f"{a2a.nvlink:.1f} over {cl.intra.name}" + (
         f", {a2a.network:.1f} over {cl.inter.name}" if grp.nodes > 1 and cl.inter is not None else "")
-    if plan.runtime.moe_dispatcher == "deepep":
-        c = token_copies(m.moe, grp.n, grp.per_node, "deepep")
+    if plan.runtime.moe_dispatcher in HIERARCHICAL_DISPATCHERS:
+        c = token_copies(m.moe, grp.n, grp.per_node, plan.runtime.moe_dispatcher)
         net = f", and goes to {c.network:.1f} other nodes once each over {cl.inter.name}" if (
             grp.nodes > 1 and cl.inter is not None) else ""
         groups = (f", {m.moe.topk_groups} of {m.moe.num_groups} expert groups per token"
                   if m.moe.num_groups > 1 and m.moe.topk_groups < m.moe.num_groups else "")
-        return (f"MoE dispatch via DeepEP: each token makes {c.nvlink:.1f} copies over {cl.intra.name} (one per "
+        name = "DeepEP" if plan.runtime.moe_dispatcher == "deepep" else "Hybrid-EP"
+        extra = "" if plan.runtime.moe_dispatcher == "deepep" else (
+            "; Hybrid-EP's own buffers are not in the memory estimate")
+        return (f"MoE dispatch via {name}: each token makes {c.nvlink:.1f} copies over {cl.intra.name} (one per "
                 f"target rank, forwarded inside the target nodes){net}, per dispatch and per combine (uniform "
-                f"routing{groups}); an all-to-all sends one copy per routed expert (top-{k}: {where})")
+                f"routing{groups}); an all-to-all sends one copy per routed expert (top-{k}: {where}){extra}")
     if plan.runtime.moe_dispatcher == "allgather":
         return (f"MoE dispatch by all-gather (Megatron's allgather dispatcher): every rank receives all "
                 f"{grp.n} ranks' tokens and reduce-scatters the outputs, {grp.n - 1} copies of each token, where "

@@ -74,6 +74,10 @@ class LinkEfficiency:
     dp_bucket_bytes: float
     step_overhead_s: float
     overlap_slowdown: float = 0.0
+    dispatcher: dict[str, float] | None = None  # MoE dispatchers' share of the link rate (1 when absent)
+
+    def dispatcher_efficiency(self, name: str) -> float:
+        return (self.dispatcher or {}).get(name, 1.0)
 
     def bytes_per_s(self, net: NetworkSpec) -> float:
         key = (net.name, net.kind, net.gb_per_s, net.gbit_per_s)
@@ -188,6 +192,7 @@ def link_efficiency() -> LinkEfficiency:
         dp_bucket_bytes=float(d["dp_bucket_bytes"]),
         step_overhead_s=float(d["step_overhead_s"]),
         overlap_slowdown=float(d.get("overlap_slowdown", 0.0)),
+        dispatcher={k: float(v) for k, v in (d.get("dispatcher_efficiency") or {}).items()},
     )
 
 

@@ -152,7 +152,10 @@ def _read_model(m: dict[str, Any], res: ImportResult, where: str) -> None:
         res.set("attention", mapped, where)
         if mapped is None:
             res.unknown_keys.append(f"{where}: model.backend.attn {attn} (priced as sdpa)")
-    if truthy(backend.get("enable_deepep", False)):
+    dispatcher = str(backend.get("dispatcher", "")).lower()  # later releases: dispatcher deepep | hybridep
+    if dispatcher in ("deepep", "hybridep"):
+        res.set("moe_dispatcher", dispatcher, where)
+    elif truthy(backend.get("enable_deepep", False)):
         res.set("moe_dispatcher", "deepep", where)
     if str(m.get("_target_", "")).startswith("nemo_automodel.components.models."):
         # AutoModel's own MoE block runs the shared experts on a side stream while the routed tokens

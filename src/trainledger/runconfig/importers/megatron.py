@@ -62,7 +62,7 @@ USED = {"tensor_model_parallel_size", "pipeline_model_parallel_size", "context_p
         "grad_reduce_in_bf16", "grad_sync_dtype", "fp8_params", "moe_token_dispatcher_type", "moe_enable_deepep",
         "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
         "moe_train_capacity_factor", "disable_moe_token_dropping", "moe_shared_expert_overlap",
-        "overlap_moe_expert_parallel_comm", "exp_avg_dtype", "exp_avg_sq_dtype",
+        "overlap_moe_expert_parallel_comm", "exp_avg_dtype", "exp_avg_sq_dtype", "moe_enable_hybridep",
         "use_precision_aware_optimizer"}
 #: arguments that change memory or time: reported when set and not understood
 _RELEVANT = ("parallel", "recompute", "offload", "checkpoint", "fp8", "fp4", "moe", "expert",
@@ -277,12 +277,11 @@ def _read_dispatcher(a: dict[str, Any], res: ImportResult, where: str) -> None:
     """The MoE token dispatcher: ``--moe-token-dispatcher-type`` allgather (Megatron's default:
     all-gather the tokens over the TP×EP group), alltoall, or flex with DeepEP
     (``--moe-enable-deepep``; later releases ``--moe-flex-dispatcher-backend deepep|hybridep``, deepep
-    by default)."""
+    by default, or hybridep: NVIDIA's Hybrid-EP)."""
     kind = str(a.get("moe_token_dispatcher_type", "allgather")).lower()
     backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
-    if (kind == "flex" or _on(a, "moe_enable_deepep")) and backend == "hybridep":
-        res.notes.append(f"{where}: --moe-flex-dispatcher-backend hybridep (NVIDIA's HybridEP, for NVL72 "
-                         "racks) is not modeled: sized as the all-to-all")
+    if (kind == "flex" and backend == "hybridep") or _on(a, "moe_enable_hybridep"):
+        res.set("moe_dispatcher", "hybridep", where)  # NVIDIA's Hybrid-EP (--moe-enable-hybridep at first)
     elif kind == "flex" or _on(a, "moe_enable_deepep"):
         res.set("moe_dispatcher", "deepep", where)
     elif kind == "alltoall":

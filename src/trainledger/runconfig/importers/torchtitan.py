@@ -147,15 +147,11 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
 
 def _read_ep_backend(par: dict[str, Any], ep: int, res: ImportResult, where: str) -> None:
     """``[parallelism] expert_parallel_comm_backend``: standard (all-to-all), deepep, hybridep
-    (torchtitan/distributed/deepep: NVIDIA's HybridEP for NVL72 racks, not modeled: sized as the
-    all-to-all, with a note)."""
+    (torchtitan/distributed/deepep: NVIDIA's Hybrid-EP, for NVL72 racks too)."""
     backend = str(par.get("expert_parallel_comm_backend", "standard")).lower()
-    if backend == "deepep" and ep > 1:
-        res.set("moe_dispatcher", "deepep", where)
-    elif backend == "hybridep":
-        res.notes.append(f"{where}: expert_parallel_comm_backend hybridep (NVIDIA's HybridEP, for NVL72 racks) "
-                         "is not modeled: sized as the all-to-all")
-    elif backend not in ("standard", "deepep"):
+    if backend in ("deepep", "hybridep") and ep > 1:
+        res.set("moe_dispatcher", backend, where)
+    elif backend not in ("standard", "deepep", "hybridep"):
         res.unknown_keys.append(f"{where}: [parallelism] expert_parallel_comm_backend={backend} (not modeled)")
 
 
