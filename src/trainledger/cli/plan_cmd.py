@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from trainledger.spec.runtime import FRAMEWORKS
+from trainledger.spec.runtime import DEEPEP_STACKS, FRAMEWORKS
 from trainledger.units import fmt_params, fmt_seconds
 from trainledger.cli.cost_opts import cost_options, cost_options_from_kwargs
 from trainledger.cli.output import echo_json, table
@@ -110,7 +110,8 @@ def _render(res: dict[str, Any], changed: list[str]) -> None:
         deadline += f" at the time interval's {job['deadline_quantile']}"
     docs = f" (packed docs of {job['doc_len']})" if job.get("doc_len") else ""
     stack = job["framework"] + (" + Liger Kernel" if job.get("liger_kernel") else "") + (
-        " + DeepEP" if job.get("moe_dispatcher") == "deepep" else "")
+        {"deepep": " + DeepEP", "hybridep": " + Hybrid-EP"}.get(str(job.get("moe_dispatcher")), "")
+        if any(f in DEEPEP_STACKS for f in (job.get("frameworks") or [job["framework"]])) else "")
     click.echo(f"{head}: {job['model']} {job['method']} ({job['precision']}, {stack}), seq {job['seq_len']}"
                f"{docs}, {tokens}{deadline}, up to {job['max_gpus']} GPUs; ranked by {job['rank_by']}")
     to = job["time_options"]
