@@ -64,7 +64,7 @@ def test_deepseek_v3_container(tmp_path):
     assert "ep_comm_overlap" not in m and m["grad_clip"] == 1.0
     listed = " ".join(res.unknown_keys)
     assert m["optimizer_states_dtype"] == "bf16"  # the precision-aware optimizer's bf16 moments
-    for what in ("pipeline_model_parallel_layout", "recompute_modules", "blockwise"):
+    for what in ("pipeline_model_parallel_layout", "recompute-modules mla_up_proj mlp", "blockwise"):
         assert what in listed
     for neutral in ("sequence-length", "moe_router_topk", "moe_layer_freq", "fp8_amax_history_len", "tp_comm_overlap_ag", "num_moe_experts"):
         assert neutral not in listed

@@ -446,3 +446,18 @@ def test_torchtitan_export_refuses_a_grouping_it_cannot_run():
         export_plan(inputs, "torchtitan")
     (f,) = export_plan(inputs.model_copy(update={"wrap": "layers+embed+head"}), "torchtitan")
     assert "[parallelism]" in f.text
+
+
+def test_megatron_recompute_modules_are_read_whole_and_listed(tmp_path):
+    """--recompute-modules takes several values (argparse nargs='+'); anything but the attention core
+    is per-module recomputation the estimate sizes as the core's: said, never silent."""
+    p = tmp_path / "run.sh"
+    base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+            "--vocab-size 32000 --seq-length 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+            "--recompute-granularity selective ")
+    p.write_text(base + "--recompute-modules mlp moe_act --use-distributed-optimizer\n")
+    res = import_configs([p])
+    assert res.merged()["recompute"] == "selective" and res.merged()["zero"] == 1
+    assert any("--recompute-modules mlp moe_act" in u for u in res.unknown_keys)
+    p.write_text(base + "--recompute-modules core_attn\n")
+    assert not any("recompute" in u for u in import_configs([p]).unknown_keys)

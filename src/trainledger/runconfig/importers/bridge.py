@@ -125,10 +125,6 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     if a.get("pipeline_model_parallel_layout"):
         unknown.append(f"{where}: pipeline_model_parallel_layout {a['pipeline_model_parallel_layout']} (a "
                        "hand-placed layer layout: sized as layers split evenly over the stages)")
-    mods = a.get("recompute_modules")
-    if a.get("recompute_granularity") == "selective" and mods and list(mods) != ["core_attn"]:
-        unknown.append(f"{where}: recompute_modules {list(mods)} (sized as Megatron's default selective "
-                       "recomputation, the attention core)")
     if str(a.get("fp8_recipe", "")).lower() == "blockwise":
         unknown.append(f"{where}: fp8_recipe blockwise (128-element block scales, DeepSeek-V3's: sized "
                        "as the fp8 tensor-scaled recipe)")
@@ -140,7 +136,7 @@ def read(d: dict[str, Any], res: ImportResult, where: str) -> None:
     # the generic reader lists every set sizing-sounding key it does not use; drop those known here
     res.unknown_keys[before:] = [u for u in res.unknown_keys[before:]
                                  if u.removeprefix(f"{where}: --").replace("-", "_").split(" ")[0] not in
-                                 NEUTRAL | {"recompute_modules", "pipeline_model_parallel_layout", "fp8_recipe",
+                                 NEUTRAL | {"pipeline_model_parallel_layout", "fp8_recipe",
                                             "cuda_graph_impl", "num_moe_experts", "fp4"}]
     res.unknown_keys += unknown
     if "gpus" not in res.inputs:

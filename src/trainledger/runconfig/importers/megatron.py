@@ -166,6 +166,10 @@ def _split(s: str) -> list[str]:
     return out
 
 
+#: Megatron-LM arguments that take several values (argparse nargs='+')
+_LIST_ARGS = frozenset({"recompute_modules"})
+
+
 def parse_args(tokens: list[str]) -> dict[str, Any]:
     """``--a-b 3``, ``--flag``, ``--a=3`` and Hydra ``x.y.a_b=3`` -> {a_b: value} (True for flags)."""
     out: dict[str, Any] = {}
@@ -181,6 +185,12 @@ def parse_args(tokens: list[str]) -> dict[str, Any]:
             elif i < len(tokens) and not tokens[i].startswith("--") and "=" not in tokens[i]:
                 out[key] = tokens[i]
                 i += 1
+                if key in _LIST_ARGS:  # nargs='+': every value up to the next flag
+                    vals = [out[key]]
+                    while i < len(tokens) and not tokens[i].startswith("--") and "=" not in tokens[i]:
+                        vals.append(tokens[i])
+                        i += 1
+                    out[key] = vals
             else:
                 out[key] = True
         elif "=" in t and re.match(r"^[+~]?[A-Za-z_][\w.]*=", t):
@@ -382,6 +392,12 @@ def read_args(a: dict[str, Any], res: ImportResult, where: str, megatron_lm: boo
         gran = "selective"
     if gran and str(gran).lower() not in ("null", "none"):
         res.set("recompute", "full" if str(gran) == "full" else "selective", where)
+    mods = a.get("recompute_modules")
+    if gran == "selective" and mods:
+        names = [str(x) for x in mods] if isinstance(mods, (list, tuple)) else str(mods).split()
+        if names != ["core_attn"]:
+            res.unknown_keys.append(f"{where}: --recompute-modules {' '.join(names)} (per-module recomputation: "
+                                    "sized as Megatron's default selective recomputation, the attention core)")
     if a.get("clip_grad") is not None or a.get("gradient_clip_val") is not None:
         res.set("grad_clip", float(a.get("clip_grad", a.get("gradient_clip_val"))), where)
     opt = str(a.get("optimizer") or "adam").lower()
