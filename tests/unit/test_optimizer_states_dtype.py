@@ -98,3 +98,10 @@ def test_exports_write_it_or_refuse(tmp_path):
         export_plan(titan.model_copy(update={"optimizer": "adamw"}), "torchtitan")
     with pytest.raises(TrainledgerError, match="state dtype"):
         export_plan(PlanInputs(**FSDP, optimizer_states_dtype="bf16"), "accelerate")
+
+
+def test_lora_adapters_take_the_stated_states_dtype():
+    """LoRA keeps its adapters' states in fp32 under any policy, unless a states dtype is stated."""
+    lora = dict(model="llama-3.1-8b", method="lora", seq_len=2048)
+    a, b = _terms(**lora), _terms(**lora, optimizer_states_dtype="bf16")
+    assert b["optimizer_states"] == pytest.approx(a["optimizer_states"] / 2, rel=1e-12)

@@ -331,7 +331,11 @@ def _states_dtype(inputs: PlanInputs, precision: str) -> str | None:
     """The optimizer-state dtype as stated, or None where it is the precision policy's own (one form;
     on megatron-core a stated dtype also selects the precision-aware optimizer, so it stays)."""
     s = inputs.optimizer_states_dtype
-    if s is not None and inputs.framework != "megatron-core" and s == PRECISION_POLICY[precision]["states"]:
+    if inputs.method == "inference":  # no optimizer
+        return None
+    # the default: the policy's states dtype, and fp32 for LoRA adapters whatever the policy
+    own = "fp32" if inputs.method in ("lora", "qlora") else PRECISION_POLICY[precision]["states"]
+    if s is not None and inputs.framework != "megatron-core" and s == own:
         return None
     return s
 

@@ -258,7 +258,8 @@ def model_states(plan: Plan, parts: Parts) -> None:
     base = qlora_weight_bytes(quantizable, P - quantizable, w) if r.method == "qlora" else P * w
     pol = r.policy
     g_bytes = tw if lora else DTYPE_BYTES[pol["grads"]]
-    s_bytes = FP32 if lora else DTYPE_BYTES[pol["states"]]
+    # LoRA adapters keep fp32 states whatever the base's policy, unless the states dtype is stated
+    s_bytes = DTYPE_BYTES[pol["states"]] if (r.optimizer_states_dtype or not lora) else FP32
     master = P_t * FP32 if pol["master"] != "none" and training and not lora else 0.0
     grads = P_t * g_bytes if training else 0.0
     states = 0.0

@@ -454,7 +454,8 @@ def fsdp_states(plan: Any, parts: Any, P_t: float, flow: Any) -> None:
     sh = model_shape(plan.model)
     train = P_t / shard_group(plan) if lora else local
     g_bytes = 4.0 if (lora or master) else DTYPE_BYTES[pol["grads"]]
-    s_bytes = FP32 if lora else DTYPE_BYTES[pol["states"]]
+    # LoRA adapters keep fp32 states whatever the base's policy, unless the states dtype is stated
+    s_bytes = DTYPE_BYTES[pol["states"]] if (r.optimizer_states_dtype or not lora) else FP32
     parts.grads = train * g_bytes
     parts.states = optimizer_state_bytes(r.optimizer, train, s_bytes, sh, train / max(local, 1))
     parts.opt_temp = optimizer_temp_bytes(r.optimizer, train, s_bytes, sh.largest_param / shard_group(plan), w)
